@@ -1,0 +1,387 @@
+"""The campaign loop: propose, check, train, record; then promote finalists to stress runs.
+
+The agent is the only writer of the trajectory. Its state lives in the store, never only in
+memory, so that ``recipelab run`` after any crash (or a kill -9) picks up where it stopped:
+trials left running become ``interrupted`` and run once more, stress runs continue from
+their checkpoints, and a completed trial is never run or recorded twice.
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+
+from recipelab.agent.events import campaign_logger
+from recipelab.agent.executor import Executor, LocalExecutor
+from recipelab.agent.lock import CampaignLock
+from recipelab.agent.records import (
+    agent_provenance,
+    as_measurement,
+    as_observation,
+    as_proposal,
+    proposal_fields,
+    result_fields,
+)
+from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.stress import judge_stress
+from recipelab.guardrails import DeviceInfo, GuardContext, Verdict, detect_device, judge
+from recipelab.proposer import ClassicalProposer, Proposal, Proposer, default_space
+from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
+from recipelab.trainer.spec import TrialResult, TrialSpec
+from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.record import TrialRecord, utc_now
+
+BASELINE_PROPOSER = "baseline"
+TRIALS_DIR = "trials"
+PROXY_LOG_EVERY = 10
+
+
+@dataclass(frozen=True)
+class CampaignSummary:
+    proxy_trials: int
+    rejected: int
+    stress_runs: int
+    best: TrialRecord | None
+    stopped_early: bool
+
+
+class StopRequests:
+    """SIGINT/SIGTERM: the first lets the current trial finish, the second cancels it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @property
+    def stop(self) -> bool:
+        return self.count >= 1
+
+    @property
+    def cancel(self) -> bool:
+        return self.count >= 2
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.count += 1
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+class Campaign:
+    def __init__(self, settings: CampaignSettings, directory: Path, *,
+                 executor: Executor | None = None, proposer: Proposer | None = None,
+                 device: DeviceInfo | None = None, console: Console | None = None) -> None:
+        self.settings = settings
+        self.directory = directory
+        self.baseline = settings.baseline()
+        preset = PROXY_PRESETS[settings.preset]
+        self.target = get_target(settings.target or preset.default_target)
+        self.param_budget = settings.budget or preset.budget
+        self.space = default_space(self.baseline)
+        self.executor = executor or LocalExecutor()
+        self.proposer = proposer or ClassicalProposer(
+            self.baseline, None, self.space, sampler=settings.sampler, seed=settings.seed)
+        self.device = device or detect_device()
+        self.console = console
+        self.stops = StopRequests()
+        self.store: TrajectoryStore
+        self.log: Any = None
+        self._consecutive_rejections = 0
+
+    # -- bookkeeping from the store ------------------------------------------------------------
+
+    def _records(self, kind: str | None = None) -> list[TrialRecord]:
+        return self.store.records(kind=kind)
+
+    def _trained_proxies(self) -> list[TrialRecord]:
+        return [r for r in self._records("proxy") if r.status in ("complete", "failed")]
+
+    def _next_id(self, prefix: str) -> str:
+        taken = [int(r.trial_id[1:]) for r in self._records() if r.trial_id[:1] == prefix
+                 and r.trial_id[1:].isdigit()]
+        return f"{prefix}{max(taken, default=-1) + 1:04d}"
+
+    def _baseline_id(self) -> str | None:
+        for record in self._records("proxy"):
+            if record.proposer == BASELINE_PROPOSER and record.status == "complete":
+                return record.trial_id
+        return None
+
+    def _pending_retries(self, kind: str) -> list[TrialRecord]:
+        """Interrupted trials of ``kind`` not yet re-run (a candidate is re-queued once)."""
+        records = self._records(kind)
+        retried = {r.retry_of for r in records if r.retry_of}
+        return [r for r in records if r.status == "interrupted" and not r.retry_of
+                and r.trial_id not in retried]
+
+    def _context(self, exclude: str | None = None) -> GuardContext:
+        records = self._records()
+        seen = {r.fingerprint for r in records
+                if r.fingerprint and r.status != "rejected" and r.kind == "proxy"}
+        seen.discard(exclude)
+        measurements = tuple(m for r in records if r.kind == "proxy"
+                             if (m := as_measurement(r)) is not None)
+        return GuardContext(
+            target=self.target, baseline=self.baseline, device=self.device,
+            param_budget=self.param_budget, searchable=frozenset(self.settings.searchable),
+            seen=frozenset(seen), memory_reserve_bytes=int(self.settings.memory_reserve_gib * 2**30),
+            timeout_s=self.settings.trial_timeout_s, measurements=measurements)
+
+    # -- budget ----------------------------------------------------------------------------
+
+    def _typical_wall_s(self) -> float | None:
+        walls = [r.metrics["wall_s"] for r in self._trained_proxies()
+                 if r.metrics.get("wall_s") is not None]
+        return statistics.median(walls) if walls else None
+
+    def _fits_window(self, deadline: datetime | None, scale: float = 1.0) -> bool:
+        """Whether a trial (``scale`` times a typical proxy trial) can finish before the deadline."""
+        if deadline is None:
+            return True
+        typical = self._typical_wall_s() or 0.0
+        remaining = (deadline - datetime.now(timezone.utc)).total_seconds()
+        return remaining > typical * scale
+
+    def _budget_left(self, deadline: datetime | None) -> bool:
+        iterations = self.settings.iterations
+        if iterations is not None and len(self._trained_proxies()) >= iterations:
+            return False
+        if iterations is None and deadline is None:
+            return False
+        return self._fits_window(deadline)
+
+    # -- one trial ---------------------------------------------------------------------------
+
+    def _reject(self, trial_id: str, proposal: Proposal, verdict: Verdict, iteration: int) -> None:
+        recipe = verdict.recipe
+        record = TrialRecord(
+            campaign=self.settings.name, trial_id=trial_id, iteration=iteration, kind="proxy",
+            status="rejected", reasons=list(verdict.reasons),
+            recipe=recipe.model_dump(mode="json") if recipe else proposal.candidate,
+            fingerprint=recipe.fingerprint() if recipe else None,
+            finished_at=utc_now(), artifacts=proposal.artifacts, **proposal_fields(proposal))
+        self.store.append(record)
+        self.log.warning("rejected", trial_id=trial_id, proposer=proposal.proposer,
+                         edit=proposal.edit, reasons=list(verdict.reasons))
+
+    def _execute(self, record: TrialRecord, recipe: Recipe, *, log_every: int,
+                 checkpoint_every: int = 0, resume: bool = False,
+                 out_dir: Path | None = None, timeout_s: float) -> TrialRecord:
+        """Train ``recipe`` as ``record`` and store the terminal record."""
+        out_dir = out_dir or self.directory / TRIALS_DIR / record.trial_id
+        spec = TrialSpec(trial_id=record.trial_id, kind=record.kind,
+                         recipe=recipe, corpus=self.settings.corpus, out_dir=str(out_dir),
+                         device=self.settings.device, log_every=log_every,
+                         checkpoint_every=checkpoint_every)
+        record.artifacts = {**record.artifacts, "dir": str(out_dir.relative_to(self.directory))}
+        record.started_at = utc_now()
+        record.status = "running"
+        self.store.mark_running(record)
+        self.log.info("trial_started", trial_id=record.trial_id, kind=record.kind,
+                      proposer=record.proposer, edit=record.edit, hypothesis=record.hypothesis)
+        started = time.monotonic()
+        handle = self.executor.submit(spec, resume=resume, timeout_s=timeout_s)
+        if isinstance(self.executor, LocalExecutor):
+            self.executor.prestart()
+        result: TrialResult | None = None
+        while result is None:
+            if self.stops.cancel:
+                self.executor.cancel(handle)
+                self.executor.poll(handle)
+                return self._finish(record, status="interrupted",
+                                    message="cancelled by a second stop signal")
+            result = self.executor.poll(handle)
+            if result is None:
+                time.sleep(0.02)
+        fields = result_fields(result, recipe, time.monotonic() - started,
+                               agent_provenance(self.device, recipe.seed))
+        if record.kind == "stress":
+            verdict = judge_stress(fields["curve"], result.reason)
+            fields["verdict"] = verdict.verdict
+            fields["message"] = result.message or verdict.explanation
+            self.log.info("stress_verdict", trial_id=record.trial_id, parent=record.parent,
+                          verdict=verdict.verdict, explanation=verdict.explanation)
+        return self._finish(record, **fields)
+
+    def _finish(self, record: TrialRecord, **fields: Any) -> TrialRecord:
+        final = record.model_copy(update={**fields, "finished_at": utc_now()})
+        final = TrialRecord.model_validate(final.model_dump())
+        self.store.append(final)
+        self.log.info("trial_finished", trial_id=final.trial_id, kind=final.kind,
+                      status=final.status, reason=final.reason, val_bpb=final.val_bpb,
+                      message=final.message, wall_s=final.metrics.get("wall_s"))
+        return final
+
+    def _try(self, proposal: Proposal, *, retry_of: TrialRecord | None = None) -> None:
+        iteration = len(self._trained_proxies())
+        trial_id = self._next_id("p")
+        self.log.info("proposal", trial_id=trial_id, proposer=proposal.proposer,
+                      edit=proposal.edit, hypothesis=proposal.hypothesis,
+                      retry_of=retry_of.trial_id if retry_of else None)
+        verdict = judge(proposal.candidate,
+                        self._context(exclude=retry_of.fingerprint if retry_of else None))
+        if not verdict.accepted or verdict.recipe is None:
+            self._reject(trial_id, proposal, verdict, iteration)
+            self._consecutive_rejections += 1
+            return
+        self._consecutive_rejections = 0
+        recipe = verdict.recipe
+        record = TrialRecord(
+            campaign=self.settings.name, trial_id=trial_id, iteration=iteration, kind="proxy",
+            status="queued", recipe=recipe.model_dump(mode="json"),
+            fingerprint=recipe.fingerprint(), retry_of=retry_of.trial_id if retry_of else None,
+            artifacts=proposal.artifacts, **proposal_fields(proposal))
+        self._execute(record, recipe, log_every=PROXY_LOG_EVERY,
+                      timeout_s=self.settings.trial_timeout_s)
+
+    def _propose(self) -> Proposal | None:
+        if self._baseline_id() is None and not any(
+                r.proposer == BASELINE_PROPOSER for r in self._trained_proxies()):
+            return Proposal.from_edit(self.baseline, None, {},
+                                      "baseline: the unedited proxy of the target",
+                                      BASELINE_PROPOSER)
+        history = [as_observation(r) for r in self._records("proxy")]
+        proposals = self.proposer.propose(history, 1)
+        if not proposals:
+            return None
+        baseline_id = self._baseline_id()
+        proposal = proposals[0]
+        if proposal.parent_id is None and baseline_id is not None:
+            proposal = Proposal(candidate=proposal.candidate, edit=proposal.edit,
+                                parent_id=baseline_id, hypothesis=proposal.hypothesis,
+                                proposer=proposal.proposer, artifacts=proposal.artifacts)
+        return proposal
+
+    # -- stress runs -------------------------------------------------------------------------
+
+    def finalists(self) -> list[TrialRecord]:
+        """The best ``promote`` complete proxy trials by val_bpb."""
+        complete = [r for r in self._records("proxy")
+                    if r.status == "complete" and r.val_bpb is not None]
+        return sorted(complete, key=lambda r: (r.val_bpb, r.trial_id))[: self.settings.promote]
+
+    def _stress(self, finalist: TrialRecord, deadline: datetime | None) -> None:
+        stress = [r for r in self._records("stress") if r.parent == finalist.trial_id]
+        if any(r.status in ("complete", "failed") for r in stress):
+            return
+        interrupted = [r for r in stress if r.status == "interrupted"]
+        if len(interrupted) > 1:
+            return  # already resumed once and interrupted again: give up on it
+        steps = self.settings.stress_steps
+        if not self._fits_window(deadline, scale=steps / self.baseline.steps):
+            self.log.info("stress_skipped", trial_id=finalist.trial_id,
+                          reason="cannot finish before the campaign's deadline")
+            return
+        recipe = Recipe.model_validate(finalist.recipe).apply({"steps": steps})
+        trial_id = self._next_id("s")
+        self.log.info("promoted", trial_id=trial_id, parent=finalist.trial_id,
+                      val_bpb=finalist.val_bpb, steps=steps)
+        record = TrialRecord(
+            campaign=self.settings.name, trial_id=trial_id, iteration=finalist.iteration,
+            kind="stress", status="queued", recipe=recipe.model_dump(mode="json"),
+            fingerprint=recipe.fingerprint(), parent=finalist.trial_id,
+            proposer=finalist.proposer, hypothesis=finalist.hypothesis, edit=finalist.edit,
+            retry_of=interrupted[0].trial_id if interrupted else None)
+        timeout = self.settings.trial_timeout_s * max(1.0, steps / self.baseline.steps)
+        self._execute(
+            record, recipe, log_every=self.settings.stress_log_every,
+            checkpoint_every=self.settings.stress_checkpoint_every, resume=True,
+            out_dir=self.directory / TRIALS_DIR / f"stress-{finalist.trial_id}", timeout_s=timeout)
+
+    def promote(self, deadline: datetime | None = None) -> None:
+        for finalist in self.finalists():
+            if self.stops.stop:
+                return
+            self._stress(finalist, deadline)
+
+    # -- the whole campaign ------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self.store = TrajectoryStore(self.directory, self.settings.name)
+        self.log, self._sink = campaign_logger(self.settings.name, self.directory, self.console)
+        report = self.store.reconcile()
+        for line in report.set_aside:
+            self.log.warning("jsonl_line_set_aside", line=line, side_file=str(report.side_file))
+        if report.rebuilt:
+            self.log.warning("sqlite_rebuilt", reason="missing or corrupt; rebuilt from JSONL")
+        for record in report.interrupted:
+            self.log.warning("trial_interrupted", trial_id=record.trial_id, kind=record.kind)
+
+    def _close(self) -> None:
+        self.executor.close()
+        self.store.close()
+        self._sink.close()
+
+    def run(self, *, stress_only: bool = False) -> CampaignSummary:
+        """Run (or resume) the campaign to the end of its budget, then the stress runs."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with CampaignLock(self.directory), self.stops.installed():
+            self._open()
+            try:
+                return self._run(stress_only)
+            finally:
+                self._close()
+
+    def _run(self, stress_only: bool) -> CampaignSummary:
+        started = datetime.now(timezone.utc)
+        deadline = self.settings.deadline(started)
+        self._consecutive_rejections = 0
+        self.log.info("campaign_started", target=self.target.name, preset=self.settings.preset,
+                      corpus=self.settings.corpus.source, params=self.baseline.param_count(),
+                      iterations=self.settings.iterations,
+                      deadline=deadline.isoformat() if deadline else None)
+        if not stress_only:
+            self._search(deadline)
+        if not self.stops.stop:
+            self.promote(deadline)
+        summary = self.summary(stopped_early=self.stops.stop)
+        self.log.info("campaign_finished", proxy_trials=summary.proxy_trials,
+                      rejected=summary.rejected, stress_runs=summary.stress_runs,
+                      best_trial=summary.best.trial_id if summary.best else None,
+                      best_val_bpb=summary.best.val_bpb if summary.best else None,
+                      stopped_early=summary.stopped_early)
+        return summary
+
+    def _search(self, deadline: datetime | None) -> None:
+        for record in self._pending_retries("proxy"):
+            if self.stops.stop or not self._budget_left(deadline):
+                return
+            self.log.info("requeued", trial_id=record.trial_id)
+            self._try(as_proposal(record), retry_of=record)
+        while not self.stops.stop and self._budget_left(deadline):
+            if self._consecutive_rejections >= self.settings.max_consecutive_rejections:
+                self.log.error("too_many_rejections", count=self._consecutive_rejections,
+                               hint="the proposer keeps proposing what the guardrails reject")
+                return
+            proposal = self._propose()
+            if proposal is None:
+                self.log.warning("no_proposal", proposer=self.proposer.name)
+                return
+            self._try(proposal)
+        if self.stops.stop:
+            self.log.info("stopped", reason="stop signal: the current trial was finished")
+
+    def summary(self, stopped_early: bool = False) -> CampaignSummary:
+        proxies = self._records("proxy")
+        complete = [r for r in proxies if r.status == "complete" and r.val_bpb is not None]
+        return CampaignSummary(
+            proxy_trials=sum(r.status in ("complete", "failed") for r in proxies),
+            rejected=sum(r.status == "rejected" for r in proxies),
+            stress_runs=sum(r.status in ("complete", "failed") for r in self._records("stress")),
+            best=min(complete, key=lambda r: r.val_bpb or 0.0) if complete else None,
+            stopped_early=stopped_early)

@@ -1,0 +1,127 @@
+"""Structured campaign events: JSON lines in ``events.jsonl`` and readable console lines.
+
+Every event carries ``campaign`` and, where there is one, ``trial_id``. Secrets (API keys
+taken from the environment) are scrubbed from every value before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+from rich.console import Console
+
+EVENTS_FILE = "events.jsonl"
+SECRET_ENV_VARS = ("RECIPELAB_LLM_API_KEY", "OPENAI_API_KEY", "NGC_API_KEY")
+REDACTED = "[redacted]"
+
+EventDict = MutableMapping[str, Any]
+
+
+def _secrets() -> list[str]:
+    return [value for name in SECRET_ENV_VARS if len(value := os.environ.get(name, "")) >= 4]
+
+
+def redact(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` with every occurrence of a secret replaced, recursively."""
+    secrets = list(secrets)
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, Mapping):
+        return {key: redact(item, secrets) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(item, secrets) for item in value]
+    return value
+
+
+def redact_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:
+    secrets = _secrets()
+    return {key: redact(value, secrets) for key, value in event.items()} if secrets else event
+
+
+class JsonlSink:
+    """A processor that appends each event to ``events.jsonl`` and passes it on unchanged."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: TextIO = path.open("a", encoding="utf-8")
+
+    def __call__(self, _logger: Any, _method: str, event: EventDict) -> EventDict:
+        self._file.write(json.dumps(event, default=str, separators=(",", ":")) + "\n")
+        self._file.flush()
+        return event
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class ConsoleLogger:
+    """The final sink: prints the rendered line on the (rich) console, above any live display."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def msg(self, message: str) -> None:
+        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+    info = debug = warning = error = critical = exception = msg
+
+
+def console_renderer(colors: bool) -> structlog.dev.ConsoleRenderer:
+    return structlog.dev.ConsoleRenderer(colors=colors, sort_keys=False,
+                                         exception_formatter=structlog.dev.plain_traceback)
+
+
+def campaign_logger(campaign: str, directory: Path,
+                    console: Console | None = None) -> tuple[Any, JsonlSink]:
+    """A bound logger for one campaign, and the sink to close when the campaign ends."""
+    console = console or Console(stderr=True)
+    sink = JsonlSink(directory / EVENTS_FILE)
+    logger = structlog.wrap_logger(
+        ConsoleLogger(console),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact_secrets,
+            sink,
+            console_renderer(colors=console.is_terminal),
+        ],
+    )
+    return logger.bind(campaign=campaign), sink
+
+
+def read_events(path: Path, follow: bool = False,
+                poll_s: float = 0.5) -> Iterator[dict[str, Any]]:
+    """Parse ``events.jsonl``, skipping a line cut short by a crash; with ``follow``, wait
+    for new lines like ``tail -f``."""
+    with path.open(encoding="utf-8") as handle:
+        pending = ""
+        while True:
+            line = handle.readline()
+            if not line:
+                if not follow:
+                    return
+                time.sleep(poll_s)
+                continue
+            pending += line
+            if not pending.endswith("\n") and follow:
+                continue  # a line still being written
+            text, pending = pending, ""
+            try:
+                yield json.loads(text)
+            except json.JSONDecodeError:
+                continue
+
+
+def render_event(event: Mapping[str, Any], colors: bool = False) -> str:
+    rendered: str = console_renderer(colors)(None, "info", dict(event))
+    return rendered

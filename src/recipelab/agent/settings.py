@@ -1,0 +1,103 @@
+"""Campaign settings: what ``recipelab run`` was asked to do, saved in the campaign directory.
+
+Running the same command again resumes the campaign. Settings that define what the
+trajectory *means* (target, corpus, proxy preset and budget, searchable knobs) cannot change
+on resume, since trials before and after would not be comparable; the rest (budget, timeout,
+proposer, promotion) may.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, time, timedelta
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from recipelab.fsutil import atomic_write_text
+from recipelab.recipe import Recipe, StrictModel, proxy_recipe
+from recipelab.trainer.spec import CorpusSpec
+
+SETTINGS_FILE = "settings.json"
+FIXED_ON_RESUME = ("target", "preset", "budget", "corpus", "searchable")
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message says what to change."""
+
+
+class CampaignSettings(StrictModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    target: str | None = None
+    preset: str = "cpu"
+    budget: int | None = Field(default=None, ge=1000)
+    corpus: CorpusSpec = CorpusSpec()
+    iterations: int | None = Field(default=None, ge=0)
+    hours: float | None = Field(default=None, gt=0)
+    until: str | None = Field(default=None, pattern=r"^\d{1,2}:\d{2}$")
+    trial_timeout_s: float = Field(default=600.0, gt=0)
+    promote: int = Field(default=3, ge=0)
+    stress_steps: int = Field(default=1000, ge=1)
+    stress_log_every: int = Field(default=50, ge=1)
+    stress_checkpoint_every: int = Field(default=50, ge=1)
+    proposer: Literal["classical"] = "classical"
+    sampler: Literal["tpe", "cmaes", "random"] = "tpe"
+    seed: int = Field(default=0, ge=0)
+    searchable: tuple[str, ...] = ()
+    memory_reserve_gib: float = Field(default=0.0, ge=0)
+    max_consecutive_rejections: int = Field(default=25, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    def baseline(self) -> Recipe:
+        """The unedited proxy recipe: the campaign's first trial and every edit's reference."""
+        return proxy_recipe(self.preset, self.target, self.budget).apply({"seed": self.seed})
+
+    def deadline(self, started: datetime) -> datetime | None:
+        """When launching must stop: ``--hours`` after start, or the next ``--until`` time."""
+        ends = []
+        if self.hours is not None:
+            ends.append(started + timedelta(hours=self.hours))
+        if self.until is not None:
+            hour, minute = (int(part) for part in self.until.split(":"))
+            end = datetime.combine(started.date(), time(hour, minute), started.tzinfo)
+            ends.append(end if end > started else end + timedelta(days=1))
+        return min(ends) if ends else None
+
+
+def default_campaign_dir(name: str) -> Path:
+    return Path("campaigns") / name
+
+
+def save(settings: CampaignSettings, directory: Path) -> None:
+    atomic_write_text(directory / SETTINGS_FILE, settings.model_dump_json(indent=2))
+
+
+def load(directory: Path) -> CampaignSettings | None:
+    path = directory / SETTINGS_FILE
+    if not path.exists():
+        return None
+    try:
+        return CampaignSettings.model_validate_json(path.read_text())
+    except ValidationError as error:
+        raise SettingsError(f"{path} is not valid campaign settings: {error}") from None
+
+
+def check_resume(saved: CampaignSettings, requested: CampaignSettings) -> None:
+    """Refuse a resume that would change what the trajectory's numbers mean."""
+    changed = [key for key in FIXED_ON_RESUME
+               if getattr(saved, key) != getattr(requested, key)]
+    if changed:
+        details = "; ".join(f"{key}: saved {getattr(saved, key)!r}, asked {getattr(requested, key)!r}"
+                            for key in changed)
+        raise SettingsError(
+            f"campaign {saved.name!r} was started with different {', '.join(changed)} ({details}). "
+            "Trials before and after would not be comparable: run again with the saved values, "
+            "or start a new campaign with another --name.")
+
+
+def validate_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+        raise SettingsError(
+            f"campaign name {name!r} may only use letters, digits, '.', '_' and '-' (1-64 chars)")
+    return name

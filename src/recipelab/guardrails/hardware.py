@@ -1,0 +1,104 @@
+"""What the device can run: precision support, and detection of the device itself.
+
+A precision the hardware lacks either fails at the first step (fp8 without TransformerEngine
+or without FP8 tensor cores) or silently runs hundreds of times slower (bf16 on a CPU
+without bf16 instructions, where PyTorch emulates it). Both are rejected before training.
+
+CUDA paths here cannot run on a CPU-only machine, so they are kept to a few obviously
+correct lines, and torch is imported only inside :func:`detect_device`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+from pathlib import Path
+
+import psutil
+
+from recipelab.guardrails.base import DeviceInfo, GuardContext
+from recipelab.recipe import Recipe
+
+FP8_MIN_CAPABILITY = (8, 9)
+"""FP8 tensor cores arrived with Ada (8.9) and Hopper (9.0)."""
+
+BF16_MIN_CAPABILITY = (8, 0)
+"""bf16 tensor cores arrived with Ampere (8.0)."""
+
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+"""x86 ``flags`` (AVX512-BF16, AMX-BF16) or the aarch64 ``Features`` entry (BFMMLA, e.g. Grace)."""
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def check_hardware(recipe: Recipe, ctx: GuardContext) -> list[str]:
+    """Reject a precision the device cannot run, or can run only uselessly slowly."""
+    device = ctx.device
+    if recipe.precision == "fp8":
+        return _fp8_reasons(device)
+    if recipe.precision == "bf16" and device.kind == "cpu" and not device.native_bf16:
+        return [
+            f"precision 'bf16' is too slow on this CPU ({device.name}): it has no native bf16 "
+            "instructions (avx512_bf16 or amx_bf16), so bf16 matmuls run hundreds of times "
+            "slower than fp32; use fp32 on this CPU."
+        ]
+    return []
+
+
+def _fp8_reasons(device: DeviceInfo) -> list[str]:
+    if device.kind != "cuda":
+        fallback = "bf16 or fp32" if device.native_bf16 else "fp32"
+        return [
+            "precision 'fp8' needs a CUDA GPU with compute capability >= 8.9 (Ada, Hopper, "
+            f"Blackwell) and TransformerEngine, but this device is a CPU ({device.name}); "
+            f"use {fallback}."
+        ]
+    reasons: list[str] = []
+    capability = device.compute_capability
+    if capability is None or capability < FP8_MIN_CAPABILITY:
+        shown = "an unknown" if capability is None else f"{capability[0]}.{capability[1]}"
+        reasons.append(
+            f"precision 'fp8' needs compute capability >= 8.9 (FP8 tensor cores), but "
+            f"{device.name} has {shown} compute capability; use bf16."
+        )
+    if not device.has_transformer_engine:
+        reasons.append(
+            "precision 'fp8' needs TransformerEngine, which is not installed on this machine "
+            "(pip install 'recipelab[fp8]'); use bf16."
+        )
+    return reasons
+
+
+def detect_device() -> DeviceInfo:
+    """The device trials will run on: the first CUDA GPU if there is one, else the CPU."""
+    import torch  # lazily: the agent and the tests of other checks need no torch
+
+    has_te = importlib.util.find_spec("transformer_engine") is not None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        capability = (props.major, props.minor)
+        # On unified-memory parts (GB10) the GPU allocates from system RAM.
+        memory = psutil.virtual_memory().total if props.is_integrated else props.total_memory
+        return DeviceInfo("cuda", props.name, memory, capability, has_te,
+                          native_bf16=capability >= BF16_MIN_CAPABILITY)
+    cpuinfo = CPUINFO.read_text() if CPUINFO.exists() else ""
+    return DeviceInfo("cpu", cpu_model_name(cpuinfo), psutil.virtual_memory().total, None,
+                      has_te, native_bf16=bool(cpu_flags(cpuinfo) & BF16_CPU_FLAGS))
+
+
+def cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The instruction-set flags in ``/proc/cpuinfo`` text (x86 ``flags``, aarch64 ``Features``)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def cpu_model_name(cpuinfo: str) -> str:
+    """The CPU's marketing name, falling back to what :mod:`platform` knows."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return value.strip()
+    return platform.processor() or platform.machine() or "unknown CPU"

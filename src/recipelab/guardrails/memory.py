@@ -1,0 +1,108 @@
+"""The memory model: predict a trial's peak memory before it runs, reject what cannot fit.
+
+An out-of-memory trial costs its setup time and, on a DGX Spark whose unified memory the
+LLM server shares, can take the server down with it. The model is analytic and deliberately
+simple, then calibrated against peaks measured on this device.
+
+Analytic peak, in bytes (P parameters, micro-batch tokens N = batch_size * seq_len, since
+gradient accumulation frees activations between micro-batches)::
+
+    overhead                            CPU: 400 MiB (Python + torch); CUDA: 500 MiB context
+  + 16 * P                              fp32 weights, grads, AdamW exp_avg and exp_avg_sq
+  + 2 * P            (bf16/fp8 only)    autocast's cached low-precision weight copies
+  + N * (n_layer * A + 2 * d) * b       activations saved for backward; b = 4 (fp32) or 2
+  + N * vocab_size * 4 * 3              fp32 logits, their softmax and their gradient
+
+where A, the elements one block saves per token (d = d_model, a = n_head * head_dim,
+k = n_kv_head * head_dim, h = ffn_hidden, H = n_head, T = seq_len), is::
+
+    A = 4d                              block input and norm output, attention and FFN
+      + 4a + 3k                         q/k/v, rotated q and k, attention output, its reshape
+      + 4h | 2h | 3h                    FFN: swiglu (gate+up, silu, product) | gelu | relu2
+      + 2 * H * T   (unfused only)      attention scores and probabilities
+
+The (B, H, T, T) scores exist only when SDPA falls back to its math path: PyTorch's CPU
+flash kernel takes any head_dim, CUDA's flash and memory-efficient kernels need head_dim a
+multiple of 8.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from recipelab.guardrails.base import DeviceInfo, GuardContext, Measurement, gib
+from recipelab.recipe import Recipe, Shape
+
+MIB = 1024**2
+PROCESS_OVERHEAD_BYTES = {"cpu": 400 * MIB, "cuda": 500 * MIB}
+STATE_BYTES_PER_PARAM = 16
+CAST_BYTES_PER_PARAM = 2
+ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}
+LOGIT_BYTES = 4
+LOGIT_COPIES = 3
+FFN_SAVED_PER_HIDDEN = {"swiglu": 4, "gelu": 2, "relu2": 3}
+CUDA_FUSED_HEAD_DIM_MULTIPLE = 8
+CALIBRATION_MIN, CALIBRATION_MAX = 0.25, 4.0
+"""A calibration factor outside these bounds says the measurements are wrong, not the model."""
+
+
+def activation_elements_per_token(shape: Shape, seq_len: int, fused_attention: bool) -> int:
+    """Elements one transformer block saves for backward per token (``A`` above)."""
+    saved = (4 * shape.d_model + 4 * shape.attn_width + 3 * shape.kv_width
+             + FFN_SAVED_PER_HIDDEN[shape.activation] * shape.ffn_hidden)
+    if not fused_attention:
+        saved += 2 * shape.n_head * seq_len
+    return saved
+
+
+def analytic_peak_bytes(recipe: Recipe, device: DeviceInfo) -> int:
+    """The uncalibrated peak-memory prediction (the formula in the module docstring)."""
+    shape = recipe.shape
+    params = recipe.param_count()
+    tokens = recipe.batch_size * recipe.seq_len
+    fused = device.kind == "cpu" or shape.head_dim % CUDA_FUSED_HEAD_DIM_MULTIPLE == 0
+    states = STATE_BYTES_PER_PARAM * params
+    if recipe.precision != "fp32":
+        states += CAST_BYTES_PER_PARAM * params
+    per_token = shape.n_layer * activation_elements_per_token(shape, recipe.seq_len, fused)
+    activations = tokens * (per_token + 2 * shape.d_model) * ACTIVATION_BYTES[recipe.precision]
+    logits = tokens * shape.vocab_size * LOGIT_BYTES * LOGIT_COPIES
+    return PROCESS_OVERHEAD_BYTES[device.kind] + states + activations + logits
+
+
+def calibration_factor(measurements: Sequence[Measurement], device: DeviceInfo) -> float:
+    """Median of measured / predicted peak over past trials on ``device``, clamped.
+
+    Only measurements that carry their recipe and a positive peak can be compared with a
+    prediction; without any, the factor is 1 (the analytic model as is).
+    """
+    ratios = [m.peak_memory_bytes / analytic_peak_bytes(m.recipe, device)
+              for m in measurements if m.recipe is not None and m.peak_memory_bytes > 0]
+    if not ratios:
+        return 1.0
+    return min(max(statistics.median(ratios), CALIBRATION_MIN), CALIBRATION_MAX)
+
+
+def predict_peak_bytes(recipe: Recipe, device: DeviceInfo,
+                       measurements: Sequence[Measurement] = ()) -> int:
+    """The calibrated peak-memory prediction for one trial of ``recipe`` on ``device``."""
+    return round(analytic_peak_bytes(recipe, device) * calibration_factor(measurements, device))
+
+
+def check_memory(recipe: Recipe, ctx: GuardContext) -> list[str]:
+    """Reject a candidate predicted to need more memory than the device has left for trials."""
+    device = ctx.device
+    predicted = predict_peak_bytes(recipe, device, ctx.measurements)
+    available = device.memory_bytes - ctx.memory_reserve_bytes
+    if predicted <= available:
+        return []
+    room = f"the {gib(available)} available on {device.name}"
+    if ctx.memory_reserve_bytes:
+        room += (f" ({gib(device.memory_bytes)} minus {gib(ctx.memory_reserve_bytes)} kept "
+                 "free for the LLM server)")
+    return [
+        f"predicted peak memory {gib(predicted)} for batch_size {recipe.batch_size} x seq_len "
+        f"{recipe.seq_len} exceeds {room}; lower batch_size or seq_len (raise grad_accum to "
+        "keep the tokens per step) or shrink the model."
+    ]

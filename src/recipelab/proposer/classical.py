@@ -1,0 +1,224 @@
+"""The built-in classical proposer: Optuna's samplers over the declared search space.
+
+It needs no LLM, so it is the proposer of a campaign without one, the baseline an LLM
+proposer has to beat, and the sampler a hybrid proposer falls back on.
+
+The proposer keeps no state between calls. Each :meth:`ClassicalProposer.propose` builds a
+fresh in-memory study, replays the history into it as finished trials and asks the sampler
+for ``n`` points. A resumed campaign therefore proposes exactly what the interrupted one
+would have, and the trajectory stays the only memory. The sampler's seed mixes the
+proposer's ``seed`` with the length of the history, so successive calls differ while the
+same history always gives the same proposals.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import warnings
+from typing import Any, Literal, get_args
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.samplers import BaseSampler, CmaEsSampler, RandomSampler, TPESampler
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+from recipelab.proposer.base import Observation, Proposal, Proposer
+from recipelab.proposer.space import SearchSpace
+from recipelab.recipe import Recipe
+
+# A proposer is called inside a campaign whose own logs say what happened; Optuna's
+# per-trial INFO lines would only be noise there.
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SamplerName = Literal["tpe", "cmaes", "random"]
+SAMPLER_LABELS: dict[str, str] = {"tpe": "TPE", "cmaes": "CMA-ES", "random": "random"}
+
+TPE_STARTUP_TRIALS = 10  # complete trials before TPE models rather than samples at random
+CMAES_WARM_START_TRIALS = 10  # warm start keeps the best 10 %, so it needs ten trials
+ASKS_PER_PROPOSAL = 10  # re-asks allowed per proposal when the sampler repeats a point
+HYPOTHESIS_CHARS = 200
+SIGNIFICANT_DIGITS = 6
+
+
+def history_seed(seed: int, history_length: int) -> int:
+    """A sampler seed that differs per call yet is a pure function of (seed, history)."""
+    return int(np.random.SeedSequence([seed, history_length]).generate_state(1)[0])
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def hypothesis_line(label: str, edit: dict[str, Any], parent: dict[str, Any],
+                    rationale: str) -> str:
+    """``"TPE: lr 0.01→0.0052, warmup_steps 2→0; <rationale>"`` within the length limit.
+
+    Knobs are named by their last dotted part (unique within a recipe). When not every change
+    fits, the line lists what fits and counts the rest.
+    """
+    changes = [f"{name.rsplit('.', 1)[-1]} {_short(parent[name])}→{_short(value)}"
+               for name, value in edit.items()]
+    for shown in range(len(changes), 0, -1):
+        listed = ", ".join(changes[:shown])
+        if shown < len(changes):
+            listed += f" (+{len(changes) - shown} more)"
+        line = f"{label}: {listed}; {rationale}"
+        if len(line) <= HYPOTHESIS_CHARS:
+            return line
+    return f"{label}: {len(changes)} knobs changed; {rationale}"[:HYPOTHESIS_CHARS]
+
+
+class ClassicalProposer(Proposer):
+    """Proposes points of ``space`` with Optuna's TPE, CMA-ES or random sampler.
+
+    History becomes trials as follows: a complete observation with a finite ``val_bpb`` is
+    a COMPLETE trial with that value; failed and rejected observations are FAIL trials,
+    which Optuna's samplers leave out of their models (a rejected point says nothing about
+    loss); interrupted observations, and any whose knobs are missing from or outside the
+    space (for example proposed by an LLM outside the declared ranges), are left out.
+
+    CMA-ES in Optuna learns only from trials it generated itself, which a fresh study has
+    none of, so once ten complete trials exist it is warm-started from them instead
+    (WS-CMA-ES: the initial Gaussian fits the best tenth). Categorical knobs are sampled at
+    random by CMA-ES. The ``cmaes`` sampler needs the ``cmaes`` package.
+    """
+
+    name = "classical"
+
+    def __init__(self, baseline: Recipe, baseline_id: str | None, space: SearchSpace,
+                 sampler: SamplerName = "tpe", seed: int = 0) -> None:
+        if sampler not in get_args(SamplerName):
+            raise ValueError(
+                f"unknown sampler {sampler!r}; choose one of {', '.join(get_args(SamplerName))}"
+            )
+        if sampler == "cmaes" and importlib.util.find_spec("cmaes") is None:
+            raise ImportError(
+                "the 'cmaes' sampler needs the cmaes package (pip install cmaes); "
+                "or choose the 'tpe' or 'random' sampler"
+            )
+        unknown = sorted(set(space.names()) - set(baseline.knobs()))
+        if unknown:
+            raise ValueError(f"search space names unknown recipe knob(s): {', '.join(unknown)}")
+        self.baseline = baseline
+        self.baseline_id = baseline_id
+        self.space = space
+        self.sampler = sampler
+        self.seed = seed
+        self.proposer_name = f"{self.name}-{sampler}"
+
+    def propose(self, history: list[Observation], n: int) -> list[Proposal]:
+        """Up to ``n`` distinct proposals; fewer only if the sampler keeps repeating points."""
+        with warnings.catch_warnings():
+            # Optuna flags warm-started CMA-ES as experimental on every call; using it is a
+            # deliberate choice (see the class docstring), so the warning is only noise.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            points, n_complete = self._sample(history, n)
+        parent = self.baseline.knobs()
+        rationale = self._rationale(n_complete)
+        label = SAMPLER_LABELS[self.sampler]
+        proposals = []
+        for point in points:
+            edit = {name: value for name, value in point.items() if value != parent[name]}
+            proposals.append(Proposal.from_edit(
+                self.baseline, self.baseline_id, edit,
+                hypothesis_line(label, edit, parent, rationale), self.proposer_name,
+            ))
+        return proposals
+
+    def _sample(self, history: list[Observation], n: int) -> tuple[list[dict[str, Any]], int]:
+        """Up to ``n`` distinct points other than the baseline's, and the complete trials seen.
+
+        A point the sampler repeats (the baseline, or one already asked in this call) is
+        asked again, within a bound, since proposing it twice would waste a trial.
+        """
+        distributions = self.space.distributions()
+        trials = [trial for obs in history
+                  if (trial := self._as_trial(obs, distributions)) is not None]
+        complete = [trial for trial in trials if trial.state == TrialState.COMPLETE]
+        study = optuna.create_study(
+            direction="minimize",
+            sampler=self._make_sampler(history_seed(self.seed, len(history)), complete),
+        )
+        study.add_trials(trials)
+
+        names = self.space.names()
+        baseline = self.baseline.knobs()
+        seen = {tuple(baseline[name] for name in names)}
+        points: list[dict[str, Any]] = []
+        for _ in range(n * ASKS_PER_PROPOSAL):
+            if len(points) == n:
+                break
+            point = self._point(study.ask(distributions).params)
+            key = tuple(point[name] for name in names)
+            if key not in seen:
+                seen.add(key)
+                points.append(point)
+        return points, len(complete)
+
+    def _as_trial(self, obs: Observation,
+                  distributions: dict[str, BaseDistribution]) -> FrozenTrial | None:
+        params: dict[str, Any] = {}
+        for knob in self.space.knobs:
+            if knob.name not in obs.knobs or not knob.contains(obs.knobs[knob.name]):
+                return None
+            params[knob.name] = obs.knobs[knob.name]
+        if obs.status == "complete" and obs.val_bpb is not None and math.isfinite(obs.val_bpb):
+            return create_trial(value=obs.val_bpb, params=params, distributions=distributions)
+        if obs.status in ("failed", "rejected"):
+            return create_trial(state=TrialState.FAIL, params=params, distributions=distributions)
+        return None
+
+    def _make_sampler(self, seed: int, complete: list[FrozenTrial]) -> BaseSampler:
+        if self.sampler == "tpe":
+            # constant_liar treats points asked earlier in this call as bad, so a batch
+            # spreads out instead of piling onto the same optimum.
+            return TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                              n_startup_trials=TPE_STARTUP_TRIALS)
+        if self.sampler == "cmaes":
+            return CmaEsSampler(seed=seed, warn_independent_sampling=False,
+                                source_trials=self._warm_start(complete))
+        return RandomSampler(seed=seed)
+
+    def _warm_start(self, complete: list[FrozenTrial]) -> list[FrozenTrial] | None:
+        """The complete trials restricted to the knobs CMA-ES models, once there are enough.
+
+        Optuna only warm-starts from trials whose distributions are exactly CMA-ES's search
+        space: the numeric knobs whose range is more than one value.
+        """
+        numeric = {name: dist for name, dist in self.space.distributions().items()
+                   if not isinstance(dist, CategoricalDistribution) and not dist.single()}
+        if not numeric or len(complete) < CMAES_WARM_START_TRIALS:
+            return None
+        return [create_trial(value=trial.value,
+                             params={name: trial.params[name] for name in numeric},
+                             distributions=numeric)
+                for trial in complete]
+
+    def _point(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Sampled params as recipe values: ints stay ints, floats keep 6 significant digits."""
+        point: dict[str, Any] = {}
+        for knob in self.space.knobs:
+            value = params[knob.name]
+            if knob.choices is None and not knob.integer:
+                assert knob.low is not None and knob.high is not None  # a float range
+                value = min(max(_round(value), knob.low), knob.high)
+            point[knob.name] = value
+        return point
+
+    def _rationale(self, n_complete: int) -> str:
+        if self.sampler == "tpe":
+            if n_complete >= TPE_STARTUP_TRIALS:
+                return f"model of {n_complete} trials expects lower val_bpb"
+            return f"random start-up, {n_complete}/{TPE_STARTUP_TRIALS} trials before TPE models"
+        if self.sampler == "cmaes":
+            if n_complete >= CMAES_WARM_START_TRIALS:
+                return f"Gaussian fitted to the best tenth of {n_complete} trials"
+            return (f"default search distribution, {n_complete}/{CMAES_WARM_START_TRIALS} "
+                    "trials before warm start")
+        return "random search, exploring the space"

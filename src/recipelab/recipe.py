@@ -1,0 +1,404 @@
+"""The Recipe: every knob of one training run, plus target presets and proxy derivation.
+
+A recipe is the unit everything else talks about: the proposer edits one, the guardrails
+judge one, the trainer runs one and the trajectory records one. It is a pydantic model with
+``extra="forbid"`` so a misspelt knob in a recipe file, or in an LLM's reply, is an error
+rather than a silently ignored default.
+
+Targets are the architectures a user will train in the cloud; proxies are the small models
+trained here. :func:`derive_proxy` shrinks a target to a parameter budget while keeping what
+makes a small run predictive of the big one: head dimension, FFN ratio, activation, norm,
+position encoding and GQA ratio, with depth and width as close to the target's aspect ratio
+as the budget allows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Activation = Literal["swiglu", "gelu", "relu2"]
+Norm = Literal["rmsnorm", "layernorm"]
+Position = Literal["rope", "learned"]
+ScheduleKind = Literal["cosine", "linear", "constant-cooldown"]
+Precision = Literal["fp32", "bf16", "fp8"]
+TokenizerKind = Literal["byte", "bpe"]
+
+BYTE_VOCAB = 256
+
+
+class StrictModel(BaseModel):
+    """Base for every config: unknown keys and wrong types are errors, instances are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Shape(StrictModel):
+    """The architecture of one model. ``d_model`` need not equal ``n_head * head_dim``."""
+
+    n_layer: int = Field(ge=1, le=256)
+    d_model: int = Field(ge=8, le=65536)
+    n_head: int = Field(ge=1, le=512)
+    n_kv_head: int = Field(ge=1, le=512)
+    head_dim: int = Field(ge=4, le=1024)
+    ffn_ratio: float = Field(gt=0.0, le=16.0)
+    activation: Activation = "swiglu"
+    norm: Norm = "rmsnorm"
+    position: Position = "rope"
+    qk_norm: bool = False
+    tie_embeddings: bool = False
+    vocab_size: int = Field(default=BYTE_VOCAB, ge=2, le=1_048_576)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Shape:
+        if self.n_head % self.n_kv_head:
+            raise ValueError(
+                f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head}) "
+                "for grouped-query attention; pick n_kv_head among the divisors of n_head"
+            )
+        if self.position == "rope" and self.head_dim % 2:
+            raise ValueError(f"RoPE rotates pairs of channels, so head_dim ({self.head_dim}) must be even")
+        return self
+
+    @property
+    def gqa_ratio(self) -> int:
+        """Query heads per key/value head (1 is plain multi-head attention)."""
+        return self.n_head // self.n_kv_head
+
+    @property
+    def attn_width(self) -> int:
+        return self.n_head * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.n_kv_head * self.head_dim
+
+    @property
+    def ffn_hidden(self) -> int:
+        return max(1, round(self.ffn_ratio * self.d_model))
+
+
+class Optimizer(StrictModel):
+    """AdamW. ``grad_clip`` of 0 turns clipping off."""
+
+    lr: float = Field(default=3e-3, gt=0.0, le=1.0)
+    beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(default=0.95, ge=0.0, lt=1.0)
+    eps: float = Field(default=1e-8, gt=0.0, le=1e-2)
+    weight_decay: float = Field(default=0.1, ge=0.0, le=1.0)
+    grad_clip: float = Field(default=1.0, ge=0.0, le=1000.0)
+
+
+class Schedule(StrictModel):
+    """Learning-rate schedule: linear warmup, then decay to ``min_lr_ratio * lr``.
+
+    ``constant-cooldown`` holds the peak rate and decays linearly over the last
+    ``cooldown_fraction`` of the run (the warmup-stable-decay shape).
+    """
+
+    kind: ScheduleKind = "cosine"
+    warmup_steps: int = Field(default=10, ge=0, le=10_000_000)
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    cooldown_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
+
+    def lr_multiplier(self, step: int, total_steps: int) -> float:
+        """The factor applied to the peak learning rate at ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.kind == "constant-cooldown":
+            cooldown_start = total_steps - max(1, round(self.cooldown_fraction * total_steps))
+            if step < cooldown_start:
+                return 1.0
+            progress = (step - cooldown_start) / max(1, total_steps - cooldown_start)
+        else:
+            progress = (step - self.warmup_steps) / max(1, total_steps - self.warmup_steps)
+        progress = min(max(progress, 0.0), 1.0)
+        decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if self.kind == "cosine" else 1.0 - progress
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * decay
+
+
+class Recipe(StrictModel):
+    """Every knob of one training run."""
+
+    shape: Shape
+    optimizer: Optimizer = Optimizer()
+    schedule: Schedule = Schedule()
+    batch_size: int = Field(default=16, ge=1, le=65536)
+    seq_len: int = Field(default=128, ge=4, le=1_048_576)
+    grad_accum: int = Field(default=1, ge=1, le=4096)
+    precision: Precision = "fp32"
+    tokenizer: TokenizerKind = "byte"
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    steps: int = Field(default=60, ge=1, le=100_000_000)
+    eval_bytes: int = Field(default=32_768, ge=256, le=2**31 - 1)
+
+    @model_validator(mode="after")
+    def _tokenizer_fits_vocab(self) -> Recipe:
+        if self.tokenizer == "byte" and self.shape.vocab_size < BYTE_VOCAB:
+            raise ValueError(
+                f"the byte tokenizer needs vocab_size >= {BYTE_VOCAB}, got {self.shape.vocab_size}"
+            )
+        return self
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len * self.grad_accum
+
+    def param_count(self) -> int:
+        return param_count(self.shape, self.seq_len)
+
+    def flops_per_token(self) -> int:
+        return training_flops_per_token(self.shape, self.seq_len)
+
+    def knobs(self) -> dict[str, Any]:
+        """The recipe flattened to dotted knob names, e.g. ``{"optimizer.lr": 0.003, ...}``."""
+        return flatten(self.model_dump())
+
+    def apply(self, edit: Mapping[str, Any]) -> Recipe:
+        """A new recipe with the dotted knobs in ``edit`` changed (validated as a whole)."""
+        unknown = sorted(set(edit) - set(self.knobs()))
+        if unknown:
+            raise ValueError(
+                f"unknown knob(s) {', '.join(unknown)}; known knobs are {', '.join(sorted(self.knobs()))}"
+            )
+        data = self.model_dump()
+        for key, value in edit.items():
+            *parents, leaf = key.split(".")
+            node = data
+            for part in parents:
+                node = node[part]
+            node[leaf] = value
+        return Recipe.model_validate(data)
+
+    def edit_from(self, parent: Recipe) -> dict[str, Any]:
+        """The knobs whose values differ from ``parent``'s."""
+        mine, theirs = self.knobs(), parent.knobs()
+        return {k: v for k, v in mine.items() if theirs.get(k) != v}
+
+    def fingerprint(self) -> str:
+        """A stable hash of every knob: equal fingerprints mean the same training run."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+# --- parameter and FLOP arithmetic -------------------------------------------------------
+
+
+def _norm_params(norm: Norm, width: int) -> int:
+    return 2 * width if norm == "layernorm" else width
+
+
+def layer_param_count(shape: Shape) -> int:
+    """Parameters of one transformer block (attention, FFN and their norms; no biases)."""
+    attn = shape.d_model * (shape.attn_width + 2 * shape.kv_width) + shape.attn_width * shape.d_model
+    ffn_mats = 3 if shape.activation == "swiglu" else 2
+    ffn = ffn_mats * shape.d_model * shape.ffn_hidden
+    norms = 2 * _norm_params(shape.norm, shape.d_model)
+    if shape.qk_norm:
+        norms += 2 * _norm_params(shape.norm, shape.head_dim)
+    return attn + ffn + norms
+
+
+def param_count(shape: Shape, seq_len: int) -> int:
+    """Exact parameter count of :class:`recipelab.trainer.model.GPT` built from ``shape``."""
+    embeddings = shape.vocab_size * shape.d_model
+    positions = seq_len * shape.d_model if shape.position == "learned" else 0
+    head = 0 if shape.tie_embeddings else shape.vocab_size * shape.d_model
+    final_norm = _norm_params(shape.norm, shape.d_model)
+    return embeddings + positions + shape.n_layer * layer_param_count(shape) + final_norm + head
+
+
+def training_flops_per_token(shape: Shape, seq_len: int) -> int:
+    """Training FLOPs per token: 6 per matmul weight plus attention (PaLM's 6N + 12·L·H·Q·T)."""
+    ffn_mats = 3 if shape.activation == "swiglu" else 2
+    matmul_weights = shape.n_layer * (
+        shape.d_model * (2 * shape.attn_width + 2 * shape.kv_width)
+        + ffn_mats * shape.d_model * shape.ffn_hidden
+    ) + shape.vocab_size * shape.d_model
+    attention = 12 * shape.n_layer * shape.attn_width * seq_len
+    return 6 * matmul_weights + attention
+
+
+# --- targets -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """An architecture a user means to train in the cloud."""
+
+    name: str
+    description: str
+    shape: Shape
+    context: int
+
+    @property
+    def params(self) -> int:
+        return param_count(self.shape, self.context)
+
+
+def llama2_7b() -> Target:
+    shape = Shape(n_layer=32, d_model=4096, n_head=32, n_kv_head=32, head_dim=128,
+                  ffn_ratio=11008 / 4096, vocab_size=32000)
+    return Target("llama2-7b", "Llama-2-7B shape: MHA, SwiGLU, RMSNorm, RoPE", shape, 4096)
+
+
+def llama3_70b() -> Target:
+    shape = Shape(n_layer=80, d_model=8192, n_head=64, n_kv_head=8, head_dim=128,
+                  ffn_ratio=28672 / 8192, vocab_size=128256)
+    return Target("llama3-70b", "Llama-3-70B shape: GQA 8:1, SwiGLU, RMSNorm, RoPE", shape, 8192)
+
+
+def llama32_1b() -> Target:
+    shape = Shape(n_layer=16, d_model=2048, n_head=32, n_kv_head=8, head_dim=64,
+                  ffn_ratio=8192 / 2048, vocab_size=128256, tie_embeddings=True)
+    return Target("llama3.2-1b", "Llama-3.2-1B shape: GQA 4:1, tied embeddings", shape, 8192)
+
+
+def smollm2_135m() -> Target:
+    shape = Shape(n_layer=30, d_model=576, n_head=9, n_kv_head=3, head_dim=64,
+                  ffn_ratio=1536 / 576, vocab_size=49152, tie_embeddings=True)
+    return Target("smollm2-135m", "SmolLM2-135M shape: GQA 3:1, tied embeddings", shape, 8192)
+
+
+def toy() -> Target:
+    shape = Shape(n_layer=8, d_model=256, n_head=8, n_kv_head=4, head_dim=32,
+                  ffn_ratio=8 / 3, vocab_size=BYTE_VOCAB, tie_embeddings=True)
+    return Target("toy", "a 7M Llama-shaped model for exercising recipelab itself", shape, 1024)
+
+
+TARGETS: dict[str, Callable[[], Target]] = {
+    t().name: t for t in (llama2_7b, llama3_70b, llama32_1b, smollm2_135m, toy)
+}
+
+
+def get_target(name: str) -> Target:
+    try:
+        return TARGETS[name]()
+    except KeyError:
+        raise ValueError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}") from None
+
+
+# --- proxies -----------------------------------------------------------------------------
+
+MIN_PROXY_LAYERS = 2
+
+
+class ProxyBudgetError(ValueError):
+    """The budget cannot hold even the smallest shape-faithful proxy of the target."""
+
+
+def _proxy_shape(target: Shape, n_head: int, n_layer: int, vocab_size: int) -> Shape:
+    ratio = target.gqa_ratio
+    return target.model_copy(update={
+        "n_layer": n_layer,
+        "n_head": n_head,
+        "n_kv_head": n_head // ratio,
+        "d_model": n_head * target.head_dim * target.d_model // target.attn_width,
+        "vocab_size": vocab_size,
+    })
+
+
+def derive_proxy(target: Target, budget: int, *, vocab_size: int = BYTE_VOCAB,
+                 seq_len: int = 128) -> Shape:
+    """The shape-faithful proxy of ``target`` that fits ``budget`` parameters.
+
+    Width moves in steps of one GQA group of heads (so head_dim and the GQA ratio stay
+    exact); for each width the deepest model within budget is taken, and the width whose
+    depth/width ratio is closest to the target's (in log space) wins.
+    """
+    shape = target.shape
+    aspect = shape.d_model / shape.n_layer
+    best: tuple[float, int, Shape] | None = None
+    for n_head in range(shape.gqa_ratio, shape.n_head + 1, shape.gqa_ratio):
+        layers = 0
+        while layers < shape.n_layer:
+            trial = _proxy_shape(shape, n_head, layers + 1, vocab_size)
+            if param_count(trial, seq_len) > budget:
+                break
+            layers += 1
+        if layers < min(MIN_PROXY_LAYERS, shape.n_layer):
+            continue
+        candidate = _proxy_shape(shape, n_head, layers, vocab_size)
+        distance = abs(math.log(candidate.d_model / layers / aspect))
+        score = (distance, -param_count(candidate, seq_len))
+        if best is None or score < best[:2]:
+            best = (*score, candidate)
+    if best is None:
+        smallest = _proxy_shape(shape, shape.gqa_ratio, min(MIN_PROXY_LAYERS, shape.n_layer),
+                                vocab_size)
+        raise ProxyBudgetError(
+            f"a budget of {budget:,} parameters cannot hold a proxy of {target.name} that keeps "
+            f"head_dim {shape.head_dim} and GQA ratio {shape.gqa_ratio}: the smallest has "
+            f"{param_count(smallest, seq_len):,}. Raise the budget (--budget) or pick a larger "
+            "proxy preset."
+        )
+    return best[2]
+
+
+@dataclass(frozen=True)
+class ProxyPreset:
+    """What one kind of hardware trains per trial: a parameter budget and a batch geometry."""
+
+    name: str
+    budget: int
+    default_target: str
+    batch_size: int
+    seq_len: int
+    steps: int
+    eval_bytes: int
+    lr: float
+    warmup_steps: int
+    precision: Precision = "fp32"
+
+
+PROXY_PRESETS: dict[str, ProxyPreset] = {
+    p.name: p
+    for p in (
+        ProxyPreset("tiny", 120_000, "toy", batch_size=8, seq_len=64, steps=20,
+                    eval_bytes=4_096, lr=1e-2, warmup_steps=2),
+        ProxyPreset("cpu", 1_000_000, "smollm2-135m", batch_size=16, seq_len=256, steps=60,
+                    eval_bytes=32_768, lr=3e-3, warmup_steps=6),
+        ProxyPreset("spark", 200_000_000, "llama2-7b", batch_size=16, seq_len=1024, steps=60,
+                    eval_bytes=32_768, lr=1e-3, warmup_steps=6, precision="bf16"),
+    )
+}
+
+
+def proxy_recipe(preset: str = "cpu", target: str | None = None,
+                 budget: int | None = None) -> Recipe:
+    """The baseline recipe a preset trains for a target: the unedited proxy of a campaign."""
+    try:
+        spec = PROXY_PRESETS[preset]
+    except KeyError:
+        raise ValueError(
+            f"unknown proxy preset {preset!r}; choose one of {', '.join(PROXY_PRESETS)}"
+        ) from None
+    tgt = get_target(target or spec.default_target)
+    shape = derive_proxy(tgt, budget or spec.budget, seq_len=spec.seq_len)
+    return Recipe(
+        shape=shape,
+        optimizer=Optimizer(lr=spec.lr),
+        schedule=Schedule(warmup_steps=spec.warmup_steps),
+        batch_size=spec.batch_size,
+        seq_len=spec.seq_len,
+        precision=spec.precision,
+        steps=spec.steps,
+        eval_bytes=spec.eval_bytes,
+    )

@@ -1,0 +1,96 @@
+"""``python -m recipelab.trainer --spec SPEC.json [--resume]``: run one trial in this process.
+
+With ``--spec -`` the process first imports everything it needs and then waits for one line
+on standard input: the spec file's path, optionally followed by ``--resume``. A launcher
+starts such a worker ahead of time so that interpreter start-up and ``import torch`` overlap
+the previous trial; once it has its spec, the worker sends its own standard output and
+error (including what a crashing native library prints) to the trial's ``trial.log``.
+
+Exit status: 0 when a result file was written (whatever the trial's status), 2 when the
+spec itself is unusable, in which case the reason is on standard error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import os
+import resource
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from recipelab.fsutil import atomic_write_text
+from recipelab.trainer.loop import run_trial
+from recipelab.trainer.spec import LOG_FILE, TrialSpec
+
+PR_SET_PDEATHSIG = 1
+
+
+def read_spec(path: Path) -> TrialSpec:
+    try:
+        return TrialSpec.model_validate_json(path.read_text())
+    except OSError as error:
+        raise SystemExit(f"cannot read trial spec {path}: {error.strerror}") from None
+    except ValidationError as error:
+        raise SystemExit(f"trial spec {path} is invalid:\n{error}") from None
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when its launcher dies, even by kill -9.
+
+    An orphaned trial would go on writing into a campaign whose orchestrator has restarted
+    and re-run it; the launcher's death must end the trial. Elsewhere this is a no-op.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+def redirect_output(log_path: Path) -> None:
+    """Point file descriptors 1 and 2 at the trial log, so nothing a trial prints is lost."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recipelab.trainer", description=__doc__)
+    parser.add_argument("--spec", required=True,
+                        help="trial spec JSON, or '-' to read its path from standard input")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the trial's last checkpoint if there is one")
+    parser.add_argument("--memory-limit", type=int, metavar="BYTES",
+                        help="cap this process's address space, so an oversized recipe fails "
+                        "as 'oom' instead of exhausting the machine")
+    args = parser.parse_args(argv)
+    if args.memory_limit:
+        resource.setrlimit(resource.RLIMIT_AS, (args.memory_limit, args.memory_limit))
+    worker = args.spec == "-"
+    if worker:
+        die_with_parent()
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 2
+        args = parser.parse_args(["--spec", *shlex.split(line)])
+    spec = read_spec(Path(args.spec))
+    out_dir = Path(spec.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if worker:
+        redirect_output(out_dir / LOG_FILE)
+    result = run_trial(spec, resume=args.resume, log=sys.stdout)
+    atomic_write_text(spec.result_path, result.model_dump_json(indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Where a trial runs and what it reports about the machine: device choice, peak memory,
+precision contexts and provenance. CUDA and TransformerEngine are imported lazily and only
+on the paths that need them, so the CPU path never touches them."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import platform
+import resource
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from recipelab import __version__
+from recipelab.recipe import Precision
+from recipelab.trainer.model import LinearFactory, plain_linear
+from recipelab.trainer.spec import Provenance
+
+FP8_MIN_CAPABILITY = (8, 9)
+
+
+class UnsupportedPrecision(RuntimeError):
+    """The recipe asks for a precision this machine cannot run; never train another one."""
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedPrecision("device 'cuda' was requested but no CUDA device is visible")
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def check_precision(precision: Precision, device: torch.device) -> None:
+    """Refuse fp8 where TransformerEngine or an sm_89+ GPU is missing."""
+    if precision != "fp8":
+        return
+    if device.type != "cuda":
+        raise UnsupportedPrecision(
+            "fp8 needs a CUDA GPU of compute capability >= 8.9 with TransformerEngine; "
+            "this trial runs on the CPU. Use fp32 (or bf16 on a GPU).")
+    capability = torch.cuda.get_device_capability(device)
+    if capability < FP8_MIN_CAPABILITY:
+        raise UnsupportedPrecision(
+            f"fp8 needs compute capability >= 8.9; {torch.cuda.get_device_name(device)} "
+            f"has {capability[0]}.{capability[1]}. Use bf16.")
+    if importlib.util.find_spec("transformer_engine") is None:
+        raise UnsupportedPrecision(
+            "fp8 needs TransformerEngine: pip install 'recipelab[fp8]' (or use an NGC PyTorch "
+            "container, which ships it).")
+
+
+def linear_factory(precision: Precision) -> LinearFactory:
+    """``te.Linear`` for fp8 (TransformerEngine casts its GEMMs to FP8), else ``nn.Linear``."""
+    if precision != "fp8":
+        return plain_linear
+    import transformer_engine.pytorch as te
+
+    def te_linear(in_features: int, out_features: int) -> nn.Module:
+        module: nn.Module = te.Linear(in_features, out_features, bias=False)
+        return module
+
+    return te_linear
+
+
+def autocast(precision: Precision, device: torch.device) -> Callable[[], AbstractContextManager[Any]]:
+    """A factory of the forward-pass precision context for this recipe."""
+    if precision == "fp32":
+        return contextlib.nullcontext
+    if precision == "bf16":
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return _fp8_autocast(device)
+
+
+def _fp8_autocast(device: torch.device) -> Callable[[], AbstractContextManager[Any]]:
+    import transformer_engine.pytorch as te
+    from transformer_engine.common.recipe import DelayedScaling, Format
+
+    scaling = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=16,
+                             amax_compute_algo="max")
+    te_autocast = getattr(te, "autocast", None)
+
+    @contextlib.contextmanager
+    def context() -> Iterator[None]:
+        fp8 = (te_autocast(enabled=True, recipe=scaling) if te_autocast is not None
+               else te.fp8_autocast(enabled=True, fp8_recipe=scaling))
+        with torch.autocast(device.type, dtype=torch.bfloat16), fp8:
+            yield
+
+    return context
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(error)
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """CUDA: the caching allocator's peak; CPU: the process's peak resident set size."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"cpu:{platform.processor() or platform.machine()}"
+
+
+def _library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version(), "recipelab": __version__}
+    for name in ("torch", "numpy", "tokenizers", "pyarrow", "safetensors", "transformer-engine"):
+        with contextlib.suppress(PackageNotFoundError):
+            versions[name] = version(name)
+    return versions
+
+
+def code_version() -> str:
+    """The git commit of the source tree when it is a checkout, else the package version."""
+    source = Path(__file__).resolve().parents[3]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["git", "-C", str(source), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=5, check=False)
+        if out.returncode == 0 and out.stdout.strip():
+            return f"{__version__}+{out.stdout.strip()}"
+    return __version__
+
+
+def provenance(device: torch.device, seed: int) -> Provenance:
+    return Provenance(
+        device=device_name(device),
+        host=socket.gethostname(),
+        code_version=code_version(),
+        python=sys.version.split()[0],
+        libraries=_library_versions(),
+        seed=seed,
+        threads=torch.get_num_threads(),
+    )

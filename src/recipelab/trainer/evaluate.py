@@ -1,0 +1,69 @@
+"""Validation bits per byte: the one number every candidate is ranked by.
+
+``val_bpb = sum(cross-entropy in nats over the predicted eval tokens)
+            / (ln 2 × UTF-8 bytes those tokens encode)``
+
+Because the denominator counts bytes, not tokens, the figure compares across tokenizers and
+vocabulary sizes. The evaluation slice is cut into consecutive windows of ``seq_len`` inputs;
+every token after the first is predicted exactly once, and the byte count is taken over
+exactly those predicted tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class BitsPerByte:
+    bpb: float
+    nats: float
+    bytes: int
+    tokens: int
+
+
+def _windows(tokens: torch.Tensor, seq_len: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(inputs, targets) pairs: full windows stacked into one batch, then the short tail."""
+    predicted = tokens.numel() - 1
+    full = predicted // seq_len
+    pairs = []
+    if full:
+        body = tokens[: full * seq_len + 1]
+        pairs.append((body[:-1].view(full, seq_len), body[1:].view(full, seq_len)))
+    if predicted % seq_len:
+        tail = tokens[full * seq_len:]
+        pairs.append((tail[:-1].unsqueeze(0), tail[1:].unsqueeze(0)))
+    return pairs
+
+
+@torch.no_grad()
+def bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
+                  seq_len: int, batch_size: int, device: torch.device,
+                  precision_context: Callable[[], AbstractContextManager[Any]]) -> BitsPerByte:
+    if eval_tokens.size < 2:
+        raise ValueError("the evaluation slice must hold at least two tokens")
+    was_training = model.training
+    model.eval()
+    tokens = torch.from_numpy(np.asarray(eval_tokens, dtype=np.int64)).to(device)
+    nats = torch.zeros((), dtype=torch.float64, device=device)
+    for inputs, targets in _windows(tokens, seq_len):
+        for start in range(0, inputs.size(0), batch_size):
+            x, y = inputs[start:start + batch_size], targets[start:start + batch_size]
+            with precision_context():
+                logits = model(x)
+            nats += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(),
+                                    reduction="sum").double()
+    model.train(was_training)
+    n_bytes = int(np.asarray(token_bytes)[np.asarray(eval_tokens[1:], dtype=np.int64)].sum())
+    total = float(nats.item())
+    return BitsPerByte(bpb=total / (math.log(2) * n_bytes), nats=total, bytes=n_bytes,
+                       tokens=int(eval_tokens.size - 1))

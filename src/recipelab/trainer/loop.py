@@ -1,0 +1,231 @@
+"""One trial, start to finish: build, train, evaluate, and always hand back a result.
+
+Every way a trial can end becomes a :class:`TrialResult`: ``complete``, or ``failed`` with a
+reason (``oom``, ``nan``, ``diverged``, ``crash``). A timeout is the launcher's to declare,
+since a hung process cannot report it. The hot loop keeps host work to the minimum: losses
+and gradient norms stay on the device and are read back once per logging interval.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recipelab.recipe import Recipe
+from recipelab.trainer import checkpoint
+from recipelab.trainer.data import DataError, Dataset, load_dataset, sample_batch
+from recipelab.trainer.device import (
+    UnsupportedPrecision,
+    autocast,
+    check_precision,
+    is_out_of_memory,
+    linear_factory,
+    peak_memory_bytes,
+    provenance,
+    reset_peak_memory,
+    resolve_device,
+    synchronize,
+)
+from recipelab.trainer.evaluate import bits_per_byte
+from recipelab.trainer.model import GPT
+from recipelab.trainer.spec import CurvePoint, FailureReason, TrialResult, TrialSpec
+
+TIMED_WARMUP_STEPS = 5
+
+
+class TrialFailure(Exception):
+    """Ends a trial early with a failure reason (raised inside the training loop)."""
+
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class Progress:
+    """What the loop has produced so far, kept for the result whatever happens."""
+
+    curve: list[CurvePoint] = field(default_factory=list)
+    steps_done: int = 0
+    resumed_from: int | None = None
+    timed_steps: int = 0
+    timed_s: float = 0.0
+
+
+def build_optimizer(model: nn.Module, recipe: Recipe, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not norms), fused kernels where available."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt = recipe.optimizer
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": opt.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+        fused=device.type in ("cpu", "cuda"),
+    )
+
+
+def _timed_warmup(steps: int) -> int:
+    """Steps excluded from throughput: the first few pay for allocator and kernel warm-up."""
+    return min(TIMED_WARMUP_STEPS, steps // 5)
+
+
+def _check_loss(loss: float, step: int, limit: float) -> None:
+    if not math.isfinite(loss):
+        raise TrialFailure("nan", f"loss became {loss} at step {step}")
+    if loss > limit:
+        raise TrialFailure("diverged", f"loss {loss:.3f} at step {step} exceeds {limit:.3f}")
+
+
+class TrialRunner:
+    """Holds the state of one trial so that a failure can still report what was done."""
+
+    def __init__(self, spec: TrialSpec, resume: bool, log: TextIO) -> None:
+        self.spec, self.recipe, self.resume, self.log = spec, spec.recipe, resume, log
+        self.progress = Progress()
+
+    def _say(self, message: str) -> None:
+        print(message, file=self.log, flush=True)
+
+    def _save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+        extra = {"curve": [p.model_dump() for p in self.progress.curve]}
+        checkpoint.save(self.spec.checkpoint_path, step, model, optimizer, extra)
+
+    def _restore(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+        if not self.resume:
+            return 0
+        state = checkpoint.load(self.spec.checkpoint_path, model, optimizer)
+        if state is None:
+            return 0
+        self.progress.curve = [CurvePoint.model_validate(p) for p in state.extra["curve"]]
+        self.progress.resumed_from = state.step
+        self._say(f"resumed from checkpoint at step {state.step}")
+        return state.step
+
+    def train(self, model: nn.Module, data: Dataset, device: torch.device,
+              context: Callable[[], AbstractContextManager[Any]]) -> float:
+        """Run the optimizer steps; returns the mean train loss of the last interval."""
+        recipe, spec, progress = self.recipe, self.spec, self.progress
+        optimizer = build_optimizer(model, recipe, device)
+        start = self._restore(model, optimizer)
+        params = [p for p in model.parameters() if p.requires_grad]
+        clip = recipe.optimizer.grad_clip or math.inf
+        vocab = recipe.shape.vocab_size
+        limit = spec.divergence_factor * math.log(vocab)
+        timed_from = max(start, _timed_warmup(recipe.steps))
+        loss_sum = torch.zeros((), device=device)
+        grad_max = torch.zeros((), device=device)
+        interval = 0
+        last_loss = math.nan
+        clock = time.perf_counter()
+        for step in range(start, recipe.steps):
+            if step == timed_from:
+                synchronize(device)
+                clock = time.perf_counter()
+            lr = recipe.optimizer.lr * recipe.schedule.lr_multiplier(step, recipe.steps)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            for micro in range(recipe.grad_accum):
+                x, y = sample_batch(data.train, recipe.batch_size, recipe.seq_len, recipe.seed,
+                                    step * recipe.grad_accum + micro)
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                with context():
+                    logits = model(x)
+                loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
+                (loss / recipe.grad_accum).backward()  # type: ignore[no-untyped-call]
+                loss_sum += loss.detach() / recipe.grad_accum
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            grad_max = torch.maximum(grad_max, grad_norm.detach())
+            interval += 1
+            progress.steps_done = step + 1
+            if progress.steps_done % spec.log_every == 0 or progress.steps_done == recipe.steps:
+                last_loss = loss_sum.item() / interval
+                point = CurvePoint(step=progress.steps_done, loss=last_loss,
+                                   grad_norm=grad_max.item(), lr=lr)
+                progress.curve.append(point)
+                self._say(f"step {point.step} loss {point.loss:.4f} "
+                          f"grad_norm {point.grad_norm:.3f} lr {lr:.3g}")
+                _check_loss(last_loss, progress.steps_done, limit)
+                loss_sum.zero_()
+                grad_max.zero_()
+                interval = 0
+            if spec.checkpoint_every and progress.steps_done % spec.checkpoint_every == 0:
+                self._save(model, optimizer, progress.steps_done)
+        synchronize(device)
+        if recipe.steps > timed_from:
+            progress.timed_steps = recipe.steps - timed_from
+            progress.timed_s = time.perf_counter() - clock
+        return last_loss
+
+    def run(self) -> TrialResult:
+        recipe, spec = self.recipe, self.spec
+        begin = time.perf_counter()
+        torch.manual_seed(recipe.seed)
+        device = resolve_device(spec.device)
+        reset_peak_memory(device)
+        check_precision(recipe.precision, device)
+        data = load_dataset(spec.corpus, tokenizer=recipe.tokenizer,
+                            vocab_size=recipe.shape.vocab_size, eval_bytes=recipe.eval_bytes,
+                            min_train_tokens=recipe.batch_size * recipe.seq_len + 1)
+        model = GPT(recipe.shape, recipe.seq_len, linear_factory(recipe.precision)).to(device)
+        context = autocast(recipe.precision, device)
+        self._say(f"trial {spec.trial_id}: {model.param_count():,} parameters on {device}, "
+                  f"{data.description}")
+        trained = time.perf_counter()
+        train_loss = self.train(model, data, device, context)
+        evaluated = time.perf_counter()
+        score = bits_per_byte(model, data.eval_tokens, data.tokenizer.token_bytes,
+                              recipe.seq_len, recipe.batch_size, device, context)
+        done = time.perf_counter()
+        if not math.isfinite(score.bpb):
+            raise TrialFailure("nan", f"val_bpb is {score.bpb}")
+        self._say(f"val_bpb {score.bpb:.4f} over {score.bytes:,} bytes")
+        progress = self.progress
+        tokens_per_s = (progress.timed_steps * recipe.tokens_per_step / progress.timed_s
+                        if progress.timed_s > 0 else None)
+        return TrialResult(
+            trial_id=spec.trial_id, status="complete", val_bpb=score.bpb, train_loss=train_loss,
+            steps_done=progress.steps_done, curve=progress.curve, tokens_per_s=tokens_per_s,
+            step_ms=(1000 * progress.timed_s / progress.timed_steps
+                     if progress.timed_steps else None),
+            peak_memory_bytes=peak_memory_bytes(device), params=model.param_count(),
+            setup_s=trained - begin, train_s=evaluated - trained, eval_s=done - evaluated,
+            resumed_from_step=progress.resumed_from,
+            provenance=provenance(device, recipe.seed),
+        )
+
+    def failure(self, reason: FailureReason, message: str) -> TrialResult:
+        self._say(f"trial failed ({reason}): {message}")
+        return TrialResult(
+            trial_id=self.spec.trial_id, status="failed", reason=reason,
+            message=message, steps_done=self.progress.steps_done, curve=self.progress.curve,
+            resumed_from_step=self.progress.resumed_from,
+        )
+
+
+def run_trial(spec: TrialSpec, *, resume: bool = False, log: TextIO) -> TrialResult:
+    """Run ``spec`` and return its result; never raises for a failure of the trial itself."""
+    runner = TrialRunner(spec, resume, log)
+    try:
+        return runner.run()
+    except TrialFailure as failure:
+        return runner.failure(failure.reason, str(failure))
+    except (DataError, UnsupportedPrecision) as error:
+        return runner.failure("crash", str(error))
+    except (RuntimeError, MemoryError) as error:
+        if is_out_of_memory(error):
+            return runner.failure("oom", f"out of memory: {error}".splitlines()[0])
+        traceback.print_exc(file=log)
+        return runner.failure("crash", f"{type(error).__name__}: {error}".splitlines()[0])

@@ -1,0 +1,160 @@
+"""The proxy GPT: one readable file, every architectural knob of :class:`~recipelab.recipe.Shape`.
+
+Llama-style decoder: pre-norm blocks (RMSNorm or LayerNorm), grouped-query attention through
+``scaled_dot_product_attention``, RoPE or learned positions, optional QK-norm, and a SwiGLU,
+GELU or ReLU² feed-forward. Projections are fused (one QKV matmul, one gate+up matmul) because
+at proxy sizes the number of kernel launches, not FLOPs, sets the step time.
+
+The parameter count equals :func:`recipelab.recipe.param_count` exactly; a test holds it there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recipelab.recipe import Shape
+
+LinearFactory = Callable[[int, int], nn.Module]
+
+
+def plain_linear(in_features: int, out_features: int) -> nn.Module:
+    return nn.Linear(in_features, out_features, bias=False)
+
+
+def make_norm(kind: str, width: int) -> nn.Module:
+    if kind == "rmsnorm":
+        return nn.RMSNorm(width, eps=1e-6)
+    return nn.LayerNorm(width, eps=1e-5)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding with cos/sin tables computed once, not per step."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, head_dim: int, max_len: int, base: float = 10_000.0) -> None:
+        super().__init__()
+        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (T, hd/2)
+        self.register_buffer("cos", angles.cos()[None, None], persistent=False)  # (1, 1, T, hd/2)
+        self.register_buffer("sin", angles.sin()[None, None], persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, H, T, hd)
+        T = x.size(-2)
+        cos, sin = self.cos[..., :T, :], self.sin[..., :T, :]
+        x1, x2 = x.float().chunk(2, dim=-1)
+        rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        return rotated.type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, shape: Shape, rotary: Rotary | None, linear: LinearFactory) -> None:
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = shape.n_head, shape.n_kv_head, shape.head_dim
+        self.qkv = linear(shape.d_model, shape.attn_width + 2 * shape.kv_width)
+        self.out = linear(shape.attn_width, shape.d_model)
+        self.q_norm = make_norm(shape.norm, shape.head_dim) if shape.qk_norm else None
+        self.k_norm = make_norm(shape.norm, shape.head_dim) if shape.qk_norm else None
+        self.rotary = rotary
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split(
+            [self.n_head * self.head_dim, self.n_kv_head * self.head_dim,
+             self.n_kv_head * self.head_dim], dim=-1)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, KV, T, hd)
+        v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.n_kv_head != self.n_head)
+        out: torch.Tensor = self.out(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+        return out
+
+
+class FeedForward(nn.Module):
+    def __init__(self, shape: Shape, linear: LinearFactory) -> None:
+        super().__init__()
+        self.activation = shape.activation
+        self.hidden = shape.ffn_hidden
+        width = 2 * self.hidden if self.activation == "swiglu" else self.hidden
+        self.up = linear(shape.d_model, width)
+        self.down = linear(self.hidden, shape.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x)
+        if self.activation == "swiglu":
+            gate, value = h.split(self.hidden, dim=-1)
+            h = F.silu(gate) * value
+        elif self.activation == "gelu":
+            h = F.gelu(h, approximate="tanh")
+        else:
+            h = F.relu(h).square()
+        out: torch.Tensor = self.down(h)
+        return out
+
+
+class Block(nn.Module):
+    def __init__(self, shape: Shape, rotary: Rotary | None, linear: LinearFactory) -> None:
+        super().__init__()
+        self.attn_norm = make_norm(shape.norm, shape.d_model)
+        self.attn = Attention(shape, rotary, linear)
+        self.ffn_norm = make_norm(shape.norm, shape.d_model)
+        self.ffn = FeedForward(shape, linear)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x))
+        out: torch.Tensor = x + self.ffn(self.ffn_norm(x))
+        return out
+
+
+class GPT(nn.Module):
+    def __init__(self, shape: Shape, max_len: int, linear: LinearFactory = plain_linear) -> None:
+        super().__init__()
+        self.shape = shape
+        self.embed = nn.Embedding(shape.vocab_size, shape.d_model)
+        self.positions = (nn.Embedding(max_len, shape.d_model)
+                          if shape.position == "learned" else None)
+        # One rotary table shared by every block: it is a buffer, not a parameter.
+        rotary = Rotary(shape.head_dim, max_len) if shape.position == "rope" else None
+        self.blocks = nn.ModuleList(Block(shape, rotary, linear) for _ in range(shape.n_layer))
+        residual_projections = [proj for block in self.blocks if isinstance(block, Block)
+                                for proj in (block.attn.out, block.ffn.down)]
+        self.final_norm = make_norm(shape.norm, shape.d_model)
+        self.lm_head = nn.Linear(shape.d_model, shape.vocab_size, bias=False)
+        if shape.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.apply(self._init_weights)
+        residual_std = 0.02 / math.sqrt(2 * shape.n_layer)
+        for proj in residual_projections:
+            weight = getattr(proj, "weight", None)
+            if isinstance(weight, torch.Tensor):
+                nn.init.normal_(weight, mean=0.0, std=residual_std)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, nn.Parameter) and weight.dim() == 2:
+            nn.init.normal_(weight, mean=0.0, std=0.02)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits of shape (B, T, vocab) for token ids ``idx`` of shape (B, T)."""
+        x = self.embed(idx)  # (B, T, C)
+        if self.positions is not None:
+            x = x + self.positions(torch.arange(idx.size(1), device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits: torch.Tensor = self.lm_head(self.final_norm(x))
+        return logits
+
+    def param_count(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,96 @@
+"""The contract between whoever launches a trial and the trainer process that runs it.
+
+A :class:`TrialSpec` goes in as JSON; one :class:`TrialResult` comes out as JSON, written
+atomically. Nothing else crosses the process boundary, so the launcher never needs torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from recipelab.recipe import Recipe, StrictModel
+
+TrialKind = Literal["proxy", "stress"]
+FailureReason = Literal["oom", "nan", "diverged", "timeout", "crash"]
+
+RESULT_FILE = "result.json"
+LOG_FILE = "trial.log"
+CHECKPOINT_DIR = "checkpoint"
+
+
+class CorpusSpec(StrictModel):
+    """Where training text comes from.
+
+    ``source`` is a built-in corpus name (``python-docs``, ``python-source``) or a path: a
+    text file, a directory of ``.txt``/``.md`` files, a Parquet file or directory of shards,
+    or a directory holding nanoGPT-style ``train.bin`` and ``val.bin``.
+    """
+
+    source: str = "python-docs"
+    text_column: str = "text"
+    val_fraction: float = Field(default=0.1, gt=0.0, lt=0.5)
+    max_bytes: int | None = Field(default=None, ge=1024)
+    cache_dir: str | None = None
+
+
+class TrialSpec(StrictModel):
+    trial_id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    kind: TrialKind = "proxy"
+    recipe: Recipe
+    corpus: CorpusSpec = CorpusSpec()
+    out_dir: str
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    log_every: int = Field(default=10, ge=1)
+    checkpoint_every: int = Field(default=0, ge=0)
+    divergence_factor: float = Field(
+        default=2.0, gt=1.0,
+        description="a loss above this multiple of the uniform-guess loss ln(vocab) is divergence",
+    )
+
+    @property
+    def result_path(self) -> Path:
+        return Path(self.out_dir) / RESULT_FILE
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return Path(self.out_dir) / CHECKPOINT_DIR
+
+
+class CurvePoint(StrictModel):
+    step: int
+    loss: float
+    grad_norm: float
+    lr: float
+
+
+class Provenance(StrictModel):
+    device: str
+    host: str
+    code_version: str
+    python: str
+    libraries: dict[str, str]
+    seed: int
+    threads: int
+
+
+class TrialResult(StrictModel):
+    trial_id: str
+    status: Literal["complete", "failed"]
+    reason: FailureReason | None = None
+    message: str | None = None
+    val_bpb: float | None = None
+    train_loss: float | None = None
+    steps_done: int = 0
+    curve: list[CurvePoint] = Field(default_factory=list)
+    tokens_per_s: float | None = None
+    step_ms: float | None = None
+    peak_memory_bytes: int | None = None
+    params: int | None = None
+    setup_s: float | None = None
+    train_s: float | None = None
+    eval_s: float | None = None
+    resumed_from_step: int | None = None
+    provenance: Provenance | None = None

@@ -1,0 +1,84 @@
+"""The trial record: one row of the trajectory, the same in ``trajectory.jsonl`` and SQLite.
+
+A record is written when a trial reaches a terminal status (``rejected``, ``complete``,
+``failed``, ``interrupted``); a ``running`` row lives only in SQLite, so that a crash of the
+orchestrator leaves evidence of what was in flight.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from sqlalchemy import JSON, Column, String
+from sqlmodel import Field, SQLModel
+
+Status = Literal["rejected", "queued", "running", "complete", "failed", "interrupted"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"rejected", "complete", "failed", "interrupted"})
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class TrialRecord(SQLModel):
+    """Everything known about one trial (validated; see :class:`TrialRow` for the table).
+
+    ``reasons`` holds guardrail rejections (a person and the LLM read them); ``reason`` is
+    the one-word failure cause (``oom``, ``nan``, ``diverged``, ``timeout``, ``crash``) and
+    ``message`` its one-line explanation.
+    ``retry_of`` names the interrupted trial this one re-runs, so a candidate is re-queued
+    at most once and never counted twice.
+    """
+
+    campaign: str = Field(primary_key=True)
+    trial_id: str = Field(primary_key=True)
+    iteration: int = 0
+    kind: str = "proxy"
+    status: Status = Field(sa_type=String)
+    reason: str | None = None
+    message: str | None = None
+    reasons: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    recipe: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    edit: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    fingerprint: str | None = None
+    parent: str | None = None
+    proposer: str = ""
+    hypothesis: str = ""
+    retry_of: str | None = None
+    val_bpb: float | None = None
+    verdict: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    curve: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON))
+    provenance: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    artifacts: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON))
+    created_at: str = Field(default_factory=utc_now)
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def to_json_line(self) -> str:
+        """The record as one compact JSON line (no trailing newline)."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json_line(cls, line: str) -> TrialRecord:
+        """Parse and validate one JSONL line (raises ``ValueError`` on a bad line)."""
+        return cls.model_validate_json(line)
+
+    def to_row(self) -> TrialRow:
+        return TrialRow(**self.model_dump())
+
+
+class TrialRow(TrialRecord, table=True):
+    """The SQLite/SQL table of records. SQLModel skips validation on table models, so
+    records are always validated as :class:`TrialRecord` first and converted with
+    :meth:`TrialRecord.to_row` / :meth:`TrialRow.to_record`."""
+
+    __tablename__ = "trials"
+
+    def to_record(self) -> TrialRecord:
+        return TrialRecord.model_validate(self.model_dump())

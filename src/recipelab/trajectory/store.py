@@ -1,0 +1,580 @@
+"""The trajectory store: ``trajectory.jsonl`` is the truth, ``trajectory.sqlite`` its index.
+
+Two files because they serve different readers. The JSONL is append-only, readable with
+``grep`` and the portable artifact a user carries to the next campaign; SQLite answers
+queries (``recipelab status``, the proposer's history) without re-parsing a growing file, and
+can always be rebuilt from the JSONL.
+
+The orchestrator is the only writer and may be SIGKILLed at any instant, so writes follow
+one protocol:
+
+* A terminal record is *committed* when its line, written in one ``os.write`` on an
+  ``O_APPEND`` descriptor, has been fsynced. Only then is SQLite updated. A crash therefore
+  leaves one of: no line (the trial never finished; its ``running`` row says so), a partial
+  last line (set aside by :meth:`TrajectoryStore.reconcile`), or a committed line SQLite has
+  not indexed yet (upserted by reconcile). A completed trial is never lost or duplicated.
+* ``running`` rows live only in SQLite; reconcile turns the ones left behind by a crash into
+  ``interrupted`` records, so the trajectory says what was in flight.
+* Rows are stored as the JSONL line parses back (see ``_canonical``), so values JSON cannot
+  carry exactly (NaN, infinities, tuples) never make the two files disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Engine, Table, create_engine, event, inspect
+from sqlalchemy.exc import DatabaseError
+from sqlalchemy.pool import Pool, QueuePool, StaticPool
+from sqlmodel import Session, col, select
+
+from recipelab.trajectory.record import TrialRecord, TrialRow, utc_now
+
+__all__ = ["ReconcileReport", "StoreError", "TrajectoryStore"]
+
+_TABLE: Table = TrialRow.metadata.tables[str(TrialRow.__tablename__)]
+# Long enough to outwait any single write transaction of the campaign (they are tiny), short
+# enough that a reader stuck behind a wedged writer reports it rather than hanging.
+BUSY_TIMEOUT_MS = 10_000
+_REPORT_TEXT_CHARS = 200
+_PROBE_NAME = ".recipelab-write-probe"
+_PROBE_BYTES = b"\0" * 4096  # a whole block, so a full disk fails the probe
+
+
+class StoreError(RuntimeError):
+    """The trajectory cannot be written or read as asked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What :meth:`TrajectoryStore.reconcile` repaired, for the agent to log and act on."""
+
+    set_aside: list[str]
+    """Bad JSONL lines moved to the side file (their text, truncated to ~200 chars)."""
+    inserted: list[str]
+    """trial_ids present in the JSONL but missing or stale in SQLite, now upserted."""
+    interrupted: list[TrialRecord]
+    """Records newly written as ``interrupted`` (``running`` rows a crash left behind)."""
+    side_file: Path | None
+    """Where the bad lines went, if any."""
+    rebuilt: bool
+    """The SQLite file was missing, corrupt or of another schema and was recreated."""
+
+
+@dataclass(frozen=True)
+class _Line:
+    number: int  # 1-based, as an editor shows it
+    text: str
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """The JSONL split into the records it holds and the lines that are not records."""
+
+    kept: list[tuple[_Line, TrialRecord]]
+    rejected: list[tuple[_Line, str]]  # the line and why it is not a record
+    ends_with_newline: bool
+
+    @property
+    def records(self) -> list[TrialRecord]:
+        return [record for _, record in self.kept]
+
+
+class TrajectoryStore:
+    """The campaign's memory: one writer (the agent), any number of ``readonly`` readers.
+
+    Open it, call :meth:`reconcile` once (under the agent's lock) to repair what a crash left,
+    then :meth:`mark_running` a trial when it starts and :meth:`append` its terminal record.
+    """
+
+    JSONL = "trajectory.jsonl"
+    SQLITE = "trajectory.sqlite"
+    REJECTED = "trajectory.rejected-lines.jsonl"
+
+    def __init__(self, campaign_dir: Path, campaign: str, *, readonly: bool = False) -> None:
+        self.campaign_dir = Path(campaign_dir)
+        self.campaign = campaign
+        self.readonly = readonly
+        self.jsonl_path = self.campaign_dir / self.JSONL
+        self.sqlite_path = self.campaign_dir / self.SQLITE
+        self.side_path = self.campaign_dir / self.REJECTED
+        self._terminal_ids: set[str] = set()
+        self._needs_newline = False
+        self._index_recreated = False
+        if readonly:
+            if not self.campaign_dir.is_dir():
+                raise StoreError(f"no campaign directory at {self.campaign_dir}; check the path")
+            self._engine = self._open_readonly_index()
+            return
+        _probe_writable(self.campaign_dir, self.jsonl_path)
+        scan = self._scan()
+        self._terminal_ids = {record.trial_id for record in scan.records}
+        self._needs_newline = not scan.ends_with_newline
+        self._engine = self._open_index()
+
+    # -- writing -------------------------------------------------------------------------
+
+    def reconcile(self) -> ReconcileReport:
+        """Bring JSONL and SQLite back into agreement after whatever the last run left.
+
+        Idempotent: a second call right after the first reports nothing new.
+        """
+        self._require_writable("reconcile")
+        scan = self._scan()
+        side_file = self._set_aside(scan) if scan.rejected else None
+        self._terminal_ids = {record.trial_id for record in scan.records}
+        inserted = self._sync_index(scan.records)
+        interrupted = self._interrupt_running()
+        rebuilt, self._index_recreated = self._index_recreated, False
+        return ReconcileReport(
+            set_aside=[_clip(line.text) for line, _ in scan.rejected],
+            inserted=inserted,
+            interrupted=interrupted,
+            side_file=side_file,
+            rebuilt=rebuilt,
+        )
+
+    def mark_running(self, record: TrialRecord) -> None:
+        """Record in SQLite only that a trial started, so a crash leaves evidence of it."""
+        self._require_writable("mark_running")
+        self._check_campaign(record)
+        if record.status != "running":
+            raise StoreError(
+                f"mark_running got trial {record.trial_id!r} with status {record.status!r}; "
+                "it takes a record whose status is 'running' (terminal ones go to append)"
+            )
+        self._refuse_second_terminal(record)
+        self._upsert(_canonical(record), doing=f"marking trial {record.trial_id!r} running")
+
+    def append(self, record: TrialRecord) -> None:
+        """Commit a terminal record: fsync its JSONL line, then replace its SQLite row."""
+        self._require_writable("append")
+        self._check_campaign(record)
+        if not record.is_terminal:
+            raise StoreError(
+                f"append got trial {record.trial_id!r} with status {record.status!r}; only "
+                "terminal records are appended (use mark_running for a trial in flight)"
+            )
+        self._refuse_second_terminal(record)
+        line = record.to_json_line()
+        self._append_line(line, record.trial_id)
+        self._terminal_ids.add(record.trial_id)
+        self._upsert(
+            TrialRecord.from_json_line(line),
+            doing=f"indexing trial {record.trial_id!r}, which is committed to {self.JSONL} "
+            "(the next reconcile indexes it)",
+        )
+
+    def rebuild(self) -> int:
+        """Drop and recreate the SQLite table from the JSONL in one transaction.
+
+        Readers see the old index or the new one, never a missing one. ``running`` rows are
+        dropped with the rest: call it between campaigns, not while trials are in flight.
+        """
+        self._require_writable("rebuild")
+        records = self.jsonl_records()
+        with self._session("rebuilding from the JSONL") as session:
+            _replace_table(session, records)
+        self._terminal_ids = {record.trial_id for record in records}
+        return len(records)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def records(self, *, kind: str | None = None, status: str | None = None) -> list[TrialRecord]:
+        """Records from SQLite (``running`` ones included), ordered by (iteration, trial_id)."""
+        query = select(TrialRow)
+        if kind is not None:
+            query = query.where(TrialRow.kind == kind)
+        if status is not None:
+            query = query.where(TrialRow.status == status)
+        query = query.order_by(col(TrialRow.iteration), col(TrialRow.trial_id))
+        with self._session("listing records") as session:
+            return [row.to_record() for row in session.exec(query)]
+
+    def get(self, trial_id: str) -> TrialRecord | None:
+        with self._session(f"reading trial {trial_id!r}") as session:
+            row = session.exec(select(TrialRow).where(TrialRow.trial_id == trial_id)).first()
+            return None if row is None else row.to_record()
+
+    def jsonl_records(self) -> list[TrialRecord]:
+        """The records the JSONL holds, skipping (not moving) lines reconcile would set aside."""
+        return self._scan().records
+
+    def check(self) -> list[str]:
+        """Human-readable disagreements between JSONL and SQLite; empty when they agree.
+
+        Read by a live ``recipelab status``, it may briefly see a trial committed to the JSONL
+        whose row is still being written.
+        """
+        scan = self._scan()
+        problems = [
+            f"{self.JSONL} line {line.number} is not a valid record ({why}); "
+            "reconcile will set it aside"
+            for line, why in scan.rejected
+        ]
+        in_jsonl = {record.trial_id: record for record in scan.records}
+        with self._session("checking against the JSONL") as session:
+            in_sqlite = {row.trial_id: row.to_record() for row in session.exec(select(TrialRow))}
+        for trial_id, record in in_jsonl.items():
+            row = in_sqlite.get(trial_id)
+            if row is None:
+                problems.append(f"trial {trial_id!r} is in {self.JSONL} but not in {self.SQLITE}")
+            elif row != record:
+                fields = ", ".join(_differing_fields(record, row))
+                problems.append(f"trial {trial_id!r} differs between the two files in: {fields}")
+        problems += [
+            f"trial {trial_id!r} is {row.status!r} in {self.SQLITE} but absent from {self.JSONL}"
+            for trial_id, row in in_sqlite.items()
+            if trial_id not in in_jsonl and row.status != "running"
+        ]
+        return problems
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> TrajectoryStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- the JSONL -----------------------------------------------------------------------
+
+    def _scan(self) -> _Scan:
+        try:
+            data = self.jsonl_path.read_bytes()
+        except FileNotFoundError:
+            return _Scan(kept=[], rejected=[], ends_with_newline=True)
+        except OSError as err:
+            raise StoreError(f"cannot read {self.jsonl_path}: {err.strerror}") from err
+        chunks = data.split(b"\n")
+        ends_with_newline = chunks[-1] == b""
+        if ends_with_newline:
+            chunks.pop()
+        kept: list[tuple[_Line, TrialRecord]] = []
+        rejected: list[tuple[_Line, str]] = []
+        seen: set[str] = set()
+        for number, chunk in enumerate(chunks, start=1):
+            line = _Line(number, chunk.decode("utf-8", errors="replace"))
+            if not line.text.strip():
+                continue  # a blank line carries nothing; not worth a side-file entry
+            try:
+                record = self._parse(chunk, number)
+            except ValueError as err:
+                rejected.append((line, _one_line(err)))
+                continue
+            if record.trial_id in seen:
+                why = f"a second terminal record for trial {record.trial_id!r}; the first is kept"
+                rejected.append((line, why))
+                continue
+            seen.add(record.trial_id)
+            kept.append((line, record))
+        return _Scan(kept=kept, rejected=rejected, ends_with_newline=ends_with_newline)
+
+    def _parse(self, chunk: bytes, number: int) -> TrialRecord:
+        """One line as a record; ``ValueError`` if it is not one, ``StoreError`` if it is
+        another campaign's (moving a whole foreign trajectory aside would be a surprise)."""
+        record = TrialRecord.from_json_line(chunk.decode("utf-8"))
+        if record.campaign != self.campaign:
+            raise StoreError(
+                f"{self.jsonl_path} line {number} belongs to campaign {record.campaign!r}, not "
+                f"{self.campaign!r}; open it as campaign {record.campaign!r} or give the new "
+                "campaign its own directory"
+            )
+        if not record.is_terminal:
+            raise ValueError(f"status {record.status!r} is not terminal")
+        return record
+
+    def _append_line(self, line: str, trial_id: str) -> None:
+        """Write one line durably; the single ``os.write`` on ``O_APPEND`` is the commit point."""
+        data = (b"\n" if self._needs_newline else b"") + line.encode("utf-8") + b"\n"
+        created = not self.jsonl_path.exists()
+        self._needs_newline = True  # until the write is known whole, assume a partial tail
+        try:
+            fd = os.open(self.jsonl_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(f"short write, {written} of {len(data)} bytes (disk full?)")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                _fsync_dir(self.campaign_dir)
+        except OSError as err:
+            raise StoreError(
+                f"could not commit trial {trial_id!r} to {self.jsonl_path}: {err}. Free disk "
+                "space or fix permissions and restart the campaign; its reconcile settles "
+                "whether the record made it"
+            ) from err
+        self._needs_newline = False
+
+    def _set_aside(self, scan: _Scan) -> Path:
+        """Copy the bad lines to the side file, then atomically drop them from the JSONL.
+
+        In that order, so a crash in between leaves a line in both files, never in neither.
+        """
+        stamp = utc_now()
+        with self.side_path.open("a", encoding="utf-8") as side:
+            side.writelines(_side_entry(line, why, stamp) for line, why in scan.rejected)
+            side.flush()
+            os.fsync(side.fileno())
+        tmp = self.jsonl_path.with_name(self.JSONL + ".tmp")
+        with tmp.open("w", encoding="utf-8") as out:
+            out.writelines(line.text + "\n" for line, _ in scan.kept)
+            out.flush()
+            os.fsync(out.fileno())
+        tmp.replace(self.jsonl_path)
+        _fsync_dir(self.campaign_dir)
+        self._needs_newline = False
+        return self.side_path
+
+    # -- the SQLite index ----------------------------------------------------------------
+
+    def _open_index(self) -> Engine:
+        """Open SQLite for writing; a missing, corrupt or outdated file is set aside and
+        recreated empty (reconcile then fills it from the JSONL and reports ``rebuilt``)."""
+        existed = self.sqlite_path.exists()
+        if existed:
+            engine = _writer_engine(self.sqlite_path)
+            if _index_usable(engine, self.sqlite_path):
+                return engine
+            engine.dispose()
+        self._set_aside_index_files()
+        engine = _writer_engine(self.sqlite_path)
+        try:
+            _TABLE.create(engine, checkfirst=True)
+        except DatabaseError as err:
+            raise StoreError(f"cannot create {self.sqlite_path}: {err.orig}") from err
+        self._index_recreated = existed or self.jsonl_path.exists()
+        return engine
+
+    def _open_readonly_index(self) -> Engine:
+        """Open SQLite read-only; without a usable file, index the JSONL in memory instead,
+        so ``status`` works on a carried JSONL or a damaged index without writing a byte."""
+        if self.sqlite_path.exists():
+            engine = _reader_engine(self.sqlite_path)
+            if _index_usable(engine, self.sqlite_path):
+                return engine
+            engine.dispose()
+        engine = _memory_engine()
+        with Session(engine) as session, session.begin():
+            _replace_table(session, self.jsonl_records())
+        return engine
+
+    def _set_aside_index_files(self) -> None:
+        """Move a bad index and its WAL aside: a stale ``-wal`` replayed into a fresh
+        database would corrupt it."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        for suffix in ("", "-wal", "-shm"):
+            path = self.sqlite_path.with_name(self.SQLITE + suffix)
+            if path.exists():
+                path.rename(path.with_name(f"{self.SQLITE}.corrupt-{stamp}{suffix}"))
+
+    def _sync_index(self, records: list[TrialRecord]) -> list[str]:
+        """Upsert what SQLite lacks or holds differently; delete what the JSONL does not hold
+        (except ``running`` rows, which :meth:`_interrupt_running` settles)."""
+        by_id = {record.trial_id: record for record in records}
+        with self._session("reconciling with the JSONL") as session:
+            rows = {row.trial_id: row for row in session.exec(select(TrialRow))}
+            stale = [
+                record for record in records
+                if record.trial_id not in rows or rows[record.trial_id].to_record() != record
+            ]
+            for record in stale:
+                session.merge(record.to_row())
+            for trial_id, row in rows.items():
+                if trial_id not in by_id and row.status != "running":
+                    session.delete(row)
+        return [record.trial_id for record in stale]
+
+    def _interrupt_running(self) -> list[TrialRecord]:
+        interrupted = []
+        for running in self.records(status="running"):
+            record = running.model_copy(
+                update={"status": "interrupted", "reason": None, "finished_at": utc_now()}
+            )
+            self.append(record)
+            interrupted.append(record)
+        return interrupted
+
+    def _upsert(self, record: TrialRecord, *, doing: str) -> None:
+        with self._session(doing) as session:
+            session.merge(record.to_row())
+
+    @contextmanager
+    def _session(self, doing: str) -> Iterator[Session]:
+        """One transaction; a database failure becomes a StoreError saying what was going on."""
+        try:
+            with Session(self._engine) as session, session.begin():
+                yield session
+        except DatabaseError as err:
+            raise StoreError(
+                f"{self.sqlite_path} failed while {doing}: {err.orig}. The JSONL is intact; "
+                "restart the campaign so reconcile can rebuild the index"
+            ) from err
+
+    # -- guards --------------------------------------------------------------------------
+
+    def _require_writable(self, operation: str) -> None:
+        if self.readonly:
+            raise StoreError(
+                f"{operation} needs a writable store, but {self.campaign_dir} was opened "
+                "readonly=True; only the agent running the campaign writes its trajectory"
+            )
+
+    def _check_campaign(self, record: TrialRecord) -> None:
+        if record.campaign != self.campaign:
+            raise StoreError(
+                f"trial {record.trial_id!r} belongs to campaign {record.campaign!r}, but this "
+                f"store holds campaign {self.campaign!r}"
+            )
+
+    def _refuse_second_terminal(self, record: TrialRecord) -> None:
+        if record.trial_id in self._terminal_ids:
+            raise StoreError(
+                f"trial {record.trial_id!r} already has a terminal record in {self.jsonl_path}; "
+                "a trajectory never holds two. Re-run a candidate under a new trial_id with "
+                f"retry_of={record.trial_id!r}"
+            )
+
+
+def _probe_writable(directory: Path, jsonl: Path) -> None:
+    """Fail at open, not after a night of training, if the directory cannot take a record."""
+    probe = directory / f"{_PROBE_NAME}-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            with probe.open("wb") as handle:
+                handle.write(_PROBE_BYTES)
+                handle.flush()
+                os.fsync(handle.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
+        if jsonl.exists():
+            os.close(os.open(jsonl, os.O_WRONLY | os.O_APPEND))
+    except OSError as err:
+        raise StoreError(
+            f"campaign directory {directory} is not writable ({err.strerror or err}: "
+            f"{err.filename or directory}); no trial could be recorded. Fix its permissions or "
+            "free disk space, or pick another directory, before starting the campaign"
+        ) from err
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a created or replaced file's directory entry durable, not just its bytes."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _canonical(record: TrialRecord) -> TrialRecord:
+    """The record as its JSONL line parses back (NaN and infinities become None, and so on)."""
+    return TrialRecord.from_json_line(record.to_json_line())
+
+
+def _replace_table(session: Session, records: Iterable[TrialRecord]) -> None:
+    connection = session.connection()
+    _TABLE.drop(connection, checkfirst=True)
+    _TABLE.create(connection)
+    session.add_all(record.to_row() for record in records)
+
+
+def _index_usable(engine: Engine, path: Path) -> bool:
+    """Whether the file is a healthy SQLite database holding this version's table.
+
+    A lock held past the busy timeout is not damage, and setting aside a file another process
+    is writing would fork the index, so that is an error rather than ``False``.
+    """
+    try:
+        with engine.connect() as connection:
+            if connection.exec_driver_sql("PRAGMA quick_check").scalar() != "ok":
+                return False
+            inspector = inspect(connection)
+            if not inspector.has_table(_TABLE.name):
+                return False
+            columns = {column["name"] for column in inspector.get_columns(_TABLE.name)}
+            return columns == set(_TABLE.columns.keys())
+    except DatabaseError as err:
+        if "is locked" in str(err.orig):
+            raise StoreError(
+                f"{path} stayed locked for {BUSY_TIMEOUT_MS / 1000:g} s; is another recipelab "
+                "process writing this campaign? Stop it, or wait for it to finish"
+            ) from err
+        return False
+
+
+def _writer_engine(path: Path) -> Engine:
+    def connect() -> sqlite3.Connection:
+        return _connect(str(path), "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL")
+
+    # IMMEDIATE takes the write lock up front, so a transaction never fails half-way on an
+    # upgrade; NORMAL is durable enough in WAL because the fsynced JSONL is the commit point.
+    return _engine(connect, begin="BEGIN IMMEDIATE", pool=QueuePool)
+
+
+def _reader_engine(path: Path) -> Engine:
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    return _engine(lambda: _connect(uri, uri=True), begin="BEGIN", pool=QueuePool)
+
+
+def _memory_engine() -> Engine:
+    # One shared connection: every new connection to ":memory:" would be a new, empty database.
+    return _engine(lambda: _connect(":memory:"), begin="BEGIN", pool=StaticPool)
+
+
+def _connect(database: str, *pragmas: str, uri: bool = False) -> sqlite3.Connection:
+    """A driver connection in autocommit mode, so SQLAlchemy's explicit BEGIN (see
+    :func:`_engine`) covers DDL too: pysqlite's own transactions would not."""
+    connection = sqlite3.connect(database, uri=uri, isolation_level=None, check_same_thread=False)
+    try:
+        for pragma in (f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}", *pragmas):
+            connection.execute(pragma)
+    except sqlite3.Error:
+        connection.close()
+        raise
+    return connection
+
+
+def _engine(connect: Callable[[], sqlite3.Connection], *, begin: str, pool: type[Pool]) -> Engine:
+    engine = create_engine("sqlite://", creator=connect, poolclass=pool)
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql(begin)
+
+    return engine
+
+
+def _side_entry(line: _Line, why: str, stamp: str) -> str:
+    """One side-file line: the bad text verbatim, plus where it was and why it went."""
+    entry = {"set_aside_at": stamp, "line": line.number, "reason": why, "text": line.text}
+    return json.dumps(entry, ensure_ascii=False) + "\n"
+
+
+def _differing_fields(a: TrialRecord, b: TrialRecord) -> list[str]:
+    return [name for name in TrialRecord.model_fields if getattr(a, name) != getattr(b, name)]
+
+
+def _one_line(err: Exception) -> str:
+    return _clip(" ".join(str(err).split()))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _REPORT_TEXT_CHARS else text[:_REPORT_TEXT_CHARS] + "…"

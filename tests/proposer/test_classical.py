@@ -1,0 +1,172 @@
+"""ClassicalProposer: the conformance suite for each sampler, then its own specification."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import statistics
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recipelab.proposer import ClassicalProposer, Knob, SearchSpace, default_space
+from recipelab.proposer.classical import HYPOTHESIS_CHARS, hypothesis_line
+from recipelab.recipe import Recipe, proxy_recipe
+from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
+
+HAVE_CMAES = importlib.util.find_spec("cmaes") is not None
+needs_cmaes = pytest.mark.skipif(not HAVE_CMAES, reason="the cmaes package is not installed")
+SAMPLERS = ["tpe", pytest.param("cmaes", marks=needs_cmaes), "random"]
+
+BASELINE = proxy_recipe("tiny")
+SPACE = default_space(BASELINE)
+
+
+def make(sampler: str = "tpe", seed: int = 0, space: SearchSpace = SPACE) -> ClassicalProposer:
+    return ClassicalProposer(BASELINE, BASELINE_ID, space, sampler=sampler,  # type: ignore[arg-type]
+                             seed=seed)
+
+
+class TestClassicalConformance(ProposerConformance):
+    @pytest.fixture(params=SAMPLERS)
+    def make_proposer(self, request: pytest.FixtureRequest, baseline: Recipe):
+        return lambda: ClassicalProposer(baseline, BASELINE_ID, default_space(baseline),
+                                         sampler=request.param)
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_proposals_carry_the_sampler_in_their_proposer_name(sampler: str) -> None:
+    proposals = make(sampler).propose(synthetic_history(BASELINE, 24), 2)
+    assert {p.proposer for p in proposals} == {f"classical-{sampler}"}
+    assert all(p.parent_id == BASELINE_ID for p in proposals)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), size=st.integers(0, 30),
+       sampler=st.sampled_from(["tpe", "random"]))
+def test_proposals_stay_within_the_space(seed: int, size: int, sampler: str) -> None:
+    history = synthetic_history(BASELINE, size, seed=seed)
+    parent = BASELINE.knobs()
+    for proposal in make(sampler, seed=seed).propose(history, 3):
+        knobs = Recipe.model_validate(proposal.candidate).knobs()
+        assert set(proposal.edit) <= set(SPACE.names())
+        for knob in SPACE.knobs:
+            assert knob.contains(knobs[knob.name]) or knobs[knob.name] == parent[knob.name]
+
+
+def test_values_are_recipe_friendly() -> None:
+    for proposal in make().propose(synthetic_history(BASELINE, 24), 4):
+        for name, value in proposal.edit.items():
+            knob = next(k for k in SPACE.knobs if k.name == name)
+            if knob.integer:
+                assert type(value) is int
+            elif knob.choices is None:
+                assert value == float(f"{value:.6g}"), "floats keep 6 significant digits"
+
+
+def test_tpe_follows_a_loss_that_falls_with_lr() -> None:
+    history = synthetic_history(BASELINE, 20, statuses=("complete",),
+                                loss=lambda r: 1.0 + 10 * r.optimizer.lr)
+    median = statistics.median(obs.knobs["optimizer.lr"] for obs in history)
+    lrs = [p.candidate["optimizer"]["lr"] for p in make().propose(history, 8)]
+    assert len(lrs) == 8
+    assert sum(lr < median for lr in lrs) > len(lrs) / 2
+
+
+def test_tpe_batch_is_distinct() -> None:
+    proposals = make().propose(synthetic_history(BASELINE, 24), 4)
+    fingerprints = {Recipe.model_validate(p.candidate).fingerprint() for p in proposals}
+    assert len(fingerprints) == 4
+
+
+def test_successive_calls_and_seeds_differ() -> None:
+    history = synthetic_history(BASELINE, 24)
+    first = make().propose(history, 2)
+    assert make().propose(history[:-1], 2) != first
+    assert make(seed=1).propose(history, 2) != first
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_failed_and_rejected_points_are_not_modelled(sampler: str) -> None:
+    """Two histories differing only where trials failed or were rejected propose alike."""
+    history = synthetic_history(BASELINE, 24)
+    elsewhere = synthetic_history(BASELINE, 24, seed=99)
+    moved = [dataclasses.replace(obs, knobs=other.knobs)
+             if obs.status in ("failed", "rejected") else obs
+             for obs, other in zip(history, elsewhere, strict=True)]
+    assert moved != history
+    assert make(sampler).propose(moved, 4) == make(sampler).propose(history, 4)
+
+
+@pytest.mark.parametrize("status", ["failed", "rejected", "interrupted"])
+def test_history_without_a_complete_trial_still_proposes(status: str) -> None:
+    history = synthetic_history(BASELINE, 12, statuses=(status,))
+    assert len(make().propose(history, 3)) == 3
+
+
+def test_observations_outside_the_space_are_skipped() -> None:
+    """Out-of-range or missing knobs drop the observation, like an interrupted trial."""
+    history = synthetic_history(BASELINE, 24, statuses=("complete",))
+    too_high = dict(history[0].knobs, **{"optimizer.lr": 0.9})
+    missing = {k: v for k, v in history[1].knobs.items() if k != "schedule.kind"}
+    not_a_choice = dict(history[2].knobs, **{"batch_size": 12})
+    odd = [dataclasses.replace(history[0], knobs=too_high),
+           dataclasses.replace(history[1], knobs=missing),
+           dataclasses.replace(history[2], knobs=not_a_choice)]
+    skipped = [dataclasses.replace(obs, status="interrupted", val_bpb=None)
+               for obs in history[:3]]
+    proposals = make().propose(odd + history[3:], 4)
+    assert len(proposals) == 4
+    assert proposals == make().propose(skipped + history[3:], 4)
+
+
+def test_non_finite_val_bpb_is_skipped() -> None:
+    history = synthetic_history(BASELINE, 24, statuses=("complete",))
+    broken = [dataclasses.replace(history[0], val_bpb=float("nan")), *history[1:]]
+    skipped = [dataclasses.replace(history[0], status="interrupted"), *history[1:]]
+    assert make().propose(broken, 3) == make().propose(skipped, 3)
+
+
+def test_gives_up_when_the_space_holds_only_the_baseline() -> None:
+    only_baseline = SearchSpace((Knob("schedule.kind", choices=("cosine",)),))
+    assert make(space=only_baseline).propose([], 3) == []
+
+
+def test_small_space_returns_each_point_once() -> None:
+    shape = SearchSpace((Knob("shape.qk_norm", choices=(True, False)),))
+    proposals = make(space=shape).propose([], 3)
+    assert [p.edit for p in proposals] == [{"shape.qk_norm": True}]
+
+
+def test_hypothesis_says_what_changes() -> None:
+    history = synthetic_history(BASELINE, 24)
+    for proposal in make().propose(history, 4):
+        first = next(iter(proposal.edit)).rsplit(".", 1)[-1]
+        assert proposal.hypothesis.startswith(f"TPE: {first} ")
+        assert "model of 15 trials expects lower val_bpb" in proposal.hypothesis
+
+
+def test_hypothesis_line_counts_what_does_not_fit() -> None:
+    parent = {f"optimizer.knob{i}": 0.1 for i in range(40)}
+    edit = {name: 0.2 for name in parent}
+    line = hypothesis_line("TPE", edit, parent, "because")
+    assert len(line) <= HYPOTHESIS_CHARS
+    assert line.startswith("TPE: knob0 0.1→0.2, ")
+    assert line.endswith(" more); because")
+
+
+def test_rejects_a_space_with_unknown_knobs() -> None:
+    with pytest.raises(ValueError, match=r"optimizer\.momentum"):
+        make(space=SearchSpace((Knob("optimizer.momentum", 0.0, 1.0),)))
+
+
+def test_rejects_an_unknown_sampler() -> None:
+    with pytest.raises(ValueError, match="unknown sampler 'bohb'"):
+        make("bohb")
+
+
+@pytest.mark.skipif(HAVE_CMAES, reason="the cmaes package is installed")
+def test_cmaes_without_its_package_fails_at_construction() -> None:
+    with pytest.raises(ImportError, match="pip install cmaes"):
+        make("cmaes")
