@@ -35,7 +35,7 @@ def root() -> None:
 
 
 def fail(message: str) -> NoReturn:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

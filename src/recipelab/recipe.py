@@ -108,16 +108,17 @@ class Schedule(StrictModel):
     cooldown_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
 
     def lr_multiplier(self, step: int, total_steps: int) -> float:
-        """The factor applied to the peak learning rate at ``step`` (0-based)."""
+        """The factor applied to the peak learning rate at ``step`` (0-based); the last step
+        of the run, ``total_steps - 1``, trains at exactly ``min_lr_ratio``."""
         if step < self.warmup_steps:
             return (step + 1) / self.warmup_steps
         if self.kind == "constant-cooldown":
             cooldown_start = total_steps - max(1, round(self.cooldown_fraction * total_steps))
             if step < cooldown_start:
                 return 1.0
-            progress = (step - cooldown_start) / max(1, total_steps - cooldown_start)
+            progress = (step - cooldown_start) / max(1, total_steps - 1 - cooldown_start)
         else:
-            progress = (step - self.warmup_steps) / max(1, total_steps - self.warmup_steps)
+            progress = (step - self.warmup_steps) / max(1, total_steps - 1 - self.warmup_steps)
         progress = min(max(progress, 0.0), 1.0)
         decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if self.kind == "cosine" else 1.0 - progress
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * decay

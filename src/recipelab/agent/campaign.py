@@ -21,6 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
+from recipelab.agent.display import CampaignProgress
 from recipelab.agent.events import campaign_logger
 from recipelab.agent.executor import Executor, LocalExecutor
 from recipelab.agent.lock import CampaignLock
@@ -34,7 +35,7 @@ from recipelab.agent.records import (
 )
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.stress import judge_stress
-from recipelab.guardrails import DeviceInfo, GuardContext, Verdict, detect_device, judge
+from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, Verdict, detect_device, judge
 from recipelab.proposer import ClassicalProposer, Proposal, Proposer, default_space
 from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
 from recipelab.trainer.spec import TrialResult, TrialSpec
@@ -97,7 +98,8 @@ class Campaign:
         self.proposer = proposer or ClassicalProposer(
             self.baseline, None, self.space, sampler=settings.sampler, seed=settings.seed)
         self.device = device or detect_device()
-        self.console = console
+        self.console = console or Console(stderr=True)
+        self.progress = CampaignProgress(self.console, settings.iterations)
         self.stops = StopRequests()
         self.store: TrajectoryStore
         self.log: Any = None
@@ -192,6 +194,7 @@ class Campaign:
         record.started_at = utc_now()
         record.status = "running"
         self.store.mark_running(record)
+        self._show(current=f"{record.trial_id} ({record.kind})")
         self.log.info("trial_started", trial_id=record.trial_id, kind=record.kind,
                       proposer=record.proposer, edit=record.edit, hypothesis=record.hypothesis)
         started = time.monotonic()
@@ -222,6 +225,7 @@ class Campaign:
         final = record.model_copy(update={**fields, "finished_at": utc_now()})
         final = TrialRecord.model_validate(final.model_dump())
         self.store.append(final)
+        self._show(current=None)
         self.log.info("trial_finished", trial_id=final.trial_id, kind=final.kind,
                       status=final.status, reason=final.reason, val_bpb=final.val_bpb,
                       message=final.message, wall_s=final.metrics.get("wall_s"))
@@ -234,7 +238,8 @@ class Campaign:
                       edit=proposal.edit, hypothesis=proposal.hypothesis,
                       retry_of=retry_of.trial_id if retry_of else None)
         verdict = judge(proposal.candidate,
-                        self._context(exclude=retry_of.fingerprint if retry_of else None))
+                        self._context(exclude=retry_of.fingerprint if retry_of else None),
+                        checks=[c for c in CHECKS if c not in self.settings.skip_checks])
         if not verdict.accepted or verdict.recipe is None:
             self._reject(trial_id, proposal, verdict, iteration)
             self._consecutive_rejections += 1
@@ -311,6 +316,10 @@ class Campaign:
 
     # -- the whole campaign ------------------------------------------------------------------
 
+    def _show(self, current: str | None) -> None:
+        best = self.summary().best
+        self.progress.update(len(self._trained_proxies()), best.val_bpb if best else None, current)
+
     def _open(self) -> None:
         self.store = TrajectoryStore(self.directory, self.settings.name)
         self.log, self._sink = campaign_logger(self.settings.name, self.directory, self.console)
@@ -333,7 +342,8 @@ class Campaign:
         with CampaignLock(self.directory), self.stops.installed():
             self._open()
             try:
-                return self._run(stress_only)
+                with self.progress:
+                    return self._run(stress_only)
             finally:
                 self._close()
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from datetime import datetime, time, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from recipelab.fsutil import atomic_write_text
-from recipelab.recipe import Recipe, StrictModel, proxy_recipe
+from recipelab.recipe import PROXY_PRESETS, Recipe, StrictModel, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 
 SETTINGS_FILE = "settings.json"
@@ -29,7 +29,7 @@ class SettingsError(ValueError):
 
 class CampaignSettings(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    target: str | None = None
+    target: str | None = None  # None: the preset's default target, filled in on validation
     preset: str = "cpu"
     budget: int | None = Field(default=None, ge=1000)
     corpus: CorpusSpec = CorpusSpec()
@@ -45,9 +45,20 @@ class CampaignSettings(StrictModel):
     sampler: Literal["tpe", "cmaes", "random"] = "tpe"
     seed: int = Field(default=0, ge=0)
     searchable: tuple[str, ...] = ()
+    skip_checks: tuple[str, ...] = ()
     memory_reserve_gib: float = Field(default=0.0, ge=0)
     max_consecutive_rejections: int = Field(default=25, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_target(cls, data: Any) -> Any:
+        """Save the preset's default target by name, so a later default cannot change it."""
+        if isinstance(data, dict) and data.get("target") is None:
+            preset = PROXY_PRESETS.get(data.get("preset", "cpu"))
+            if preset is not None:
+                data = {**data, "target": preset.default_target}
+        return data
 
     def baseline(self) -> Recipe:
         """The unedited proxy recipe: the campaign's first trial and every edit's reference."""

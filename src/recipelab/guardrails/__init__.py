@@ -60,6 +60,9 @@ def judge(candidate: Mapping[str, Any] | Recipe, ctx: GuardContext,
           checks: Iterable[str] | None = None) -> Verdict:
     """The verdict on ``candidate``: schema first, then ``checks`` (default: all of CHECKS).
 
+    Plain data is validated as a Recipe; a Recipe instance is taken as already validated,
+    which is why checks such as ``divisibility`` repeat the schema's cross-field rules.
+
     Never raises on a bad candidate: schema errors and failing checks become reasons, and a
     check that crashes on an odd recipe rejects it rather than letting it through unchecked.
     Unknown check names raise ValueError, since they are the caller's mistake.

@@ -31,13 +31,17 @@ from recipelab.trainer.spec import LOG_FILE, TrialSpec
 PR_SET_PDEATHSIG = 1
 
 
+class SpecError(Exception):
+    """The trial spec cannot be used; nothing was run."""
+
+
 def read_spec(path: Path) -> TrialSpec:
     try:
         return TrialSpec.model_validate_json(path.read_text())
     except OSError as error:
-        raise SystemExit(f"cannot read trial spec {path}: {error.strerror}") from None
+        raise SpecError(f"cannot read trial spec {path}: {error.strerror}") from None
     except ValidationError as error:
-        raise SystemExit(f"trial spec {path} is invalid:\n{error}") from None
+        raise SpecError(f"trial spec {path} is invalid:\n{error}") from None
 
 
 def die_with_parent() -> None:
@@ -82,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         if not line.strip():
             return 2
         args = parser.parse_args(["--spec", *shlex.split(line)])
-    spec = read_spec(Path(args.spec))
+    try:
+        spec = read_spec(Path(args.spec))
+    except SpecError as error:
+        print(error, file=sys.stderr)
+        return 2
     out_dir = Path(spec.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if worker:

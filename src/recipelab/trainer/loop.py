@@ -61,6 +61,35 @@ class Progress:
     timed_s: float = 0.0
 
 
+@dataclass
+class Interval:
+    """Loss and grad-norm accumulated since the last curve point, kept on the device so the
+    hot loop never waits for the host. Checkpointed, so a resume between two curve points
+    still reports the uninterrupted curve."""
+
+    loss_sum: torch.Tensor
+    grad_max: torch.Tensor
+    steps: int = 0
+
+    @classmethod
+    def zeros(cls, device: torch.device) -> Interval:
+        return cls(torch.zeros((), device=device), torch.zeros((), device=device))
+
+    def state(self) -> dict[str, float | int]:
+        return {"loss_sum": self.loss_sum.item(), "grad_max": self.grad_max.item(),
+                "steps": self.steps}
+
+    def load(self, state: dict[str, float | int]) -> None:
+        self.loss_sum.fill_(state["loss_sum"])
+        self.grad_max.fill_(state["grad_max"])
+        self.steps = int(state["steps"])
+
+    def reset(self) -> None:
+        self.loss_sum.zero_()
+        self.grad_max.zero_()
+        self.steps = 0
+
+
 def build_optimizer(model: nn.Module, recipe: Recipe, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not norms), fused kernels where available."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -97,18 +126,22 @@ class TrialRunner:
     def _say(self, message: str) -> None:
         print(message, file=self.log, flush=True)
 
-    def _save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-        extra = {"curve": [p.model_dump() for p in self.progress.curve]}
+    def _save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
+              interval: Interval) -> None:
+        extra = {"curve": [p.model_dump() for p in self.progress.curve],
+                 "interval": interval.state()}
         checkpoint.save(self.spec.checkpoint_path, step, model, optimizer, extra)
 
-    def _restore(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    def _restore(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 interval: Interval) -> int:
         if not self.resume:
             return 0
         state = checkpoint.load(self.spec.checkpoint_path, model, optimizer)
         if state is None:
             return 0
         self.progress.curve = [CurvePoint.model_validate(p) for p in state.extra["curve"]]
-        self.progress.resumed_from = state.step
+        interval.load(state.extra["interval"])
+        self.progress.resumed_from = self.progress.steps_done = state.step
         self._say(f"resumed from checkpoint at step {state.step}")
         return state.step
 
@@ -117,16 +150,14 @@ class TrialRunner:
         """Run the optimizer steps; returns the mean train loss of the last interval."""
         recipe, spec, progress = self.recipe, self.spec, self.progress
         optimizer = build_optimizer(model, recipe, device)
-        start = self._restore(model, optimizer)
+        interval = Interval.zeros(device)
+        start = self._restore(model, optimizer, interval)
         params = [p for p in model.parameters() if p.requires_grad]
         clip = recipe.optimizer.grad_clip or math.inf
         vocab = recipe.shape.vocab_size
         limit = spec.divergence_factor * math.log(vocab)
         timed_from = max(start, _timed_warmup(recipe.steps))
-        loss_sum = torch.zeros((), device=device)
-        grad_max = torch.zeros((), device=device)
-        interval = 0
-        last_loss = math.nan
+        last_loss = progress.curve[-1].loss if progress.curve else math.nan
         clock = time.perf_counter()
         for step in range(start, recipe.steps):
             if step == timed_from:
@@ -143,26 +174,24 @@ class TrialRunner:
                     logits = model(x)
                 loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
                 (loss / recipe.grad_accum).backward()  # type: ignore[no-untyped-call]
-                loss_sum += loss.detach() / recipe.grad_accum
+                interval.loss_sum += loss.detach() / recipe.grad_accum
             grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            grad_max = torch.maximum(grad_max, grad_norm.detach())
-            interval += 1
+            torch.maximum(interval.grad_max, grad_norm.detach(), out=interval.grad_max)
+            interval.steps += 1
             progress.steps_done = step + 1
             if progress.steps_done % spec.log_every == 0 or progress.steps_done == recipe.steps:
-                last_loss = loss_sum.item() / interval
+                last_loss = interval.loss_sum.item() / interval.steps
                 point = CurvePoint(step=progress.steps_done, loss=last_loss,
-                                   grad_norm=grad_max.item(), lr=lr)
+                                   grad_norm=interval.grad_max.item(), lr=lr)
                 progress.curve.append(point)
                 self._say(f"step {point.step} loss {point.loss:.4f} "
                           f"grad_norm {point.grad_norm:.3f} lr {lr:.3g}")
                 _check_loss(last_loss, progress.steps_done, limit)
-                loss_sum.zero_()
-                grad_max.zero_()
-                interval = 0
+                interval.reset()
             if spec.checkpoint_every and progress.steps_done % spec.checkpoint_every == 0:
-                self._save(model, optimizer, progress.steps_done)
+                self._save(model, optimizer, progress.steps_done, interval)
         synchronize(device)
         if recipe.steps > timed_from:
             progress.timed_steps = recipe.steps - timed_from

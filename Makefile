@@ -1,0 +1,39 @@
+# recipelab: `make demo` runs a small real campaign, `make test` runs the checks and tests.
+# Both create .venv on first use. On a GPU box, install the CUDA build of torch into .venv
+# first (see README); TORCH_SPEC then finds it already satisfied.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+WHEELS := $(wildcard ../shared/wheels)
+FIND_LINKS := $(if $(WHEELS),--find-links $(WHEELS),)
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet $(FIND_LINKS) "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet $(FIND_LINKS) -e ".[test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(BIN)/recipelab run --name demo --preset cpu --iterations 12 --promote 3 --stress-steps 200
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: setup
+	$(BIN)/python bench/trainer_throughput.py
+	$(BIN)/python bench/loop_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

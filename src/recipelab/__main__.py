@@ -1,0 +1,5 @@
+"""``python -m recipelab`` is the ``recipelab`` command."""
+
+from recipelab.cli import main
+
+main()

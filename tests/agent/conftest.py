@@ -1,0 +1,81 @@
+"""Shared pieces for the agent's specifications: small real campaigns on the tiny preset."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recipelab.agent.settings import CampaignSettings
+from recipelab.proposer import Observation, Proposal, Proposer
+from recipelab.recipe import Recipe
+from recipelab.trainer.spec import CorpusSpec
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> CorpusSpec:
+    """The built-in corpus with its token cache kept for the whole test session."""
+    return CorpusSpec(source="python-docs", cache_dir=str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture
+def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
+    return CampaignSettings(name="tiny", preset="tiny", iterations=3, promote=1,
+                            stress_steps=30, stress_log_every=10, stress_checkpoint_every=10,
+                            corpus=corpus, trial_timeout_s=120)
+
+
+class ScriptedProposer(Proposer):
+    """A real plug-in that proposes a fixed list of edits to the baseline, in order."""
+
+    name = "scripted"
+
+    def __init__(self, baseline: Recipe, edits: list[dict[str, Any]]) -> None:
+        self.baseline = baseline
+        self.edits = list(edits)
+
+    def propose(self, history: list[Observation], n: int) -> list[Proposal]:
+        done = sum(1 for o in history if o.proposer == self.name)
+        return [Proposal.from_edit(self.baseline, None, edit, f"scripted edit {i}", self.name)
+                for i, edit in enumerate(self.edits[done:done + n], start=done)]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """``recipelab ARGS`` as its own process, as a user would start it."""
+    return subprocess.Popen([sys.executable, "-m", "recipelab", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def events(directory: Path, name: str | None = None) -> list[dict[str, Any]]:
+    path = directory / "events.jsonl"
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if name is None or event.get("event") == name:
+            found.append(event)
+    return found

@@ -1,0 +1,114 @@
+"""Specifications of the campaign loop, on real small campaigns of the tiny preset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recipelab.agent.campaign import Campaign
+from recipelab.agent.settings import CampaignSettings
+from recipelab.trajectory import TrajectoryStore
+
+from .conftest import ScriptedProposer, events, read_jsonl
+
+
+def test_a_campaign_runs_baseline_then_proposals_then_stress_runs(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    summary = Campaign(tiny_settings, tmp_path).run()
+
+    lines = read_jsonl(tmp_path / "trajectory.jsonl")
+    proxies = [r for r in lines if r["kind"] == "proxy"]
+    assert proxies[0]["proposer"] == "baseline" and proxies[0]["edit"] == {}
+    assert summary.proxy_trials == 3 == sum(r["status"] in ("complete", "failed") for r in proxies)
+    stress = [r for r in lines if r["kind"] == "stress"]
+    assert len(stress) == 1 and stress[0]["parent"] == summary.best.trial_id  # type: ignore[union-attr]
+    assert stress[0]["verdict"] in ("stable", "flat", "grad-spike", "diverged")
+    assert [p["step"] for p in stress[0]["curve"]] == [10, 20, 30]
+    assert (tmp_path / "trajectory.sqlite").exists() and (tmp_path / "events.jsonl").exists()
+    for record in lines:
+        assert (tmp_path / record["artifacts"]["dir"] / "trial.log").exists()
+        assert record["provenance"]["seed"] == record["recipe"]["seed"]
+    with TrajectoryStore(tmp_path, "tiny", readonly=True) as store:
+        assert store.check() == []
+    names = {e["event"] for e in events(tmp_path)}
+    assert {"campaign_started", "proposal", "trial_started", "trial_finished", "promoted",
+            "stress_verdict", "campaign_finished"} <= names
+    assert all(e["campaign"] == "tiny" for e in events(tmp_path))
+
+
+def test_running_the_same_campaign_again_adds_nothing_when_its_budget_is_spent(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0})
+    Campaign(settings, tmp_path).run()
+    before = (tmp_path / "trajectory.jsonl").read_text()
+
+    summary = Campaign(settings, tmp_path).run()
+
+    assert (tmp_path / "trajectory.jsonl").read_text() == before
+    assert summary.proxy_trials == 2
+
+
+def test_a_rejected_candidate_is_recorded_with_its_reasons_and_costs_no_training(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0})
+    baseline = settings.baseline()
+    proposer = ScriptedProposer(baseline, [
+        {"shape.activation": "gelu"},  # breaks the target's shape invariant
+        {"optimizer.lr": 5.0},  # out of range: a schema rejection
+        {"optimizer.lr": baseline.optimizer.lr / 2},
+    ])
+
+    Campaign(settings, tmp_path, proposer=proposer).run()
+
+    lines = read_jsonl(tmp_path / "trajectory.jsonl")
+    rejected = [r for r in lines if r["status"] == "rejected"]
+    assert len(rejected) == 2
+    assert any("activation" in reason for reason in rejected[0]["reasons"])
+    assert any("optimizer.lr" in reason for reason in rejected[1]["reasons"])
+    assert not any((tmp_path / r["artifacts"].get("dir", "none")).exists() for r in rejected)
+    assert [r["edit"] for r in lines if r["status"] == "complete"][-1] == {
+        "optimizer.lr": baseline.optimizer.lr / 2}
+
+
+def test_a_recipe_that_blows_up_is_recorded_as_failed_and_the_loop_goes_on(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={"iterations": 3, "promote": 0})
+    proposer = ScriptedProposer(settings.baseline(), [
+        {"optimizer.lr": 1.0, "optimizer.grad_clip": 0.0, "schedule.warmup_steps": 0},
+        {"optimizer.weight_decay": 0.0},
+    ])
+
+    Campaign(settings, tmp_path, proposer=proposer).run()
+
+    lines = read_jsonl(tmp_path / "trajectory.jsonl")
+    assert lines[1]["status"] == "failed" and lines[1]["reason"] in ("nan", "diverged")
+    assert lines[1]["message"]
+    assert lines[2]["status"] == "complete"
+
+
+def test_a_trial_past_its_timeout_is_recorded_as_timeout_and_the_loop_goes_on(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={
+        "iterations": 3, "promote": 0, "trial_timeout_s": 4.0,
+        "skip_checks": ("time",)})  # the time guardrail would (rightly) reject the slow one
+    baseline = settings.baseline()
+    slow = {"seq_len": baseline.seq_len * 4, "batch_size": baseline.batch_size * 2}  # 8x the work
+    proposer = ScriptedProposer(baseline, [slow, {"optimizer.weight_decay": 0.0},
+                                           {"optimizer.weight_decay": 0.2}])
+    Campaign(settings, tmp_path, proposer=proposer).run()
+
+    lines = read_jsonl(tmp_path / "trajectory.jsonl")
+    slow_trial = next(r for r in lines if r["edit"] == slow)
+    assert (slow_trial["status"], slow_trial["reason"]) == ("failed", "timeout")
+    assert len([r for r in lines if r["status"] in ("complete", "failed")]) == 3
+
+
+@pytest.mark.parametrize("hours", [1e-6])
+def test_a_campaign_out_of_time_launches_nothing_more(
+        tmp_path: Path, tiny_settings: CampaignSettings, hours: float) -> None:
+    settings = tiny_settings.model_copy(update={"iterations": None, "hours": hours})
+
+    summary = Campaign(settings, tmp_path).run()
+
+    assert summary.proxy_trials == 0

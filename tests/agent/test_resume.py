@@ -1,0 +1,186 @@
+"""Overnight safety: kills, restarts, a torn JSONL tail and a second orchestrator lose nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+from pathlib import Path
+
+import psutil
+import pytest
+
+from recipelab.agent.campaign import Campaign
+from recipelab.agent.lock import CampaignLock
+from recipelab.agent.settings import CampaignSettings, save
+from recipelab.trajectory import TrajectoryStore
+
+from .conftest import events, read_jsonl, run_cli, wait_for
+
+TINY_RUN = ("run", "--name", "kill", "--preset", "tiny", "--iterations", "3", "--promote", "1",
+            "--stress-steps", "150")
+
+
+def trainer_children(pid: int) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "recipelab.trainer" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # exited (or a zombie) while we looked
+            continue
+    return found
+
+
+def open_paths(process: psutil.Process) -> set[str]:
+    try:
+        return {f.path for f in process.open_files()}
+    except psutil.Error:
+        return set()
+
+
+def kill_orchestrator(pid: int) -> None:
+    """SIGKILL the orchestrator; its trainer workers must not outlive it."""
+    children = trainer_children(pid)
+    os.kill(pid, signal.SIGKILL)
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, "trainer workers outlived their orchestrator"
+
+
+def test_sigkill_mid_trial_and_mid_stress_run_then_restart_loses_and_duplicates_nothing(
+        tmp_path: Path) -> None:
+    campaign = tmp_path / "campaigns" / "kill"
+    first = run_cli(*TINY_RUN, cwd=tmp_path)
+    wait_for(lambda: any(e.get("trial_id") == "p0001" for e in events(campaign, "trial_started")))
+    kill_orchestrator(first.pid)
+    first.wait()
+
+    second = run_cli(*TINY_RUN, cwd=tmp_path)
+
+    def stress_checkpointed() -> bool:
+        return any((d / "checkpoint" / "latest").exists()
+                   for d in (campaign / "trials").glob("stress-*"))
+
+    wait_for(stress_checkpointed, timeout_s=300)
+    kill_orchestrator(second.pid)
+    second.wait()
+
+    third = run_cli(*TINY_RUN, cwd=tmp_path)
+    output, _ = third.communicate(timeout=300)
+    assert third.returncode == 0, output
+
+    lines = read_jsonl(campaign / "trajectory.jsonl")
+    ids = [r["trial_id"] for r in lines]
+    assert len(ids) == len(set(ids)), "a trial was recorded twice"
+    interrupted = [r for r in lines if r["status"] == "interrupted"]
+    assert {r["kind"] for r in interrupted} == {"proxy", "stress"}
+    for record in interrupted:
+        assert [r["trial_id"] for r in lines if r["retry_of"] == record["trial_id"]], record
+    assert sum(r["status"] in ("complete", "failed") for r in lines if r["kind"] == "proxy") == 3
+    stress = [r for r in lines if r["kind"] == "stress" and r["status"] == "complete"]
+    assert len(stress) == 1 and stress[0]["metrics"]["resumed_from_step"] >= 50
+    assert [p["step"] for p in stress[0]["curve"]] == [50, 100, 150]
+    with TrajectoryStore(campaign, "kill", readonly=True) as store:
+        assert store.check() == []
+        assert not store.records(status="running")
+
+
+def test_a_crashing_trainer_is_recorded_as_crash_and_the_loop_goes_on(tmp_path: Path) -> None:
+    campaign = tmp_path / "campaigns" / "crash"
+    process = run_cli("run", "--name", "crash", "--preset", "tiny", "--iterations", "2",
+                      "--promote", "0", cwd=tmp_path)
+    log = campaign / "trials" / "p0001" / "trial.log"
+
+    def running_p0001() -> list[psutil.Process]:
+        return [p for p in trainer_children(process.pid) if str(log) in open_paths(p)]
+
+    wait_for(lambda: bool(running_p0001()))
+    for worker in running_p0001():
+        worker.send_signal(signal.SIGSEGV)
+    output, _ = process.communicate(timeout=300)
+
+    assert process.returncode == 0, output
+    lines = read_jsonl(campaign / "trajectory.jsonl")
+    crashed = next(r for r in lines if r["trial_id"] == "p0001")
+    assert (crashed["status"], crashed["reason"]) == ("failed", "crash")
+    assert "SIGSEGV" in crashed["message"]
+    assert sum(r["status"] in ("complete", "failed") for r in lines) == 2
+
+
+def test_a_torn_last_jsonl_line_is_set_aside_and_the_campaign_resumes(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0})
+    Campaign(settings, tmp_path).run()
+    jsonl = tmp_path / "trajectory.jsonl"
+    complete_line = jsonl.read_text().splitlines()[-1]
+    with jsonl.open("a") as handle:
+        handle.write(complete_line[: len(complete_line) // 2])
+
+    summary = Campaign(settings.model_copy(update={"iterations": 3}), tmp_path).run()
+
+    assert summary.proxy_trials == 3
+    assert events(tmp_path, "jsonl_line_set_aside")
+    side = tmp_path / "trajectory.rejected-lines.jsonl"
+    assert [entry["text"] for entry in read_jsonl(side)] == [complete_line[: len(complete_line) // 2]]
+    for line in jsonl.read_text().splitlines():
+        json.loads(line)
+
+
+def test_a_deleted_sqlite_index_is_rebuilt_from_the_jsonl_on_start(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0})
+    Campaign(settings, tmp_path).run()
+    (tmp_path / "trajectory.sqlite").unlink()
+
+    Campaign(settings, tmp_path).run()
+
+    assert events(tmp_path, "sqlite_rebuilt")
+    rows = sqlite3.connect(tmp_path / "trajectory.sqlite").execute(
+        "select count(*) from trials").fetchone()
+    assert rows == (2,)
+
+
+def test_a_second_orchestrator_on_the_same_campaign_is_refused_naming_the_first(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    campaign = tmp_path / "campaigns" / "tiny"
+    campaign.mkdir(parents=True)
+    save(tiny_settings, campaign)
+    with CampaignLock(campaign):
+        process = run_cli("run", "--name", "tiny", cwd=tmp_path)
+        output, _ = process.communicate(timeout=120)
+
+    assert process.returncode == 2
+    assert f"pid {os.getpid()}" in output
+    assert not (campaign / "trajectory.jsonl").exists()
+
+
+def test_changing_the_target_of_an_existing_campaign_is_refused(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    campaign = tmp_path / "campaigns" / "tiny"
+    campaign.mkdir(parents=True)
+    save(tiny_settings, campaign)
+
+    process = run_cli("run", "--name", "tiny", "--target", "llama2-7b", cwd=tmp_path)
+    output, _ = process.communicate(timeout=120)
+
+    assert process.returncode == 2
+    assert "target" in output and "new campaign" in output
+
+
+@pytest.mark.parametrize("signals", [1])
+def test_sigterm_lets_the_current_trial_finish_and_exits_cleanly(
+        tmp_path: Path, signals: int) -> None:
+    campaign = tmp_path / "campaigns" / "term"
+    process = run_cli("run", "--name", "term", "--preset", "tiny", "--iterations", "50",
+                      "--promote", "0", cwd=tmp_path)
+    wait_for(lambda: any(e.get("trial_id") == "p0001" for e in events(campaign, "trial_started")))
+    for _ in range(signals):
+        process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=300)
+
+    assert process.returncode == 0, output
+    lines = read_jsonl(campaign / "trajectory.jsonl")
+    assert [r["trial_id"] for r in lines] == ["p0000", "p0001"]
+    assert lines[-1]["status"] == "complete"
+    assert events(campaign, "stopped")

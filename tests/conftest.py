@@ -1,0 +1,37 @@
+"""Shared fixtures: one tokenized corpus cache per session, and single-threaded torch.
+
+The machine running the tests has two shared cores; two torch threads per process fight
+with everything else for them (a tiny-preset step goes from ~20 ms to ~300 ms), so tests
+run torch, in-process and in trainer subprocesses, on one thread.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from recipelab.trainer.spec import CorpusSpec
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> CorpusSpec:
+    """The built-in python-docs corpus, tokenized once per session into a private cache."""
+    return CorpusSpec(source="python-docs",
+                      cache_dir=str(tmp_path_factory.mktemp("corpus-cache")))
+
+
+@pytest.fixture(scope="session")
+def trainer_env() -> dict[str, str]:
+    """The environment for ``python -m recipelab.trainer`` subprocesses (one torch thread)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}

@@ -1,0 +1,179 @@
+"""Specification of val_bpb: sum of cross-entropy in nats / (ln 2 × bytes of predicted tokens).
+
+The model computes in float32, so a figure can only match a float64 hand computation to
+about 1e-7 relative; REL is the tolerance used throughout (it still catches a single byte
+or token miscounted out of 10^6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recipelab.recipe import Shape, proxy_recipe
+from recipelab.trainer.data import bpe_tokenizer, byte_tokenizer
+from recipelab.trainer.evaluate import BitsPerByte, bits_per_byte
+from recipelab.trainer.model import GPT
+
+REL = 1e-6
+CPU = torch.device("cpu")
+SEQ_LEN = 16
+
+
+def tiny_shape(vocab_size: int = 256) -> Shape:
+    return proxy_recipe("tiny").shape.model_copy(update={"vocab_size": vocab_size})
+
+
+def fixed_model(vocab_size: int = 256, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(tiny_shape(vocab_size), SEQ_LEN)
+
+
+def uniform_model(vocab_size: int) -> GPT:
+    """Logits are all exactly 0: the final norm and the output projection are zeroed."""
+    model = fixed_model(vocab_size)
+    with torch.no_grad():
+        model.final_norm.get_parameter("weight").zero_()
+        model.lm_head.get_parameter("weight").zero_()
+    return model
+
+
+def evaluate(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
+             seq_len: int = SEQ_LEN, batch_size: int = 3) -> BitsPerByte:
+    return bits_per_byte(model, eval_tokens, token_bytes, seq_len, batch_size, CPU,
+                         contextlib.nullcontext)
+
+
+def random_tokens(n: int, vocab_size: int = 256, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, vocab_size, size=n).astype(np.int32)
+
+
+def hand_computed_bpb(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
+                      seq_len: int) -> float:
+    """Windows of seq_len inputs, one at a time; float64 log-softmax; bytes of the targets."""
+    ids = torch.from_numpy(eval_tokens.astype(np.int64))
+    nats = 0.0
+    n_bytes = 0
+    with torch.no_grad():
+        for start in range(0, len(ids) - 1, seq_len):
+            inputs = ids[start:start + seq_len]
+            targets = ids[start + 1:start + seq_len + 1]
+            inputs = inputs[:len(targets)]
+            log_probs = torch.log_softmax(model(inputs[None])[0].double(), dim=-1)
+            nats -= float(log_probs.gather(1, targets[:, None]).sum())
+            n_bytes += int(token_bytes[targets.numpy()].sum())
+    return nats / (math.log(2) * n_bytes)
+
+
+@pytest.mark.parametrize("n_tokens", [1 + 4 * SEQ_LEN, 1 + 7 * SEQ_LEN + 5, 9])
+def test_val_bpb_equals_a_hand_computation_on_a_fixed_model(n_tokens: int) -> None:
+    model = fixed_model().eval()
+    eval_tokens = random_tokens(n_tokens)
+    token_bytes = np.ones(256, dtype=np.int64)
+    score = evaluate(model, eval_tokens, token_bytes)
+    expected = hand_computed_bpb(model, eval_tokens, token_bytes, SEQ_LEN)
+    assert score.bpb == pytest.approx(expected, rel=REL)
+    assert score.tokens == score.bytes == n_tokens - 1
+    assert score.nats == pytest.approx(expected * math.log(2) * (n_tokens - 1), rel=REL)
+
+
+def test_val_bpb_divides_by_the_bytes_each_predicted_token_stands_for() -> None:
+    """With uneven byte lengths, only the predicted tokens' bytes count (not the first's)."""
+    model = fixed_model().eval()
+    eval_tokens = random_tokens(1 + 3 * SEQ_LEN + 4)
+    token_bytes = np.arange(256, dtype=np.int64) % 4 + 1
+    eval_tokens[0] = 255  # 4 bytes that are never predicted
+    score = evaluate(model, eval_tokens, token_bytes)
+    assert score.bytes == int(token_bytes[eval_tokens[1:]].sum())
+    expected = hand_computed_bpb(model, eval_tokens, token_bytes, SEQ_LEN)
+    assert score.bpb == pytest.approx(expected, rel=REL)
+
+
+def test_a_uniform_model_scores_eight_bits_per_byte_with_the_byte_tokenizer() -> None:
+    tok = byte_tokenizer()
+    eval_tokens = tok.encode("The quick brown fox — café, naïve, 日本語. " * 20)
+    score = evaluate(uniform_model(256), eval_tokens, tok.token_bytes)
+    assert score.bpb == pytest.approx(8.0, rel=REL)
+
+
+@pytest.fixture(scope="module")
+def corpus_text() -> str:
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[key] for key in sorted(topics))
+
+
+def test_with_a_bpe_tokenizer_the_denominator_is_bytes_not_tokens(
+    tmp_path: Path, corpus_text: str,
+) -> None:
+    vocab = 320
+    tok = bpe_tokenizer(corpus_text[:200_000], vocab, tmp_path)
+    eval_tokens = tok.encode(corpus_text[-3_000:])
+    n_bytes = int(tok.token_bytes[eval_tokens[1:]].sum())
+    n_tokens = len(eval_tokens) - 1
+    assert n_bytes > 1.2 * n_tokens, "BPE merges must make tokens longer than one byte"
+    score = evaluate(uniform_model(vocab), eval_tokens, tok.token_bytes)
+    assert (score.tokens, score.bytes) == (n_tokens, n_bytes)
+    assert score.bpb == pytest.approx(math.log2(vocab) * n_tokens / n_bytes, rel=REL)
+
+
+class Recorder(nn.Module):
+    """Wraps a model and records every input batch it is shown."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.batches: list[torch.Tensor] = []
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        self.batches.append(idx.clone())
+        result: torch.Tensor = self.inner(idx)
+        return result
+
+
+@pytest.mark.parametrize(("n_tokens", "tail"), [(1 + 5 * SEQ_LEN, 0), (1 + 5 * SEQ_LEN + 7, 7),
+                                                (1 + 5 * SEQ_LEN + 1, 1), (4, 3)])
+def test_every_token_after_the_first_is_predicted_exactly_once(n_tokens: int, tail: int) -> None:
+    """Token values equal positions, so an input value v is the prediction of token v + 1."""
+    recorder = Recorder(fixed_model())
+    eval_tokens = np.arange(n_tokens, dtype=np.int32)
+    score = evaluate(recorder, eval_tokens, np.ones(256, dtype=np.int64), batch_size=2)
+    shown = torch.cat([batch.flatten() for batch in recorder.batches]).sort().values
+    assert shown.tolist() == list(range(n_tokens - 1))
+    assert all(batch.size(1) <= SEQ_LEN for batch in recorder.batches)
+    for batch in recorder.batches:  # every window is a run of consecutive tokens
+        assert (batch[:, 1:] - batch[:, :-1] == 1).all()
+    widths = [batch.size(1) for batch in recorder.batches]
+    assert (widths[-1] == tail) if tail else all(w == SEQ_LEN for w in widths)
+    assert score.tokens == n_tokens - 1
+
+
+def test_evaluation_leaves_the_model_in_the_mode_it_found_it_in() -> None:
+    model = fixed_model().train()
+    evaluate(model, random_tokens(40), np.ones(256, dtype=np.int64))
+    assert model.training
+    model.eval()
+    evaluate(model, random_tokens(40), np.ones(256, dtype=np.int64))
+    assert not model.training
+
+
+def test_an_evaluation_slice_of_one_token_is_an_error() -> None:
+    with pytest.raises(ValueError, match="at least two tokens"):
+        evaluate(fixed_model(), np.array([7], dtype=np.int32), np.ones(256, dtype=np.int64))
+
+
+def test_the_log_softmax_of_uniform_logits_is_minus_log_vocab() -> None:
+    """The premise of the uniform-model tests: zeroed head and norm give all-zero logits."""
+    model = uniform_model(300)
+    with torch.no_grad():
+        logits = model(torch.tensor([[1, 2, 3]]))
+    assert torch.equal(logits, torch.zeros_like(logits))
+    assert float(F.cross_entropy(logits[0].double(), torch.tensor([0, 1, 2]))) == pytest.approx(
+        math.log(300), rel=1e-12)
