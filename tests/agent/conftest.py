@@ -19,12 +19,6 @@ from recipelab.recipe import Recipe
 from recipelab.trainer.spec import CorpusSpec
 
 
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> CorpusSpec:
-    """The built-in corpus with its token cache kept for the whole test session."""
-    return CorpusSpec(source="python-docs", cache_dir=str(tmp_path_factory.mktemp("cache")))
-
-
 @pytest.fixture
 def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
     return CampaignSettings(name="tiny", preset="tiny", iterations=3, promote=1,
