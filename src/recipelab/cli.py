@@ -166,7 +166,18 @@ def run(
     trial_timeout: Annotated[float | None, typer.Option(help="seconds per proxy trial")] = None,
     promote: Annotated[int | None, typer.Option(help="finalists promoted to stress runs")] = None,
     stress_steps: Annotated[int | None, typer.Option(help="steps of each stress run")] = None,
-    proposer: Annotated[str | None, typer.Option(help="proposer: classical")] = None,
+    proposer: Annotated[str | None, typer.Option(
+        help="classical, llm or hybrid (default: hybrid when an LLM is configured)")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(
+        help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 "
+        "(default: $RECIPELAB_LLM_BASE_URL)")] = None,
+    llm_model: Annotated[str | None, typer.Option(
+        help="model id (default: $RECIPELAB_LLM_MODEL, else the server's first)")] = None,
+    llm_share: Annotated[float | None, typer.Option(
+        help="share of trials the LLM proposes in hybrid mode (default 0.3)")] = None,
+    llm_structured_output: Annotated[str | None, typer.Option(
+        help="auto, json_schema (OpenAI, vLLM), json_object (llama.cpp), guided_json "
+        "(NIM 1.x), nvext or prompt")] = None,
     sampler: Annotated[str | None, typer.Option(help="tpe, cmaes or random")] = None,
     seed: Annotated[int | None, typer.Option(help="campaign seed")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda")] = None,
@@ -182,6 +193,8 @@ def run(
         "corpus": {"source": corpus} if corpus else None, "iterations": iterations,
         "hours": hours, "until": until, "trial_timeout_s": trial_timeout, "promote": promote,
         "stress_steps": stress_steps, "proposer": proposer, "sampler": sampler, "seed": seed,
+        "llm_base_url": llm_base_url, "llm_model": llm_model, "llm_share": llm_share,
+        "llm_structured_output": llm_structured_output,
         "device": device, "memory_reserve_gib": memory_reserve_gib,
         "searchable": tuple(searchable) if searchable else None,
     }.items() if value is not None}

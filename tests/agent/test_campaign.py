@@ -104,7 +104,7 @@ def test_a_trial_past_its_timeout_is_recorded_as_timeout_and_the_loop_goes_on(
     assert len([r for r in lines if r["status"] in ("complete", "failed")]) == 3
 
 
-@pytest.mark.parametrize("hours", [1e-6])
+@pytest.mark.parametrize("hours", [1e-9])
 def test_a_campaign_out_of_time_launches_nothing_more(
         tmp_path: Path, tiny_settings: CampaignSettings, hours: float) -> None:
     settings = tiny_settings.model_copy(update={"iterations": None, "hours": hours})

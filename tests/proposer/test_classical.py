@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import statistics
 
 import pytest
@@ -15,9 +14,7 @@ from recipelab.proposer.classical import HYPOTHESIS_CHARS, hypothesis_line
 from recipelab.recipe import Recipe, proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
 
-HAVE_CMAES = importlib.util.find_spec("cmaes") is not None
-needs_cmaes = pytest.mark.skipif(not HAVE_CMAES, reason="the cmaes package is not installed")
-SAMPLERS = ["tpe", pytest.param("cmaes", marks=needs_cmaes), "random"]
+SAMPLERS = ["tpe", "cmaes", "random"]
 
 BASELINE = proxy_recipe("tiny")
 SPACE = default_space(BASELINE)
@@ -165,8 +162,3 @@ def test_rejects_an_unknown_sampler() -> None:
     with pytest.raises(ValueError, match="unknown sampler 'bohb'"):
         make("bohb")
 
-
-@pytest.mark.skipif(HAVE_CMAES, reason="the cmaes package is installed")
-def test_cmaes_without_its_package_fails_at_construction() -> None:
-    with pytest.raises(ImportError, match="pip install cmaes"):
-        make("cmaes")

@@ -8,6 +8,7 @@ their checkpoints, and a completed trial is never run or recorded twice.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import statistics
 import time
@@ -25,6 +26,7 @@ from recipelab.agent.display import CampaignProgress
 from recipelab.agent.events import campaign_logger
 from recipelab.agent.executor import Executor, LocalExecutor
 from recipelab.agent.lock import CampaignLock
+from recipelab.agent.proposers import build_proposer
 from recipelab.agent.records import (
     agent_provenance,
     as_measurement,
@@ -36,7 +38,7 @@ from recipelab.agent.records import (
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.stress import judge_stress
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, Verdict, detect_device, judge
-from recipelab.proposer import ClassicalProposer, Proposal, Proposer, default_space
+from recipelab.proposer import Observation, Proposal, Proposer, default_space
 from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory import TrajectoryStore
@@ -95,8 +97,8 @@ class Campaign:
         self.param_budget = settings.budget or preset.budget
         self.space = default_space(self.baseline)
         self.executor = executor or LocalExecutor()
-        self.proposer = proposer or ClassicalProposer(
-            self.baseline, None, self.space, sampler=settings.sampler, seed=settings.seed)
+        self.proposer = proposer or build_proposer(settings, self.baseline, self.space,
+                                                   self.target)
         self.device = device or detect_device()
         self.console = console or Console(stderr=True)
         self.progress = CampaignProgress(self.console, settings.iterations)
@@ -104,14 +106,28 @@ class Campaign:
         self.store: TrajectoryStore
         self.log: Any = None
         self._consecutive_rejections = 0
+        self._cached: list[TrialRecord] | None = None
 
     # -- bookkeeping from the store ------------------------------------------------------------
 
     def _records(self, kind: str | None = None) -> list[TrialRecord]:
-        return self.store.records(kind=kind)
+        """Every record, read from the store once per change (the agent is its only writer)."""
+        if self._cached is None:
+            self._cached = self.store.records()
+        return [r for r in self._cached if kind is None or r.kind == kind]
+
+    def _write(self, record: TrialRecord) -> None:
+        if record.status == "running":
+            self._write(record)
+        else:
+            self.store.append(record)
+        self._cached = None
 
     def _trained_proxies(self) -> list[TrialRecord]:
         return [r for r in self._records("proxy") if r.status in ("complete", "failed")]
+
+    def _history(self) -> list[Observation]:
+        return [as_observation(r) for r in self._records("proxy")]
 
     def _next_id(self, prefix: str) -> str:
         taken = [int(r.trial_id[1:]) for r in self._records() if r.trial_id[:1] == prefix
@@ -169,15 +185,32 @@ class Campaign:
 
     # -- one trial ---------------------------------------------------------------------------
 
-    def _reject(self, trial_id: str, proposal: Proposal, verdict: Verdict, iteration: int) -> None:
+    def _save_artifacts(self, trial_id: str, proposal: Proposal) -> dict[str, str]:
+        """Write what the proposer kept (e.g. the exact LLM prompt and reply) into the trial's
+        folder; the record references the files."""
+        saved = {}
+        for name, text in proposal.artifacts.items():
+            if Path(name).name != name or name.startswith("."):
+                continue  # artifact names come from our proposers; anything else is ignored
+            path = self.directory / TRIALS_DIR / trial_id / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            saved[name] = str(path.relative_to(self.directory))
+        if "fallback.txt" in proposal.artifacts:
+            self.log.warning("llm_fallback", trial_id=trial_id,
+                             cause=proposal.artifacts["fallback.txt"], proposer=proposal.proposer)
+        return saved
+
+    def _reject(self, trial_id: str, proposal: Proposal, verdict: Verdict, iteration: int,
+                artifacts: dict[str, str]) -> None:
         recipe = verdict.recipe
         record = TrialRecord(
             campaign=self.settings.name, trial_id=trial_id, iteration=iteration, kind="proxy",
             status="rejected", reasons=list(verdict.reasons),
             recipe=recipe.model_dump(mode="json") if recipe else proposal.candidate,
             fingerprint=recipe.fingerprint() if recipe else None,
-            finished_at=utc_now(), artifacts=proposal.artifacts, **proposal_fields(proposal))
-        self.store.append(record)
+            finished_at=utc_now(), artifacts=artifacts, **proposal_fields(proposal))
+        self._write(record)
         self.log.warning("rejected", trial_id=trial_id, proposer=proposal.proposer,
                          edit=proposal.edit, reasons=list(verdict.reasons))
 
@@ -201,6 +234,8 @@ class Campaign:
         handle = self.executor.submit(spec, resume=resume, timeout_s=timeout_s)
         if isinstance(self.executor, LocalExecutor):
             self.executor.prestart()
+        if record.kind == "proxy":
+            self.proposer.prefetch(self._history())
         result: TrialResult | None = None
         while result is None:
             if self.stops.cancel:
@@ -224,7 +259,7 @@ class Campaign:
     def _finish(self, record: TrialRecord, **fields: Any) -> TrialRecord:
         final = record.model_copy(update={**fields, "finished_at": utc_now()})
         final = TrialRecord.model_validate(final.model_dump())
-        self.store.append(final)
+        self._write(final)
         self._show(current=None)
         self.log.info("trial_finished", trial_id=final.trial_id, kind=final.kind,
                       status=final.status, reason=final.reason, val_bpb=final.val_bpb,
@@ -240,8 +275,9 @@ class Campaign:
         verdict = judge(proposal.candidate,
                         self._context(exclude=retry_of.fingerprint if retry_of else None),
                         checks=[c for c in CHECKS if c not in self.settings.skip_checks])
+        artifacts = self._save_artifacts(trial_id, proposal)
         if not verdict.accepted or verdict.recipe is None:
-            self._reject(trial_id, proposal, verdict, iteration)
+            self._reject(trial_id, proposal, verdict, iteration, artifacts)
             self._consecutive_rejections += 1
             return
         self._consecutive_rejections = 0
@@ -250,7 +286,7 @@ class Campaign:
             campaign=self.settings.name, trial_id=trial_id, iteration=iteration, kind="proxy",
             status="queued", recipe=recipe.model_dump(mode="json"),
             fingerprint=recipe.fingerprint(), retry_of=retry_of.trial_id if retry_of else None,
-            artifacts=proposal.artifacts, **proposal_fields(proposal))
+            artifacts=artifacts, **proposal_fields(proposal))
         self._execute(record, recipe, log_every=PROXY_LOG_EVERY,
                       timeout_s=self.settings.trial_timeout_s)
 
@@ -260,16 +296,13 @@ class Campaign:
             return Proposal.from_edit(self.baseline, None, {},
                                       "baseline: the unedited proxy of the target",
                                       BASELINE_PROPOSER)
-        history = [as_observation(r) for r in self._records("proxy")]
-        proposals = self.proposer.propose(history, 1)
+        proposals = self.proposer.propose(self._history(), 1)
         if not proposals:
             return None
         baseline_id = self._baseline_id()
         proposal = proposals[0]
         if proposal.parent_id is None and baseline_id is not None:
-            proposal = Proposal(candidate=proposal.candidate, edit=proposal.edit,
-                                parent_id=baseline_id, hypothesis=proposal.hypothesis,
-                                proposer=proposal.proposer, artifacts=proposal.artifacts)
+            proposal = dataclasses.replace(proposal, parent_id=baseline_id)
         return proposal
 
     # -- stress runs -------------------------------------------------------------------------
@@ -321,9 +354,12 @@ class Campaign:
         self.progress.update(len(self._trained_proxies()), best.val_bpb if best else None, current)
 
     def _open(self) -> None:
+        if isinstance(self.executor, LocalExecutor):
+            self.executor.prestart()  # import torch in the first worker while we set up
         self.store = TrajectoryStore(self.directory, self.settings.name)
         self.log, self._sink = campaign_logger(self.settings.name, self.directory, self.console)
         report = self.store.reconcile()
+        self._cached = None
         for line in report.set_aside:
             self.log.warning("jsonl_line_set_aside", line=line, side_file=str(report.side_file))
         if report.rebuilt:

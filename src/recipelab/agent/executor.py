@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,15 +65,12 @@ class Executor(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op unless overridden
         """Release whatever the executor holds (warm workers, connections)."""
 
-    def wait(self, handle: TrialHandle, interval_s: float = 0.05,
-             should_stop: Callable[[], bool] | None = None) -> TrialResult:
-        """Poll until the trial ends (or ``should_stop`` says to cancel it)."""
+    def wait(self, handle: TrialHandle, interval_s: float = 0.02) -> TrialResult:
+        """Poll until the trial ends."""
         while True:
             result = self.poll(handle)
             if result is not None:
                 return result
-            if should_stop is not None and should_stop():
-                self.cancel(handle)
             time.sleep(interval_s)
 
 
@@ -112,6 +108,7 @@ class LocalExecutor(Executor):
         self.python = python
         self.kill_grace_s = kill_grace_s
         self._spare: subprocess.Popen[bytes] | None = None
+        self._exiting: list[subprocess.Popen[bytes]] = []
 
     # -- worker processes ------------------------------------------------------------------
 
@@ -144,6 +141,7 @@ class LocalExecutor(Executor):
         atomic_write_text(spec_path, spec.model_dump_json(indent=2))
         with contextlib.suppress(FileNotFoundError):
             spec.result_path.unlink()  # a stale result from an earlier attempt is not this one's
+        self._reap()
         process = self._take_worker()
         line = shlex.join([str(spec_path.resolve()), *(["--resume"] if resume else [])]) + "\n"
         assert process.stdin is not None
@@ -161,6 +159,13 @@ class LocalExecutor(Executor):
         assert process is not None, "poll() on a handle this executor did not submit"
         code = process.poll()
         if code is None:
+            finished = self._read_result(handle.spec)
+            if finished is not None:
+                # The result is renamed into place as the trainer's last act; tearing down a
+                # torch interpreter can take longer than the rest of the loop's overhead, so
+                # the process is reaped later instead of waited for.
+                self._exiting.append(process)
+                return finished
             if handle.deadline is not None and time.monotonic() > handle.deadline:
                 self._kill(process)
                 limit = handle.deadline - handle.submitted_at
@@ -177,6 +182,12 @@ class LocalExecutor(Executor):
         if self._spare is not None:
             self._kill(self._spare)
             self._spare = None
+        for process in self._exiting:
+            try:
+                process.wait(timeout=self.kill_grace_s)
+            except subprocess.TimeoutExpired:
+                self._kill(process)
+        self._exiting = []
 
     def _kill(self, process: subprocess.Popen[bytes]) -> None:
         """SIGTERM the trial's whole process group, then SIGKILL what is left after a grace."""
@@ -189,14 +200,24 @@ class LocalExecutor(Executor):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
-    def _collect(self, spec: TrialSpec, code: int) -> TrialResult:
-        log = Path(spec.out_dir) / LOG_FILE
+    @staticmethod
+    def _read_result(spec: TrialSpec) -> TrialResult | None:
         try:
             result = TrialResult.model_validate_json(spec.result_path.read_text())
         except (OSError, ValidationError):
-            tail = log_tail(log)
-            return failed(spec, "crash", f"the trainer {_describe_exit(code)} without a result"
-                          + (f"; last log lines: {tail}" if tail else ""))
+            return None
         if result.trial_id != spec.trial_id:
             return failed(spec, "crash", f"the result file names trial {result.trial_id}")
         return result
+
+    def _collect(self, spec: TrialSpec, code: int) -> TrialResult:
+        result = self._read_result(spec)
+        if result is not None:
+            return result
+        tail = log_tail(Path(spec.out_dir) / LOG_FILE)
+        return failed(spec, "crash", f"the trainer {_describe_exit(code)} without a result"
+                      + (f"; last log lines: {tail}" if tail else ""))
+
+    def _reap(self) -> None:
+        """Collect trainers that handed in their result and have since exited."""
+        self._exiting = [p for p in self._exiting if p.poll() is None]

@@ -41,7 +41,12 @@ class CampaignSettings(StrictModel):
     stress_steps: int = Field(default=1000, ge=1)
     stress_log_every: int = Field(default=50, ge=1)
     stress_checkpoint_every: int = Field(default=50, ge=1)
-    proposer: Literal["classical"] = "classical"
+    proposer: Literal["classical", "llm", "hybrid"] | None = None  # None: hybrid with an LLM
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_share: float = Field(default=0.3, ge=0.0, le=1.0)
+    llm_structured_output: Literal["auto", "json_schema", "json_object", "guided_json", "nvext",
+                                   "prompt"] | None = None
     sampler: Literal["tpe", "cmaes", "random"] = "tpe"
     seed: int = Field(default=0, ge=0)
     searchable: tuple[str, ...] = ()

@@ -74,3 +74,10 @@ class Proposer(abc.ABC):
     @abc.abstractmethod
     def propose(self, history: list[Observation], n: int) -> list[Proposal]:
         """Return up to ``n`` proposals for the next trials, given every trial so far."""
+
+    def prefetch(self, history: list[Observation]) -> None:  # noqa: B027 - optional hook
+        """Start preparing the next proposal in the background while a trial trains.
+
+        The default does nothing; a proposer with slow calls (an LLM) overrides it so its
+        latency overlaps training instead of adding to every iteration.
+        """

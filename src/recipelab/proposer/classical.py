@@ -13,7 +13,6 @@ same history always gives the same proposals.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import warnings
 from typing import Any, Literal, get_args
@@ -86,7 +85,7 @@ class ClassicalProposer(Proposer):
     CMA-ES in Optuna learns only from trials it generated itself, which a fresh study has
     none of, so once ten complete trials exist it is warm-started from them instead
     (WS-CMA-ES: the initial Gaussian fits the best tenth). Categorical knobs are sampled at
-    random by CMA-ES. The ``cmaes`` sampler needs the ``cmaes`` package.
+    random by CMA-ES.
     """
 
     name = "classical"
@@ -96,11 +95,6 @@ class ClassicalProposer(Proposer):
         if sampler not in get_args(SamplerName):
             raise ValueError(
                 f"unknown sampler {sampler!r}; choose one of {', '.join(get_args(SamplerName))}"
-            )
-        if sampler == "cmaes" and importlib.util.find_spec("cmaes") is None:
-            raise ImportError(
-                "the 'cmaes' sampler needs the cmaes package (pip install cmaes); "
-                "or choose the 'tpe' or 'random' sampler"
             )
         unknown = sorted(set(space.names()) - set(baseline.knobs()))
         if unknown:

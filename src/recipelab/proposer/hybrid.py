@@ -1,0 +1,69 @@
+"""The hybrid proposer: a classical sampler for most trials, the LLM for a share of them.
+
+Optuna's samplers are cheap and steady; an LLM is slow but can make the jump a sampler
+would not (read a rejection reason, try a different schedule). The hybrid gives the LLM a
+fixed share of the iterations, spread evenly: iteration ``k`` (the number of non-baseline
+trials so far) is the LLM's when ``floor((k+1)·share) > floor(k·share)``. Being a function
+of the history alone, the schedule survives a restart. Both proposers receive the same
+full history, so the LLM sees every trial the sampler ran.
+
+When the LLM is unavailable the classical proposer takes the turn, the proposal says so in
+its ``fallback.txt`` artifact (the agent logs an ``llm_fallback`` event), and the LLM sits
+out the next ``retry_after`` iterations before it is tried again. That pause lives in
+memory only: a restarted campaign simply tries the LLM again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+
+from recipelab.proposer.base import Observation, Proposal, Proposer
+from recipelab.proposer.llm import LLMUnavailable, iteration, next_iteration
+
+FALLBACK_ARTIFACT = "fallback.txt"
+SHARE_DENOMINATOR = 10_000  # the share is exact to 1/10,000, so 0.3 is 30 turns in 100
+
+
+class HybridProposer(Proposer):
+    """Alternates ``classical`` and ``llm`` deterministically, ``llm_share`` of the time."""
+
+    name = "hybrid"
+
+    def __init__(self, classical: Proposer, llm: Proposer, llm_share: float = 0.3,
+                 retry_after: int = 3) -> None:
+        if not 0.0 <= llm_share <= 1.0:
+            raise ValueError(f"llm_share must be within [0, 1], got {llm_share}")
+        if retry_after < 0:
+            raise ValueError(f"retry_after must be >= 0 iterations, got {retry_after}")
+        self.classical = classical
+        self.llm = llm
+        self.llm_share = llm_share
+        self.retry_after = retry_after
+        self._share = Fraction(llm_share).limit_denominator(SHARE_DENOMINATOR)
+        self._llm_paused_until = 0  # the first iteration the LLM may take after a fallback
+
+    def scheduled_for_llm(self, k: int) -> bool:
+        """Whether iteration ``k`` belongs to the LLM in the even spread of its share."""
+        return math.floor((k + 1) * self._share) > math.floor(k * self._share)
+
+    def is_llm_turn(self, k: int) -> bool:
+        """Whether iteration ``k`` asks the LLM: its turn, and not paused by a fallback."""
+        return k >= self._llm_paused_until and self.scheduled_for_llm(k)
+
+    def propose(self, history: list[Observation], n: int) -> list[Proposal]:
+        k = iteration(history)
+        if not self.is_llm_turn(k):
+            return self.classical.propose(history, n)
+        try:
+            return self.llm.propose(history, n)
+        except LLMUnavailable as exc:
+            self._llm_paused_until = k + self.retry_after + 1
+            return [dataclasses.replace(p, artifacts={**p.artifacts, FALLBACK_ARTIFACT: str(exc)})
+                    for p in self.classical.propose(history, n)]
+
+    def prefetch(self, history: list[Observation]) -> None:
+        """Let the LLM start early when the iteration after the running trial is its turn."""
+        if self.is_llm_turn(next_iteration(history)):
+            self.llm.prefetch(history)
