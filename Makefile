@@ -40,6 +40,7 @@ test: lint $(VENV)/.llm-test-deps
 bench: setup
 	$(BIN)/python bench/trainer_throughput.py
 	$(BIN)/python bench/loop_overhead.py
+	$(BIN)/python bench/llm_latency.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

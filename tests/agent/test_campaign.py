@@ -91,9 +91,10 @@ def test_a_trial_past_its_timeout_is_recorded_as_timeout_and_the_loop_goes_on(
         tmp_path: Path, tiny_settings: CampaignSettings) -> None:
     settings = tiny_settings.model_copy(update={
         "iterations": 3, "promote": 0, "trial_timeout_s": 4.0,
-        "skip_checks": ("time",)})  # the time guardrail would (rightly) reject the slow one
+        # the time and range guardrails would (rightly) reject the slow candidate
+        "skip_checks": ("time", "ranges")})
     baseline = settings.baseline()
-    slow = {"seq_len": baseline.seq_len * 4, "batch_size": baseline.batch_size * 2}  # 8x the work
+    slow = {"seq_len": baseline.seq_len * 8, "batch_size": baseline.batch_size * 8}  # 64x the work
     proposer = ScriptedProposer(baseline, [slow, {"optimizer.weight_decay": 0.0},
                                            {"optimizer.weight_decay": 0.2}])
     Campaign(settings, tmp_path, proposer=proposer).run()

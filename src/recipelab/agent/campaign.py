@@ -118,7 +118,7 @@ class Campaign:
 
     def _write(self, record: TrialRecord) -> None:
         if record.status == "running":
-            self._write(record)
+            self.store.mark_running(record)
         else:
             self.store.append(record)
         self._cached = None
@@ -226,7 +226,7 @@ class Campaign:
         record.artifacts = {**record.artifacts, "dir": str(out_dir.relative_to(self.directory))}
         record.started_at = utc_now()
         record.status = "running"
-        self.store.mark_running(record)
+        self._write(record)
         self._show(current=f"{record.trial_id} ({record.kind})")
         self.log.info("trial_started", trial_id=record.trial_id, kind=record.kind,
                       proposer=record.proposer, edit=record.edit, hypothesis=record.hypothesis)

@@ -96,9 +96,7 @@ class ClassicalProposer(Proposer):
             raise ValueError(
                 f"unknown sampler {sampler!r}; choose one of {', '.join(get_args(SamplerName))}"
             )
-        unknown = sorted(set(space.names()) - set(baseline.knobs()))
-        if unknown:
-            raise ValueError(f"search space names unknown recipe knob(s): {', '.join(unknown)}")
+        space.check_fits(baseline)
         self.baseline = baseline
         self.baseline_id = baseline_id
         self.space = space

@@ -516,9 +516,7 @@ class LLMProposer(Proposer):
     def __init__(self, config: LLMConfig, baseline: Recipe, baseline_id: str | None,
                  space: SearchSpace, target_description: str,
                  calibration: str | None = None) -> None:
-        unknown = sorted(set(space.names()) - set(baseline.knobs()))
-        if unknown:
-            raise ValueError(f"search space names unknown recipe knob(s): {', '.join(unknown)}")
+        space.check_fits(baseline)
         self.config = config
         self.baseline = baseline
         self.baseline_id = baseline_id

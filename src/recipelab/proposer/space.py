@@ -119,6 +119,12 @@ class SearchSpace:
     def names(self) -> list[str]:
         return [knob.name for knob in self.knobs]
 
+    def check_fits(self, baseline: Recipe) -> None:
+        """Raise ValueError when the space names knobs the recipe does not have."""
+        unknown = sorted(set(self.names()) - set(baseline.knobs()))
+        if unknown:
+            raise ValueError(f"search space names unknown recipe knob(s): {', '.join(unknown)}")
+
     def searchable_shape_knobs(self) -> frozenset[str]:
         """Shape knobs the space may vary; guardrails let exactly these differ from the target."""
         return frozenset(name for name in self.names() if name.startswith(SHAPE_PREFIX))

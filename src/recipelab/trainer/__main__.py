@@ -3,8 +3,10 @@
 With ``--spec -`` the process first imports everything it needs and then waits for one line
 on standard input: the spec file's path, optionally followed by ``--resume``. A launcher
 starts such a worker ahead of time so that interpreter start-up and ``import torch`` overlap
-the previous trial; once it has its spec, the worker sends its own standard output and
-error (including what a crashing native library prints) to the trial's ``trial.log``.
+the previous trial. Where the process may (root, or enough ``RLIMIT_NICE``), it does that
+warm-up under the ``SCHED_IDLE`` policy, using only CPU time the running trial leaves
+idle, and returns to normal scheduling once it has its spec. It then sends its own standard
+output and error (including what a crashing native library prints) to ``trial.log``.
 
 Exit status: 0 when a result file was written (whatever the trial's status), 2 when the
 spec itself is unusable, in which case the reason is on standard error.
@@ -25,10 +27,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from recipelab.fsutil import atomic_write_text
-from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import LOG_FILE, TrialSpec
 
 PR_SET_PDEATHSIG = 1
+NICE_CEILING = 20  # RLIMIT_NICE needed to return from SCHED_IDLE to nice 0
 
 
 class SpecError(Exception):
@@ -59,6 +61,18 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def can_leave_idle_scheduling() -> bool:
+    """Whether this process may go back from ``SCHED_IDLE`` to normal scheduling."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return False
+    soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
+    return os.geteuid() == 0 or soft == resource.RLIM_INFINITY or soft >= NICE_CEILING
+
+
+def set_scheduling(policy: int) -> None:
+    os.sched_setscheduler(0, policy, os.sched_param(0))
+
+
 def redirect_output(log_path: Path) -> None:
     """Point file descriptors 1 and 2 at the trial log, so nothing a trial prints is lost."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -80,9 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (args.memory_limit, args.memory_limit))
     worker = args.spec == "-"
+    idle = worker and can_leave_idle_scheduling()
     if worker:
         die_with_parent()
+        if idle:
+            set_scheduling(os.SCHED_IDLE)
+    from recipelab.trainer.loop import run_trial  # the heavy import (torch) a worker pre-pays
+
+    if worker:
         line = sys.stdin.readline()
+        if idle:
+            set_scheduling(os.SCHED_OTHER)
         if not line.strip():
             return 2
         args = parser.parse_args(["--spec", *shlex.split(line)])

@@ -37,6 +37,7 @@ from sqlalchemy.exc import DatabaseError
 from sqlalchemy.pool import Pool, QueuePool, StaticPool
 from sqlmodel import Session, col, select
 
+from recipelab.fsutil import fsync_dir
 from recipelab.trajectory.record import TrialRecord, TrialRow, utc_now
 
 __all__ = ["ReconcileReport", "StoreError", "TrajectoryStore"]
@@ -314,7 +315,7 @@ class TrajectoryStore:
             finally:
                 os.close(fd)
             if created:
-                _fsync_dir(self.campaign_dir)
+                fsync_dir(self.campaign_dir)
         except OSError as err:
             raise StoreError(
                 f"could not commit trial {trial_id!r} to {self.jsonl_path}: {err}. Free disk "
@@ -339,7 +340,7 @@ class TrajectoryStore:
             out.flush()
             os.fsync(out.fileno())
         tmp.replace(self.jsonl_path)
-        _fsync_dir(self.campaign_dir)
+        fsync_dir(self.campaign_dir)
         self._needs_newline = False
         return self.side_path
 
@@ -473,15 +474,6 @@ def _probe_writable(directory: Path, jsonl: Path) -> None:
             f"{err.filename or directory}); no trial could be recorded. Fix its permissions or "
             "free disk space, or pick another directory, before starting the campaign"
         ) from err
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a created or replaced file's directory entry durable, not just its bytes."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _canonical(record: TrialRecord) -> TrialRecord:
