@@ -235,7 +235,7 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
                   f"{summary.rejected} rejected, {summary.stress_runs} stress runs"
                   + (f"; best {best.trial_id} val_bpb {best.val_bpb:.4f}" if best else "")
                   + (" (stopped early; run the same command to resume)"
-                     if summary.stopped_early else ""))
+                     if summary.stopped_early else ""), soft_wrap=True)
 
 
 def open_store(campaign: str, *, readonly: bool) -> TrajectoryStore:

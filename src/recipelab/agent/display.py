@@ -28,7 +28,7 @@ class CampaignProgress:
         self._task: TaskID | None = None
         if console.is_terminal:
             self._progress = Progress(
-                TextColumn("[bold]proxy trials"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("[bold]proxy trials"), BarColumn(bar_width=20), MofNCompleteColumn(),
                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                 TextColumn("{task.fields[best]}  {task.fields[current]}"),
                 console=console)

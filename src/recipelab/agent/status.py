@@ -28,8 +28,8 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord]) -> S
                       key=lambda r: (r.val_bpb, r.trial_id))
     walls = [r.metrics["wall_s"] for r in trained if r.metrics.get("wall_s") is not None]
     eta = ""
-    if settings.iterations is not None and walls:
-        left = max(0, settings.iterations - len(trained))
+    left = max(0, (settings.iterations or 0) - len(trained))
+    if left and walls:
         eta = f", ETA {left * statistics.median(walls) / 60:.1f} min for the proxy trials"
     budget = f"/{settings.iterations}" if settings.iterations is not None else ""
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
