@@ -291,8 +291,7 @@ class Campaign:
                       timeout_s=self.settings.trial_timeout_s)
 
     def _propose(self) -> Proposal | None:
-        if self._baseline_id() is None and not any(
-                r.proposer == BASELINE_PROPOSER for r in self._trained_proxies()):
+        if not any(r.proposer == BASELINE_PROPOSER for r in self._trained_proxies()):
             return Proposal.from_edit(self.baseline, None, {},
                                       "baseline: the unedited proxy of the target",
                                       BASELINE_PROPOSER)

@@ -8,7 +8,7 @@ from typing import Any
 
 from recipelab.guardrails import DeviceInfo, Measurement
 from recipelab.proposer import Observation, Proposal
-from recipelab.recipe import Recipe
+from recipelab.recipe import Recipe, flatten
 from recipelab.trainer.device import code_version
 from recipelab.trainer.spec import TrialResult
 from recipelab.trajectory.record import TrialRecord
@@ -51,7 +51,9 @@ def as_proposal(record: TrialRecord) -> Proposal:
 
 
 def as_observation(record: TrialRecord) -> Observation:
-    knobs = Recipe.model_validate(record.recipe).knobs() if record.fingerprint else {}
+    # A record's recipe is already the dumped Recipe, so flattening it gives Recipe.knobs()
+    # without validating every past trial again on every iteration.
+    knobs = flatten(record.recipe) if record.fingerprint else {}
     return Observation(trial_id=record.trial_id, status=record.status, knobs=knobs,
                        val_bpb=record.val_bpb, reason=record.reason,
                        reasons=tuple(record.reasons), proposer=record.proposer,

@@ -5,6 +5,7 @@ on the paths that need them, so the CPU path never touches them."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import platform
 import resource
@@ -137,6 +138,7 @@ def _library_versions() -> dict[str, str]:
     return versions
 
 
+@functools.cache
 def code_version() -> str:
     """The git commit of the source tree when it is a checkout, else the package version."""
     source = Path(__file__).resolve().parents[3]
