@@ -34,8 +34,11 @@ lint: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 
+# The store's conformance tests run on a real PostgreSQL server too: started here (installed
+# with apt-get first on a fresh machine), stopped again when pytest ends.
 test: lint $(VENV)/.llm-test-deps
-	$(BIN)/pytest -q
+	bash scripts/start-test-postgres >/dev/null
+	status=0; $(BIN)/pytest -q || status=$$?; bash scripts/stop-test-postgres; exit $$status
 
 bench: setup
 	$(BIN)/python bench/trainer_throughput.py

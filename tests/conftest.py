@@ -24,6 +24,19 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_memory_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Campaigns and sweeps under test record peaks in a memory model of their own, never in
+    the user's (trainer and CLI subprocesses inherit the variable)."""
+    before = os.environ.get("RECIPELAB_MEMORY_MODEL")
+    os.environ["RECIPELAB_MEMORY_MODEL"] = str(tmp_path_factory.mktemp("memory") / "model.json")
+    yield
+    if before is None:
+        os.environ.pop("RECIPELAB_MEMORY_MODEL", None)
+    else:
+        os.environ["RECIPELAB_MEMORY_MODEL"] = before
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> CorpusSpec:
     """The built-in python-docs corpus, tokenized once per session into a private cache."""

@@ -10,18 +10,22 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from recipelab.agent import settings as settings_store
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.events import EVENTS_FILE, read_events, render_event
 from recipelab.agent.executor import LocalExecutor
+from recipelab.agent.executor_ray import RayUnavailable
 from recipelab.agent.lock import CampaignLock, CampaignLocked
 from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
 from recipelab.agent.status import campaign_status
+from recipelab.fsutil import is_disk_full
 from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory import StoreError, TrajectoryStore
+from recipelab.trajectory.record import TrialRecord
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="An autonomous recipe lab for pretraining campaigns.")
@@ -35,7 +39,7 @@ def root() -> None:
 
 
 def fail(message: str) -> NoReturn:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -128,6 +132,72 @@ def train(
         raise typer.Exit(1)
 
 
+@app.command()
+def envelope(
+    preset: Annotated[str, typer.Option(help=f"proxy preset: {', '.join(PROXY_PRESETS)}")] = "cpu",
+    target: Annotated[str | None, typer.Option(
+        help=f"target architecture: {', '.join(TARGETS)} (default: the preset's)")] = None,
+    budget: Annotated[int | None, typer.Option(help="proxy parameter budget")] = None,
+    corpus: Annotated[str, typer.Option(help="python-docs, python-source, or a path")] = "python-docs",
+    batch: Annotated[str, typer.Option(help="batch sizes to sweep, comma-separated")] = "2,4,8,16",
+    seq_len: Annotated[str | None, typer.Option(
+        help="sequence lengths, comma-separated (default: the preset's and twice it)")] = None,
+    precision: Annotated[str | None, typer.Option(
+        help="precisions, comma-separated; gains are over the first "
+        "(default: each of fp32, bf16, fp8 this hardware supports)")] = None,
+    steps: Annotated[int, typer.Option(help="optimizer steps per point")] = 20,
+    warmup: Annotated[int, typer.Option(help="first steps of each point left out of the timing")] = 5,
+    memory_limit: Annotated[str | None, typer.Option(
+        help="address-space cap per point (RLIMIT_AS), e.g. 6GiB: a point over it is an OOM")] = None,
+    timeout: Annotated[float, typer.Option(help="seconds per point before it is killed")] = 900.0,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    out: Annotated[Path | None, typer.Option(
+        help="output directory (default: envelope/<device>-<preset>)")] = None,
+) -> None:
+    """Sweep batch x sequence x precision: throughput, step time, peak memory, plateau, and
+    the fitted memory line the guardrail then uses."""
+    from recipelab.agent import envelope as env
+    from recipelab.agent.events import campaign_logger
+    from recipelab.guardrails import detect_device
+    from recipelab.recipe import get_target
+
+    if device not in ("auto", "cpu", "cuda"):
+        fail(f"--device takes auto, cpu or cuda; got {device!r}")
+    base = resolve_recipe(preset, None, target, budget, None, None)
+    try:  # every value the user typed is checked before torch is imported
+        batches = env.parse_ints(batch, "--batch")
+        seq_lens = env.parse_ints(seq_len, "--seq-len") if seq_len else env.default_seq_lens(base)
+        chosen = env.parse_precisions(precision) if precision else None
+        limit = env.parse_bytes(memory_limit) if memory_limit else None
+        base.apply({"seq_len": max(seq_lens), "batch_size": max(batches)})
+        machine = detect_device()
+        axes = env.SweepAxes(batch_sizes=batches, seq_lens=seq_lens, steps=steps, warmup=warmup,
+                             precisions=chosen or env.supported_precisions(base, get_target(
+                                 target or PROXY_PRESETS[preset].default_target), machine))
+    except (ValueError, ValidationError) as error:
+        fail(str(error))
+    out_dir = out or env.default_out_dir(machine, preset)
+    console.print(f"envelope of the {base.param_count():,}-parameter {preset} proxy on "
+                  f"{machine.name}: {len(axes.batch_sizes) * len(axes.seq_lens)} points per "
+                  f"precision ({', '.join(axes.precisions)}) → {out_dir}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log, sink = campaign_logger(f"envelope-{preset}", out_dir, errors)
+    executor = LocalExecutor(warm=False, memory_limit_bytes=limit)  # no worker competing with a timed point
+    try:
+        report = env.sweep(
+            base, axes, get_target(target or PROXY_PRESETS[preset].default_target), machine,
+            executor, out_dir, CorpusSpec(source=corpus), trial_device=device,  # type: ignore[arg-type]
+            timeout_s=timeout, memory_limit_bytes=limit, on_point=env.point_logger(log))
+    finally:
+        executor.close()
+        sink.close()
+    console.print(env.render_table(report))
+    for line in env.describe_fits(report):
+        console.print(line, markup=False, soft_wrap=True)
+    for path in env.write_outputs(report, out_dir):
+        console.print(f"wrote {path}", markup=False)
+
+
 def campaign_dir(campaign: str) -> Path:
     """A campaign given by path, or by name under ./campaigns."""
     path = Path(campaign)
@@ -166,6 +236,8 @@ def run(
     trial_timeout: Annotated[float | None, typer.Option(help="seconds per proxy trial")] = None,
     promote: Annotated[int | None, typer.Option(help="finalists promoted to stress runs")] = None,
     stress_steps: Annotated[int | None, typer.Option(help="steps of each stress run")] = None,
+    fidelity: Annotated[int | None, typer.Option(
+        help="also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement")] = None,
     proposer: Annotated[str | None, typer.Option(
         help="classical, llm or hybrid (default: hybrid when an LLM is configured)")] = None,
     llm_base_url: Annotated[str | None, typer.Option(
@@ -185,6 +257,21 @@ def run(
         help="device memory kept free for an LLM server sharing the GPU")] = None,
     searchable: Annotated[list[str] | None, typer.Option(
         help="shape knob allowed to leave the target's value, e.g. shape.qk_norm")] = None,
+    calibrate_from: Annotated[list[str] | None, typer.Option(
+        help="an earlier campaign's directory or trajectory.jsonl to learn from (repeatable)")
+    ] = None,
+    noise_seeds: Annotated[int | None, typer.Option(
+        help="baseline seeds measuring the noise floor, counted in --iterations "
+        "(default 3; 1 disables)")] = None,
+    executor: Annotated[str | None, typer.Option(
+        help="where trials run: local (default) or ray (pip install 'recipelab[ray]')")] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        help="Ray cluster: auto (the one 'ray start' set up here) or HOST:PORT "
+        "(default: a new Ray instance on this machine)")] = None,
+    parallel: Annotated[int | None, typer.Option(help="trials in flight at once (default 1)")] = None,
+    db: Annotated[str | None, typer.Option(
+        help="trajectory database URL, e.g. postgresql+psycopg://user@host/db "
+        "(default: SQLite in the campaign directory)")] = None,
 ) -> None:
     """Start a campaign, or resume it: the same command again picks up where it stopped."""
     directory = directory or default_campaign_dir(name)
@@ -192,11 +279,16 @@ def run(
         "target": target, "preset": preset, "budget": budget,
         "corpus": {"source": corpus} if corpus else None, "iterations": iterations,
         "hours": hours, "until": until, "trial_timeout_s": trial_timeout, "promote": promote,
-        "stress_steps": stress_steps, "proposer": proposer, "sampler": sampler, "seed": seed,
+        "stress_steps": stress_steps, "fidelity": fidelity,
+        "proposer": proposer, "sampler": sampler, "seed": seed,
         "llm_base_url": llm_base_url, "llm_model": llm_model, "llm_share": llm_share,
         "llm_structured_output": llm_structured_output,
         "device": device, "memory_reserve_gib": memory_reserve_gib,
         "searchable": tuple(searchable) if searchable else None,
+        "calibrate_from": tuple(str(Path(p).resolve()) for p in calibrate_from)
+        if calibrate_from else None,
+        "noise_seeds": noise_seeds,
+        "executor": executor, "ray_address": ray_address, "parallel": parallel, "db": db,
     }.items() if value is not None}
     settings = resolve_settings(directory, name, given)
     if settings.iterations is None and settings.hours is None and settings.until is None:
@@ -209,13 +301,15 @@ def stress(
     campaign: Annotated[str, typer.Argument(help="campaign name or directory")] = "default",
     promote: Annotated[int | None, typer.Option(help="finalists promoted to stress runs")] = None,
     stress_steps: Annotated[int | None, typer.Option(help="steps of each stress run")] = None,
+    fidelity: Annotated[int | None, typer.Option(
+        help="also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement")] = None,
 ) -> None:
     """Promote the best proxy trials to stress runs now (skips those already run)."""
     directory = campaign_dir(campaign)
     if settings_store.load(directory) is None:
         fail(f"no campaign at {directory}: start one with 'recipelab run'")
-    given = {k: v for k, v in {"promote": promote, "stress_steps": stress_steps}.items()
-             if v is not None}
+    given = {k: v for k, v in {"promote": promote, "stress_steps": stress_steps,
+                               "fidelity": fidelity}.items() if v is not None}
     settings = resolve_settings(directory, directory.name, given)
     start_campaign(settings, directory, stress_only=True)
 
@@ -226,14 +320,21 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
         campaign = Campaign(settings, directory, console=errors)
         settings_store.save(settings, directory)
         summary = campaign.run(stress_only=stress_only)
-    except (CampaignLocked, StoreError, SettingsError, ProxyBudgetError) as error:
+    except (CampaignLocked, StoreError, SettingsError, ProxyBudgetError, RayUnavailable) as error:
         fail(str(error))
     except OSError as error:
-        fail(f"cannot use campaign directory {directory}: {error}")
+        fix = "free some space on its disk" if is_disk_full(error) else "make it writable"
+        fail(f"cannot use campaign directory {directory}: {error}. {fix.capitalize()} and run "
+             "the same command again (it resumes), or start over with another --dir.")
     best = summary.best
+    winner = summary.winner
     console.print(f"campaign {settings.name}: {summary.proxy_trials} proxy trials, "
                   f"{summary.rejected} rejected, {summary.stress_runs} stress runs"
                   + (f"; best {best.trial_id} val_bpb {best.val_bpb:.4f}" if best else "")
+                  + (f"; winner {winner.record.trial_id}, mean val_bpb {winner.mean_val_bpb:.4f} "
+                     f"over {winner.seeds} seed(s)"
+                     + (", within the noise floor of the baseline" if winner.within_noise else "")
+                     if winner else "")
                   + (" (stopped early; run the same command to resume)"
                      if summary.stopped_early else ""), soft_wrap=True)
 
@@ -244,9 +345,18 @@ def open_store(campaign: str, *, readonly: bool) -> TrajectoryStore:
     if saved is None:
         fail(f"no campaign at {directory}: start one with 'recipelab run --name NAME ...'")
     try:
-        return TrajectoryStore(directory, saved.name, readonly=readonly)
+        return TrajectoryStore(directory, saved.name, readonly=readonly, db_url=saved.db)
     except StoreError as error:
         fail(str(error))
+
+
+def read_campaign(campaign: str) -> tuple[CampaignSettings, list[TrialRecord]]:
+    """A campaign's saved settings and every record, read without disturbing a running one."""
+    with open_store(campaign, readonly=True) as store:
+        records = store.records()
+    settings = settings_store.load(campaign_dir(campaign))
+    assert settings is not None, "open_store() refuses a directory without settings"
+    return settings, records
 
 
 def edit_text(edit: dict[str, Any]) -> str:
@@ -257,22 +367,106 @@ def edit_text(edit: dict[str, Any]) -> str:
 def status(campaign: Annotated[str, typer.Argument(help="campaign name or directory")] = "default"
            ) -> None:
     """Progress, the best 10 trials, the running trial and the ETA (safe while a campaign runs)."""
-    directory = campaign_dir(campaign)
-    with open_store(campaign, readonly=True) as store:
-        records = store.records()
-    settings = settings_store.load(directory)
-    assert settings is not None
+    settings, records = read_campaign(campaign)
     view = campaign_status(settings, records)
     console.print(view.headline)
     if view.running:
         console.print(f"running: {view.running}")
     table = Table(title="best proxy trials")
-    for column in ("trial", "val_bpb", "proposer", "edit", "stress"):
+    for line in (view.noise_line(), view.winner_line()):
+        if line:
+            console.print(line, soft_wrap=True)
+    for column in ("trial", "val_bpb", "vs baseline", "proposer", "edit", "stress"):
         table.add_column(column)
     for row in view.best:
-        table.add_row(row.trial_id, f"{row.val_bpb:.4f}", row.proposer, edit_text(row.edit),
+        table.add_row(row.trial_id, f"{row.val_bpb:.4f}", view.marks.get(row.trial_id, ""),
+                      row.proposer, edit_text(row.edit),
                       view.stress_verdicts.get(row.trial_id, ""))
     console.print(table)
+
+
+def _cost_option(envvar: str, help_text: str) -> Any:
+    return typer.Option(envvar=envvar, help=help_text, show_default=False)  # help shows the env var
+
+
+@app.command()
+def report(
+    campaign: Annotated[str, typer.Argument(help="campaign name or directory")] = "default",
+    gpu_peak_tflops: Annotated[float | None, _cost_option(
+        "RECIPELAB_GPU_PEAK_TFLOPS", "cloud GPU peak TFLOP/s (default 989, H100 dense BF16)")] = None,
+    mfu: Annotated[float | None, _cost_option("RECIPELAB_MFU", "assumed MFU (default 0.4)")] = None,
+    usd_per_gpu_hour: Annotated[float | None, _cost_option(
+        "RECIPELAB_COST_H100_USD_PER_HOUR", "cloud $ per GPU-hour (default 2.50)")] = None,
+    gpus: Annotated[int | None, _cost_option(
+        "RECIPELAB_COST_GPUS_PER_NODE", "GPUs of the cloud run (default 8)")] = None,
+) -> None:
+    """Write report/report.md (plots beside it) and a self-contained report/report.html."""
+    from recipelab.recipe import get_target
+    from recipelab.report import CloudRates, ReportContext, write_report
+
+    directory = campaign_dir(campaign)
+    settings, records = read_campaign(campaign)
+    given = {k: v for k, v in {"gpu_peak_flops": gpu_peak_tflops and gpu_peak_tflops * 1e12, "mfu": mfu,
+                               "usd_per_gpu_hour": usd_per_gpu_hour, "gpus": gpus}.items()
+             if v is not None}
+    try:
+        rates = CloudRates.model_validate(given)
+    except ValidationError as error:
+        fail(f"invalid cloud rates:\n{error}")
+    context = ReportContext(settings.name, get_target(settings.target or ""), settings.preset, rates)
+    markdown, page = write_report(directory, records, context)
+    console.print(f"wrote {markdown} and {page}", markup=False)
+
+
+@app.command()
+def cost(
+    campaign: Annotated[str | None, typer.Argument(
+        help="a campaign whose measured iterations, wall time and energy replace the defaults")] = None,
+    iterations: Annotated[int | None, _cost_option("RECIPELAB_COST_ITERATIONS", "proxy iterations (100)")
+                          ] = None,
+    seconds_per_iteration: Annotated[float | None, _cost_option(
+        "RECIPELAB_COST_SECONDS_PER_ITERATION", "seconds per iteration (88)")] = None,
+    h100_usd_per_hour: Annotated[float | None, _cost_option(
+        "RECIPELAB_COST_H100_USD_PER_HOUR", "H100 $ per GPU-hour (2.50)")] = None,
+    gpus_per_node: Annotated[int | None, _cost_option("RECIPELAB_COST_GPUS_PER_NODE", "GPUs per node (8)")
+                             ] = None,
+    target_scale: Annotated[float | None, _cost_option(
+        "RECIPELAB_COST_TARGET_SCALE", "how many times slower a target-scale iteration is (60)")] = None,
+    spark_watts: Annotated[float | None, _cost_option("RECIPELAB_COST_SPARK_WATTS", "Spark power, W (240)")
+                           ] = None,
+    usd_per_kwh: Annotated[float | None, _cost_option(
+        "RECIPELAB_COST_USD_PER_KWH", "electricity $/kWh (0.13)")] = None,
+    spark_price: Annotated[float | None, _cost_option(
+        "RECIPELAB_COST_SPARK_PRICE_USD", "Spark price $ (5000)")] = None,
+    spark_years: Annotated[float | None, _cost_option(
+        "RECIPELAB_COST_SPARK_YEARS", "years the Spark is amortised over (1.5)")] = None,
+    wrong_pick_rate: Annotated[float | None, _cost_option(
+        "RECIPELAB_COST_WRONG_PICK_RATE", "chance a blind booking picks a bad recipe (0.5)")] = None,
+    small_campaign_usd: Annotated[float | None, _cost_option(
+        "RECIPELAB_COST_SMALL_CAMPAIGN_USD", "$ of the small cloud campaign at stake (3360)")] = None,
+) -> None:
+    """Print the cost arithmetic as JSON: a night of search here against H100 rental."""
+    from recipelab.report.cost import compute_cost, measured_inputs, resolve_inputs
+
+    given = {k: v for k, v in {
+        "iterations": iterations, "seconds_per_iteration": seconds_per_iteration,
+        "h100_usd_per_gpu_hour": h100_usd_per_hour, "gpus_per_node": gpus_per_node,
+        "target_scale_factor": target_scale, "spark_power_w": spark_watts,
+        "electricity_usd_per_kwh": usd_per_kwh, "spark_price_usd": spark_price,
+        "spark_amortisation_years": spark_years, "wrong_pick_rate": wrong_pick_rate,
+        "small_campaign_usd": small_campaign_usd}.items() if v is not None}
+    measured = None
+    if campaign is not None:
+        with open_store(campaign, readonly=True) as store:
+            measured = measured_inputs(store.records())
+        if not measured:
+            fail(f"campaign {campaign!r} has no trained proxy trial to measure yet; "
+                 "run it first, or drop the argument to use the published assumptions")
+    try:
+        inputs, sources = resolve_inputs(given, measured)
+    except ValidationError as error:
+        fail(f"invalid cost inputs:\n{error}")
+    typer.echo(json.dumps(compute_cost(inputs, sources).published(), indent=2))
 
 
 @app.command()
@@ -296,35 +490,35 @@ def logs(
         pass
 
 
-db = typer.Typer(help="The trajectory's SQLite index.", no_args_is_help=True)
+db = typer.Typer(help="The trajectory's index (SQLite, or the --db database).", no_args_is_help=True)
 app.add_typer(db, name="db")
 
 
 @db.command("rebuild")
 def db_rebuild(campaign: Annotated[str, typer.Argument(help="campaign name or directory")]
                = "default") -> None:
-    """Recreate the SQLite index from trajectory.jsonl (take the campaign's lock first)."""
+    """Recreate the index (SQLite, or the campaign's rows in --db) from trajectory.jsonl."""
     directory = campaign_dir(campaign)
     try:
         with CampaignLock(directory), open_store(campaign, readonly=False) as store:
             count = store.rebuild()
     except CampaignLocked as error:
         fail(str(error))
-    console.print(f"rebuilt {directory / TrajectoryStore.SQLITE} with {count} trials")
+    console.print(f"rebuilt {store.index_name} with {count} trials", markup=False)
 
 
 @db.command("check")
 def db_check(campaign: Annotated[str, typer.Argument(help="campaign name or directory")]
              = "default") -> None:
-    """Report whether trajectory.jsonl and the SQLite index agree (exit 1 when they do not)."""
+    """Report whether trajectory.jsonl and the index agree (exit 1 when they do not)."""
     with open_store(campaign, readonly=True) as store:
         problems = store.check()
     for problem in problems:
         console.print(f"- {problem}", markup=False)
     if problems:
-        console.print("they disagree: run 'recipelab db rebuild' to recreate SQLite from JSONL")
+        console.print("they disagree: run 'recipelab db rebuild' to recreate the index from JSONL")
         raise typer.Exit(1)
-    console.print("trajectory.jsonl and SQLite agree")
+    console.print(f"trajectory.jsonl and {store.index_label} agree", markup=False)
 
 
 def main() -> None:

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 from pathlib import Path
+
+# How a full disk looks to a writer: no space, a file over RLIMIT_FSIZE, or a quota.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+
+
+def is_disk_full(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS
 
 
 def fsync_dir(path: Path) -> None:
@@ -22,11 +31,16 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     over the destination (rename is atomic within one filesystem).
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a half-written file must not hold on to space on a full disk
+        raise
     fsync_dir(path.parent)
 
 

@@ -23,7 +23,7 @@ from recipelab.trainer.spec import CorpusSpec
 def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
     return CampaignSettings(name="tiny", preset="tiny", iterations=3, promote=1,
                             stress_steps=30, stress_log_every=10, stress_checkpoint_every=10,
-                            corpus=corpus, trial_timeout_s=120)
+                            corpus=corpus, trial_timeout_s=120, noise_seeds=1)
 
 
 class ScriptedProposer(Proposer):

@@ -18,35 +18,10 @@ from recipelab.agent.settings import CampaignSettings, save
 from recipelab.trajectory import TrajectoryStore
 
 from .conftest import events, read_jsonl, run_cli, wait_for
+from .processes import kill_orchestrator, open_paths, trainer_children
 
 TINY_RUN = ("run", "--name", "kill", "--preset", "tiny", "--iterations", "3", "--promote", "1",
             "--stress-steps", "150")
-
-
-def trainer_children(pid: int) -> list[psutil.Process]:
-    found = []
-    for child in psutil.Process(pid).children(recursive=True):
-        try:
-            if "recipelab.trainer" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.Error:  # exited (or a zombie) while we looked
-            continue
-    return found
-
-
-def open_paths(process: psutil.Process) -> set[str]:
-    try:
-        return {f.path for f in process.open_files()}
-    except psutil.Error:
-        return set()
-
-
-def kill_orchestrator(pid: int) -> None:
-    """SIGKILL the orchestrator; its trainer workers must not outlive it."""
-    children = trainer_children(pid)
-    os.kill(pid, signal.SIGKILL)
-    _, alive = psutil.wait_procs(children, timeout=30)
-    assert not alive, "trainer workers outlived their orchestrator"
 
 
 def test_sigkill_mid_trial_and_mid_stress_run_then_restart_loses_and_duplicates_nothing(

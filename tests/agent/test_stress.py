@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from recipelab.agent.stress import judge_stress
+from recipelab.agent.stress import judge_stress, mid_ranked
 
 
 def curve(losses: list[float], grads: list[float] | None = None) -> list[dict[str, float]]:
@@ -61,3 +61,9 @@ def test_a_grad_norm_far_above_its_running_median_is_a_spike() -> None:
 def test_an_early_grad_norm_without_history_is_not_called_a_spike() -> None:
     grads = [30.0, 1.0] + [1.0] * 18
     assert judge_stress(curve(decaying(), grads)).verdict == "stable"
+
+
+@pytest.mark.parametrize(("n", "k", "picked"), [
+    (10, 3, [1, 5, 8]), (4, 2, [1, 3]), (5, 1, [2]), (2, 5, [0, 1]), (7, 0, [])])
+def test_mid_ranked_picks_spread_evenly_over_the_ranking(n: int, k: int, picked: list[int]) -> None:
+    assert mid_ranked(list(range(n)), k) == picked

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recipelab.proposer import ClassicalProposer, Knob, SearchSpace, default_space
+from recipelab.proposer import ClassicalProposer, Knob, Observation, SearchSpace, default_space
 from recipelab.proposer.classical import HYPOTHESIS_CHARS, hypothesis_line
 from recipelab.recipe import Recipe, proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
@@ -162,3 +162,26 @@ def test_rejects_an_unknown_sampler() -> None:
     with pytest.raises(ValueError, match="unknown sampler 'bohb'"):
         make("bohb")
 
+
+
+def test_a_point_in_flight_is_not_proposed_again() -> None:
+    shape = SearchSpace((Knob("shape.qk_norm", choices=(True, False)),))
+    in_flight = Observation(trial_id="p0001", status="running",
+                            knobs=BASELINE.apply({"shape.qk_norm": True}).knobs(),
+                            proposer="classical-tpe")
+    assert make(space=shape).propose([in_flight], 3) == []
+
+
+def test_trials_in_flight_steer_tpe_as_running_trials() -> None:
+    """Constant liar: the same points in flight (running) or lost (interrupted, ignored)
+    give different batches, and none repeats a point in flight."""
+    history = synthetic_history(BASELINE, 24, statuses=("complete",))
+    running = [dataclasses.replace(obs, trial_id=f"r{i}", status="running", val_bpb=None)
+               for i, obs in enumerate(synthetic_history(BASELINE, 6, seed=7))]
+    lost = [dataclasses.replace(obs, status="interrupted") for obs in running]
+    batch = make().propose(history + running, 4)
+    assert len(batch) == 4
+    assert batch != make().propose(history + lost, 4)
+    in_flight = {tuple(sorted(obs.knobs.items())) for obs in running}
+    assert all(tuple(sorted(Recipe.model_validate(p.candidate).knobs().items())) not in in_flight
+               for p in batch)

@@ -208,3 +208,14 @@ def test_a_real_llm_that_is_down_falls_back(fake: FakeOpenAI) -> None:
     llm.close()
     assert proposal.proposer == "classical-tpe"
     assert proposal.artifacts[FALLBACK_ARTIFACT].startswith(f"LLM endpoint {url}: not ready")
+
+
+def test_a_batch_asks_the_llm_once_for_its_turns_among_the_slots_after_those_in_flight(
+        classical: Recording, llm: Recording) -> None:
+    hybrid = HybridProposer(classical, llm, llm_share=0.5)
+    running = Observation(trial_id="p0002", status="running", knobs=BASELINE.knobs(),
+                          proposer="classical")
+    # two trials finished and one in flight: the batch covers iterations 3, 4, 5 and 6
+    batch = hybrid.propose([trial(0), trial(1), running], 4)
+    assert [p.proposer for p in batch] == ["llm", "classical", "llm", "classical"]
+    assert len(llm.calls) == 1 and len(classical.calls) == 1

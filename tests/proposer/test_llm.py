@@ -37,6 +37,7 @@ from tests.proposer.fake_openai import (
     MODEL_ID,
     TEST_API_KEY,
     FakeOpenAI,
+    Reply,
     error,
     fake_openai_fixture,  # noqa: F401 - the `fake` fixture
     fast_config,
@@ -205,9 +206,43 @@ def test_the_prompt_budget_is_configurable(fake: FakeOpenAI, make_llm: MakeLLM) 
     assert sum(len(message["content"]) for message in messages) <= 1_500
 
 
-def test_n_proposals_take_one_call_each(fake: FakeOpenAI, make_llm: MakeLLM) -> None:
-    assert len(make_llm().propose([], 3)) == 3
-    assert len(fake.chat_requests()) == 3
+BATCH: list[dict[str, Any]] = [{"optimizer.lr": 0.002},
+                               {"optimizer.lr": 0.004, "schedule.kind": "linear"},
+                               {"schedule.warmup_steps": 0}]
+
+
+def batch_reply(edits: list[dict[str, Any]]) -> Reply:
+    return text(json.dumps({"edits": [{"edit": edit, "hypothesis": f"try {i}"}
+                                      for i, edit in enumerate(edits)]}))
+
+
+def test_n_proposals_come_from_one_call_replying_with_a_list_of_edits(
+        fake: FakeOpenAI, make_llm: MakeLLM) -> None:
+    fake.script(batch_reply(BATCH))
+    proposals = make_llm().propose([], 3)
+    assert [p.edit for p in proposals] == BATCH
+    assert [p.hypothesis for p in proposals] == ["try 0", "try 1", "try 2"]
+    [request] = fake.chat_requests()
+    assert "3 trials will train at the same time" in last_user_message(request.body)
+    schema = request.body["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["edits"]["maxItems"] == 3
+
+
+def test_a_single_edit_where_several_were_asked_for_is_a_batch_of_one(
+        fake: FakeOpenAI, make_llm: MakeLLM) -> None:
+    fake.script(good())
+    assert [p.edit for p in make_llm().propose([], 3)] == [GOOD_EDIT]
+    assert len(fake.chat_requests()) == 1
+
+
+def test_a_batch_longer_than_asked_or_outside_the_space_is_asked_again(
+        fake: FakeOpenAI, make_llm: MakeLLM) -> None:
+    fake.script(batch_reply([*BATCH, {"optimizer.lr": 0.003}]),
+                batch_reply([{"optimizer.lr": 99.0}]), batch_reply(BATCH[:2]))
+    assert [p.edit for p in make_llm().propose([], 3)] == BATCH[:2]
+    _, second, third = (r.body for r in fake.chat_requests())
+    assert "at most 3 items" in last_user_message(second)
+    assert "optimizer.lr" in last_user_message(third)
 
 
 def test_the_model_is_the_first_one_the_server_lists(fake: FakeOpenAI, make_llm: MakeLLM) -> None:

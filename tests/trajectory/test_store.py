@@ -1,7 +1,11 @@
-"""The trajectory store keeps JSONL and SQLite in agreement through crashes and damage."""
+"""The trajectory store keeps JSONL and its index in agreement through crashes and damage.
+
+A conformance suite: every specification that is not about the SQLite file itself runs on
+both index backends, SQLite in the campaign directory and a real PostgreSQL server."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -14,13 +18,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sqlalchemy import create_engine, text
 
 from recipelab.trajectory import ReconcileReport, StoreError, TrajectoryStore, TrialRecord
 
@@ -39,10 +44,8 @@ def jsonl_lines(campaign_dir: Path) -> list[str]:
     return (campaign_dir / TrajectoryStore.JSONL).read_text().splitlines()
 
 
-def delete_row(campaign_dir: Path, trial_id: str) -> None:
-    with sqlite3.connect(campaign_dir / TrajectoryStore.SQLITE) as db:
-        db.execute("DELETE FROM trials WHERE trial_id = ?", (trial_id,))
-    db.close()
+StoreOpener = Callable[..., TrajectoryStore]
+RowDeleter = Callable[[Path, str], None]
 
 
 @pytest.fixture
@@ -51,8 +54,32 @@ def campaign_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(campaign_dir: Path) -> Iterator[TrajectoryStore]:
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as opened:
+def open_store(db_url: str | None) -> StoreOpener:
+    """``TrajectoryStore`` on the index backend under test (SQLite, then PostgreSQL)."""
+    return functools.partial(TrajectoryStore, db_url=db_url)
+
+
+@pytest.fixture
+def delete_row(db_url: str | None) -> RowDeleter:
+    """Damage the index behind the store's back: drop one row."""
+    def delete(campaign_dir: Path, trial_id: str) -> None:
+        if db_url is None:
+            with sqlite3.connect(campaign_dir / TrajectoryStore.SQLITE) as db:
+                db.execute("DELETE FROM trials WHERE trial_id = ?", (trial_id,))
+            db.close()
+            return
+        engine = create_engine(db_url)
+        with engine.begin() as connection:
+            connection.execute(text("DELETE FROM trials WHERE campaign = :c AND trial_id = :t"),
+                               {"c": CAMPAIGN, "t": trial_id})
+        engine.dispose()
+
+    return delete
+
+
+@pytest.fixture
+def store(campaign_dir: Path, open_store: StoreOpener) -> Iterator[TrajectoryStore]:
+    with open_store(campaign_dir, CAMPAIGN) as opened:
         opened.reconcile()
         yield opened
 
@@ -78,14 +105,14 @@ def test_appended_record_is_listed_written_once_and_equal_in_both_files(
 
 
 def test_second_terminal_record_for_a_trial_raises_and_writes_nothing(
-    store: TrajectoryStore, campaign_dir: Path
+    open_store: StoreOpener, store: TrajectoryStore, campaign_dir: Path
 ) -> None:
     store.append(make("t1", val_bpb=1.5))
     before = (campaign_dir / TrajectoryStore.JSONL).read_bytes()
 
     with pytest.raises(StoreError, match="t1"):
         store.append(make("t1", status="failed", reason="nan"))
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as reopened, pytest.raises(StoreError):
+    with open_store(campaign_dir, CAMPAIGN) as reopened, pytest.raises(StoreError):
         reopened.append(make("t1", status="failed", reason="nan"))
 
     assert (campaign_dir / TrajectoryStore.JSONL).read_bytes() == before
@@ -93,13 +120,13 @@ def test_second_terminal_record_for_a_trial_raises_and_writes_nothing(
 
 
 def test_running_trial_left_by_a_crash_is_interrupted_once_in_both_files(
-    campaign_dir: Path,
+    open_store: StoreOpener, campaign_dir: Path,
 ) -> None:
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as crashed:
+    with open_store(campaign_dir, CAMPAIGN) as crashed:
         crashed.reconcile()
         crashed.mark_running(make("t1", status="running", started_at="2025-01-01T00:00:00"))
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         report = store.reconcile()
         [interrupted] = report.interrupted
         assert (interrupted.trial_id, interrupted.status, interrupted.reason) == (
@@ -113,21 +140,21 @@ def test_running_trial_left_by_a_crash_is_interrupted_once_in_both_files(
         assert store.get("t1") == interrupted
         assert store.reconcile().interrupted == []
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as later:
+    with open_store(campaign_dir, CAMPAIGN) as later:
         assert later.reconcile().interrupted == []
         assert len(jsonl_lines(campaign_dir)) == 1
 
 
 def test_truncated_last_line_is_set_aside_and_appends_continue_on_their_own_line(
-    campaign_dir: Path,
+    open_store: StoreOpener, campaign_dir: Path,
 ) -> None:
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         store.append(make("t1"))
     half = make("t2").to_json_line()[:40]
     with (campaign_dir / TrajectoryStore.JSONL).open("a") as jsonl:
         jsonl.write(half)
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         report = store.reconcile()
         assert report.set_aside == [half]
         assert report.side_file == campaign_dir / TrajectoryStore.REJECTED
@@ -142,42 +169,44 @@ def test_truncated_last_line_is_set_aside_and_appends_continue_on_their_own_line
 
 
 def test_append_after_a_partial_tail_starts_its_own_line_even_before_reconcile(
-    campaign_dir: Path,
+    open_store: StoreOpener, campaign_dir: Path,
 ) -> None:
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         store.append(make("t1"))
     with (campaign_dir / TrajectoryStore.JSONL).open("a") as jsonl:
         jsonl.write('{"campaign": "c1", "tri')
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         store.append(make("t2"))
     assert jsonl_lines(campaign_dir)[2] == make("t2").to_json_line()
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         assert len(store.reconcile().set_aside) == 1
         assert [r.trial_id for r in store.records()] == ["t1", "t2"]
 
 
-def test_corrupt_line_in_the_middle_is_set_aside(campaign_dir: Path) -> None:
+def test_corrupt_line_in_the_middle_is_set_aside(open_store: StoreOpener, campaign_dir: Path) -> None:
     lines = [make("t1").to_json_line(), "not json at all", make("t2").to_json_line()]
     campaign_dir.mkdir()
     (campaign_dir / TrajectoryStore.JSONL).write_text("\n".join(lines) + "\n")
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         report = store.reconcile()
         assert report.set_aside == ["not json at all"]
         assert jsonl_lines(campaign_dir) == [lines[0], lines[2]]
         assert [r.trial_id for r in store.records()] == ["t1", "t2"]
 
 
-def test_duplicate_terminal_record_in_the_jsonl_keeps_the_first(campaign_dir: Path) -> None:
+def test_duplicate_terminal_record_in_the_jsonl_keeps_the_first(
+    open_store: StoreOpener, campaign_dir: Path,
+) -> None:
     first, second = make("t1", val_bpb=1.0), make("t1", status="failed", reason="oom")
     campaign_dir.mkdir()
     (campaign_dir / TrajectoryStore.JSONL).write_text(
         f"{first.to_json_line()}\n{second.to_json_line()}\n"
     )
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         [clipped] = store.reconcile().set_aside
         assert second.to_json_line().startswith(clipped.removesuffix("…"))
         assert store.records() == store.jsonl_records() == [first]
@@ -185,22 +214,24 @@ def test_duplicate_terminal_record_in_the_jsonl_keeps_the_first(campaign_dir: Pa
     assert json.loads(entry)["text"] == second.to_json_line()
 
 
-def test_non_terminal_record_in_the_jsonl_is_set_aside(campaign_dir: Path) -> None:
+def test_non_terminal_record_in_the_jsonl_is_set_aside(open_store: StoreOpener, campaign_dir: Path) -> None:
     campaign_dir.mkdir()
     (campaign_dir / TrajectoryStore.JSONL).write_text(make("t1", "running").to_json_line() + "\n")
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         assert len(store.reconcile().set_aside) == 1
         assert store.records() == []
 
 
-def test_jsonl_of_another_campaign_is_refused_rather_than_moved(campaign_dir: Path) -> None:
+def test_jsonl_of_another_campaign_is_refused_rather_than_moved(
+    open_store: StoreOpener, campaign_dir: Path,
+) -> None:
     campaign_dir.mkdir()
     foreign = make("t1").model_copy(update={"campaign": "other"})
     (campaign_dir / TrajectoryStore.JSONL).write_text(foreign.to_json_line() + "\n")
 
     with pytest.raises(StoreError, match="'other'"):
-        TrajectoryStore(campaign_dir, CAMPAIGN)
+        open_store(campaign_dir, CAMPAIGN)
     assert jsonl_lines(campaign_dir) == [foreign.to_json_line()]
 
 
@@ -245,25 +276,29 @@ def test_sqlite_of_an_older_schema_is_moved_aside_and_rebuilt(campaign_dir: Path
         assert store.records() == [make("t1")]
 
 
-def test_brand_new_campaign_reconciles_to_an_empty_report(campaign_dir: Path) -> None:
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+def test_brand_new_campaign_reconciles_to_an_empty_report(
+    open_store: StoreOpener, campaign_dir: Path,
+) -> None:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         empty = store.reconcile()
     assert empty == store.reconcile() == ReconcileReport([], [], [], None, rebuilt=False)
 
 
-def test_jsonl_record_missing_from_sqlite_is_inserted_by_reconcile(campaign_dir: Path) -> None:
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+def test_jsonl_record_missing_from_sqlite_is_inserted_by_reconcile(
+    open_store: StoreOpener, campaign_dir: Path,
+) -> None:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         store.append(make("t1"))
     with (campaign_dir / TrajectoryStore.JSONL).open("a") as jsonl:
         jsonl.write(make("t2", val_bpb=0.9).to_json_line() + "\n")
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         assert store.reconcile().inserted == ["t2"]
         assert store.get("t2") == make("t2", val_bpb=0.9)
 
 
 def test_check_is_empty_when_the_files_agree_and_names_the_trial_when_not(
-    store: TrajectoryStore, campaign_dir: Path
+    delete_row: RowDeleter, store: TrajectoryStore, campaign_dir: Path
 ) -> None:
     store.append(make("t1"))
     store.append(make("t2"))
@@ -276,14 +311,14 @@ def test_check_is_empty_when_the_files_agree_and_names_the_trial_when_not(
 
 
 def test_terminal_row_absent_from_the_jsonl_is_reported_then_removed(
-    campaign_dir: Path,
+    open_store: StoreOpener, campaign_dir: Path,
 ) -> None:
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         store.append(make("t1"))
         store.append(make("t2"))
     (campaign_dir / TrajectoryStore.JSONL).write_text(make("t1").to_json_line() + "\n")
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN) as store:
+    with open_store(campaign_dir, CAMPAIGN) as store:
         [problem] = store.check()
         assert "'t2'" in problem
         store.reconcile()
@@ -292,7 +327,7 @@ def test_terminal_row_absent_from_the_jsonl_is_reported_then_removed(
 
 
 def test_rebuild_returns_the_row_count_and_makes_check_empty(
-    store: TrajectoryStore, campaign_dir: Path
+    delete_row: RowDeleter, store: TrajectoryStore, campaign_dir: Path
 ) -> None:
     for trial_id in ("t1", "t2", "t3"):
         store.append(make(trial_id))
@@ -341,10 +376,10 @@ def test_mark_running_and_append_refuse_the_wrong_status_or_campaign(
 
 
 def test_readonly_store_reads_while_the_writer_is_open_and_refuses_to_write(
-    store: TrajectoryStore, campaign_dir: Path
+    open_store: StoreOpener, store: TrajectoryStore, campaign_dir: Path
 ) -> None:
     store.append(make("t1"))
-    with TrajectoryStore(campaign_dir, CAMPAIGN, readonly=True) as reader:
+    with open_store(campaign_dir, CAMPAIGN, readonly=True) as reader:
         store.append(make("t2"))
         assert [r.trial_id for r in reader.records()] == ["t1", "t2"]
         assert reader.check() == []
@@ -355,12 +390,12 @@ def test_readonly_store_reads_while_the_writer_is_open_and_refuses_to_write(
 
 
 def test_readonly_store_without_sqlite_indexes_the_jsonl_without_writing(
-    campaign_dir: Path,
+    open_store: StoreOpener, campaign_dir: Path,
 ) -> None:
     campaign_dir.mkdir()
     (campaign_dir / TrajectoryStore.JSONL).write_text(make("t1").to_json_line() + "\n")
 
-    with TrajectoryStore(campaign_dir, CAMPAIGN, readonly=True) as reader:
+    with open_store(campaign_dir, CAMPAIGN, readonly=True) as reader:
         assert reader.records() == [make("t1")]
     assert sorted(p.name for p in campaign_dir.iterdir()) == [TrajectoryStore.JSONL]
 

@@ -24,8 +24,11 @@ from rich.console import Console
 
 from recipelab.agent.display import CampaignProgress
 from recipelab.agent.events import campaign_logger
-from recipelab.agent.executor import Executor, LocalExecutor
+from recipelab.agent.executor import Executor, LocalExecutor, TrialHandle
+from recipelab.agent.executors import build_executor
 from recipelab.agent.lock import CampaignLock
+from recipelab.agent.memory_updates import learn_peak
+from recipelab.agent.priors import load_priors, log_priors
 from recipelab.agent.proposers import build_proposer
 from recipelab.agent.records import (
     agent_provenance,
@@ -35,18 +38,43 @@ from recipelab.agent.records import (
     proposal_fields,
     result_fields,
 )
+from recipelab.agent.seeds import (
+    Winner,
+    baseline_proposals,
+    name_winner,
+    noise_marks,
+    rank_finalists,
+    rerun_proposals,
+)
 from recipelab.agent.settings import CampaignSettings
-from recipelab.agent.stress import judge_stress
+from recipelab.agent.stress import judge_stress, mid_ranked
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, Verdict, detect_device, judge
 from recipelab.proposer import Observation, Proposal, Proposer, default_space
 from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
+from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.noise import NoiseFloor, noise_floor
 from recipelab.trajectory.record import TrialRecord, utc_now
 
 BASELINE_PROPOSER = "baseline"
 TRIALS_DIR = "trials"
 PROXY_LOG_EVERY = 10
+STRESS_ATTEMPTS = 5
+"""Interruptions after which a stress run is given up. Each attempt resumes from the last
+checkpoint, so a run killed with its orchestrator loses little; one that keeps being
+interrupted may itself be what brings the orchestrator down."""
+POLL_INTERVAL_S = 0.02
+
+
+@dataclass
+class InFlight:
+    """A trial handed to the executor whose result has not come back yet."""
+
+    record: TrialRecord
+    recipe: Recipe
+    handle: TrialHandle
+    started: float  # time.monotonic() at submission, for the record's wall_s
 
 
 @dataclass(frozen=True)
@@ -56,10 +84,12 @@ class CampaignSummary:
     stress_runs: int
     best: TrialRecord | None
     stopped_early: bool
+    noise: NoiseFloor | None = None  # measured from the baseline's seeds
+    winner: Winner | None = None  # the finalist with the best mean over its seeds
 
 
 class StopRequests:
-    """SIGINT/SIGTERM: the first lets the current trial finish, the second cancels it."""
+    """SIGINT/SIGTERM: the first lets the trials in flight finish, the second cancels them."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -96,9 +126,11 @@ class Campaign:
         self.target = get_target(settings.target or preset.default_target)
         self.param_budget = settings.budget or preset.budget
         self.space = default_space(self.baseline)
-        self.executor = executor or LocalExecutor()
+        self.executor = executor or build_executor(settings)
+        self.priors = load_priors(settings.calibrate_from, self.space)
         self.proposer = proposer or build_proposer(settings, self.baseline, self.space,
-                                                   self.target)
+                                                   self.target, self.priors.summary,
+                                                   self.priors.observations)
         self.device = device or detect_device()
         self.console = console or Console(stderr=True)
         self.progress = CampaignProgress(self.console, settings.iterations)
@@ -107,6 +139,8 @@ class Campaign:
         self.log: Any = None
         self._consecutive_rejections = 0
         self._cached: list[TrialRecord] | None = None
+        self.parallel = settings.parallel
+        self._inflight: dict[str, InFlight] = {}
 
     # -- bookkeeping from the store ------------------------------------------------------------
 
@@ -149,8 +183,10 @@ class Campaign:
 
     def _context(self, exclude: str | None = None) -> GuardContext:
         records = self._records()
-        seen = {r.fingerprint for r in records
-                if r.fingerprint and r.status != "rejected" and r.kind == "proxy"}
+        # An interrupted candidate never got a result, so proposing it again is no duplicate
+        # (an interrupted baseline must run again, or the campaign has no reference).
+        seen = {r.fingerprint for r in records if r.fingerprint and r.kind == "proxy"
+                and r.status not in ("rejected", "interrupted")}
         seen.discard(exclude)
         measurements = tuple(m for r in records if r.kind == "proxy"
                              if (m := as_measurement(r)) is not None)
@@ -175,9 +211,22 @@ class Campaign:
         remaining = (deadline - datetime.now(timezone.utc)).total_seconds()
         return remaining > typical * scale
 
+    def _inflight_proxies(self) -> int:
+        return sum(f.record.kind == "proxy" for f in self._inflight.values())
+
+    def _launchable(self) -> int:
+        """How many more proxy trials may start now: free slots, within ``iterations``."""
+        free = self.parallel - len(self._inflight)
+        if self.settings.iterations is None:
+            return free
+        started = len(self._trained_proxies()) + self._inflight_proxies()
+        return min(free, self.settings.iterations - started)
+
     def _budget_left(self, deadline: datetime | None) -> bool:
+        """Whether another proxy trial may start (trials in flight count as spent)."""
         iterations = self.settings.iterations
-        if iterations is not None and len(self._trained_proxies()) >= iterations:
+        if iterations is not None and (len(self._trained_proxies()) + self._inflight_proxies()
+                                       >= iterations):
             return False
         if iterations is None and deadline is None:
             return False
@@ -214,10 +263,11 @@ class Campaign:
         self.log.warning("rejected", trial_id=trial_id, proposer=proposal.proposer,
                          edit=proposal.edit, reasons=list(verdict.reasons))
 
-    def _execute(self, record: TrialRecord, recipe: Recipe, *, log_every: int,
-                 checkpoint_every: int = 0, resume: bool = False,
-                 out_dir: Path | None = None, timeout_s: float) -> TrialRecord:
-        """Train ``recipe`` as ``record`` and store the terminal record."""
+    def _launch(self, record: TrialRecord, recipe: Recipe, *, log_every: int,
+                checkpoint_every: int = 0, resume: bool = False,
+                out_dir: Path | None = None, timeout_s: float) -> None:
+        """Mark ``record`` running and hand it to the executor; :meth:`_poll_inflight` records
+        its result."""
         out_dir = out_dir or self.directory / TRIALS_DIR / record.trial_id
         spec = TrialSpec(trial_id=record.trial_id, kind=record.kind,
                          recipe=recipe, corpus=self.settings.corpus, out_dir=str(out_dir),
@@ -227,47 +277,70 @@ class Campaign:
         record.started_at = utc_now()
         record.status = "running"
         self._write(record)
-        self._show(current=f"{record.trial_id} ({record.kind})")
         self.log.info("trial_started", trial_id=record.trial_id, kind=record.kind,
                       proposer=record.proposer, edit=record.edit, hypothesis=record.hypothesis)
         started = time.monotonic()
         handle = self.executor.submit(spec, resume=resume, timeout_s=timeout_s)
+        self._inflight[record.trial_id] = InFlight(record, recipe, handle, started)
+        self._show(current=self._running())
         if isinstance(self.executor, LocalExecutor):
             self.executor.prestart()
         if record.kind == "proxy":
             self.proposer.prefetch(self._history())
-        result: TrialResult | None = None
-        while result is None:
+
+    def _running(self) -> str | None:
+        return ", ".join(f"{f.record.trial_id} ({f.record.kind})"
+                         for f in self._inflight.values()) or None
+
+    def _poll_inflight(self) -> list[TrialRecord]:
+        """Record every trial in flight that has ended; after a second stop signal, cancel
+        them all as ``interrupted``."""
+        finished = []
+        for trial_id, flight in list(self._inflight.items()):
             if self.stops.cancel:
-                self.executor.cancel(handle)
-                self.executor.poll(handle)
-                return self._finish(record, status="interrupted",
-                                    message="cancelled by a second stop signal")
-            result = self.executor.poll(handle)
-            if result is None:
-                time.sleep(0.02)
-        fields = result_fields(result, recipe, time.monotonic() - started,
+                self.executor.cancel(flight.handle)
+                self.executor.poll(flight.handle)
+                del self._inflight[trial_id]
+                finished.append(self._finish(flight.record, status="interrupted",
+                                             message="cancelled by a second stop signal"))
+                continue
+            result = self.executor.poll(flight.handle)
+            if result is not None:
+                del self._inflight[trial_id]
+                finished.append(self._record_result(flight, result))
+        return finished
+
+    def _record_result(self, flight: InFlight, result: TrialResult) -> TrialRecord:
+        record, recipe = flight.record, flight.recipe
+        fields = result_fields(result, recipe, time.monotonic() - flight.started,
                                agent_provenance(self.device, recipe.seed))
-        if record.kind == "stress":
+        if result.status == "interrupted":
+            self.log.warning("trial_lost", trial_id=record.trial_id, kind=record.kind,
+                             message=result.message)
+        elif record.kind == "stress":
             verdict = judge_stress(fields["curve"], result.reason)
             fields["verdict"] = verdict.verdict
             fields["message"] = result.message or verdict.explanation
             self.log.info("stress_verdict", trial_id=record.trial_id, parent=record.parent,
                           verdict=verdict.verdict, explanation=verdict.explanation)
+        elif record.proposer != BASELINE_PROPOSER:
+            fields["metrics"].update(noise_marks(fields["val_bpb"], self._noise()))
         return self._finish(record, **fields)
 
     def _finish(self, record: TrialRecord, **fields: Any) -> TrialRecord:
         final = record.model_copy(update={**fields, "finished_at": utc_now()})
         final = TrialRecord.model_validate(final.model_dump())
         self._write(final)
-        self._show(current=None)
+        learn_peak(final, self.device, self.log)
+        self._show(current=self._running())
         self.log.info("trial_finished", trial_id=final.trial_id, kind=final.kind,
                       status=final.status, reason=final.reason, val_bpb=final.val_bpb,
                       message=final.message, wall_s=final.metrics.get("wall_s"))
         return final
 
     def _try(self, proposal: Proposal, *, retry_of: TrialRecord | None = None) -> None:
-        iteration = len(self._trained_proxies())
+        """Judge ``proposal``; record its rejection, or launch it (without waiting for it)."""
+        iteration = len(self._trained_proxies()) + self._inflight_proxies()
         trial_id = self._next_id("p")
         self.log.info("proposal", trial_id=trial_id, proposer=proposal.proposer,
                       edit=proposal.edit, hypothesis=proposal.hypothesis,
@@ -287,38 +360,45 @@ class Campaign:
             status="queued", recipe=recipe.model_dump(mode="json"),
             fingerprint=recipe.fingerprint(), retry_of=retry_of.trial_id if retry_of else None,
             artifacts=artifacts, **proposal_fields(proposal))
-        self._execute(record, recipe, log_every=PROXY_LOG_EVERY,
-                      timeout_s=self.settings.trial_timeout_s)
+        self._launch(record, recipe, log_every=PROXY_LOG_EVERY,
+                     timeout_s=self.settings.trial_timeout_s)
 
-    def _propose(self) -> Proposal | None:
-        if not any(r.proposer == BASELINE_PROPOSER for r in self._trained_proxies()):
-            return Proposal.from_edit(self.baseline, None, {},
-                                      "baseline: the unedited proxy of the target",
-                                      BASELINE_PROPOSER)
-        proposals = self.proposer.propose(self._history(), 1)
-        if not proposals:
-            return None
+    def _propose(self, n: int = 1) -> list[Proposal]:
+        """Up to ``n`` proposals; the proposer sees the trials in flight as ``running``."""
+        seeds = baseline_proposals(self.baseline, self._records("proxy"), self.settings.noise_seeds, n)
+        if seeds:
+            return seeds
+        proposals = self.proposer.propose(self._history(), n)
         baseline_id = self._baseline_id()
-        proposal = proposals[0]
-        if proposal.parent_id is None and baseline_id is not None:
-            proposal = dataclasses.replace(proposal, parent_id=baseline_id)
-        return proposal
+        return [dataclasses.replace(p, parent_id=baseline_id)
+                if p.parent_id is None and baseline_id is not None else p
+                for p in proposals[:n]]
 
     # -- stress runs -------------------------------------------------------------------------
 
+    def _noise(self) -> NoiseFloor | None:
+        return noise_floor(self._records("proxy"))
+
     def finalists(self) -> list[TrialRecord]:
-        """The best ``promote`` complete proxy trials by val_bpb."""
-        complete = [r for r in self._records("proxy")
-                    if r.status == "complete" and r.val_bpb is not None]
-        return sorted(complete, key=lambda r: (r.val_bpb, r.trial_id))[: self.settings.promote]
+        """The best ``promote`` complete proxy trials by val_bpb (repeats with another seed
+        are evidence about their original, not candidates)."""
+        return rank_finalists(self._records("proxy"), self.settings.promote)
+
+    def stress_candidates(self) -> list[TrialRecord]:
+        """The finalists, then ``fidelity`` trials spread over the rest of the ranking, so the
+        proxy-to-stress rank agreement is measured on more than the top few."""
+        ranked = rank_finalists(self._records("proxy"), len(self._records("proxy")))
+        return self.finalists() + mid_ranked(ranked[self.settings.promote:], self.settings.fidelity)
 
     def _stress(self, finalist: TrialRecord, deadline: datetime | None) -> None:
         stress = [r for r in self._records("stress") if r.parent == finalist.trial_id]
         if any(r.status in ("complete", "failed") for r in stress):
             return
         interrupted = [r for r in stress if r.status == "interrupted"]
-        if len(interrupted) > 1:
-            return  # already resumed once and interrupted again: give up on it
+        if len(interrupted) >= STRESS_ATTEMPTS:
+            self.log.warning("stress_given_up", trial_id=finalist.trial_id,
+                             attempts=len(interrupted))
+            return
         steps = self.settings.stress_steps
         if not self._fits_window(deadline, scale=steps / self.baseline.steps):
             self.log.info("stress_skipped", trial_id=finalist.trial_id,
@@ -327,7 +407,8 @@ class Campaign:
         recipe = Recipe.model_validate(finalist.recipe).apply({"steps": steps})
         trial_id = self._next_id("s")
         self.log.info("promoted", trial_id=trial_id, parent=finalist.trial_id,
-                      val_bpb=finalist.val_bpb, steps=steps)
+                      val_bpb=finalist.val_bpb, steps=steps,
+                      **noise_marks(finalist.val_bpb, self._noise()))
         record = TrialRecord(
             campaign=self.settings.name, trial_id=trial_id, iteration=finalist.iteration,
             kind="stress", status="queued", recipe=recipe.model_dump(mode="json"),
@@ -335,16 +416,41 @@ class Campaign:
             proposer=finalist.proposer, hypothesis=finalist.hypothesis, edit=finalist.edit,
             retry_of=interrupted[0].trial_id if interrupted else None)
         timeout = self.settings.trial_timeout_s * max(1.0, steps / self.baseline.steps)
-        self._execute(
+        self._launch(
             record, recipe, log_every=self.settings.stress_log_every,
             checkpoint_every=self.settings.stress_checkpoint_every, resume=True,
             out_dir=self.directory / TRIALS_DIR / f"stress-{finalist.trial_id}", timeout_s=timeout)
 
     def promote(self, deadline: datetime | None = None) -> None:
-        for finalist in self.finalists():
-            if self.stops.stop:
+        """Stress-run the finalists, up to ``parallel`` at a time; one lost while running is
+        resumed from its checkpoint."""
+        self._settle_close_finalists(deadline)
+        finalists = self.stress_candidates()
+        queue = list(finalists)
+        while True:
+            for record in self._poll_inflight():
+                if (record.kind == "stress" and record.status == "interrupted"
+                        and not self.stops.cancel):
+                    queue += [f for f in finalists if f.trial_id == record.parent]
+            while queue and not self.stops.stop and len(self._inflight) < self.parallel:
+                self._stress(queue.pop(0), deadline)
+            if not self._inflight and (not queue or self.stops.stop):
                 return
-            self._stress(finalist, deadline)
+            time.sleep(POLL_INTERVAL_S)
+
+    def _settle_close_finalists(self, deadline: datetime | None) -> None:
+        """Re-run with more seeds the finalists whose lead is within the noise floor, so the
+        winner is named by its mean over seeds (see :mod:`recipelab.agent.seeds`)."""
+        for proposal in rerun_proposals(self.finalists(), self._records("proxy"), self._noise()):
+            while len(self._inflight) >= self.parallel:
+                self._poll_inflight()
+                time.sleep(POLL_INTERVAL_S)
+            if self.stops.stop or not self._fits_window(deadline):
+                break
+            self._try(proposal)
+        while self._inflight:
+            self._poll_inflight()
+            time.sleep(POLL_INTERVAL_S)
 
     # -- the whole campaign ------------------------------------------------------------------
 
@@ -355,7 +461,7 @@ class Campaign:
     def _open(self) -> None:
         if isinstance(self.executor, LocalExecutor):
             self.executor.prestart()  # import torch in the first worker while we set up
-        self.store = TrajectoryStore(self.directory, self.settings.name)
+        self.store = TrajectoryStore(self.directory, self.settings.name, db_url=self.settings.db)
         self.log, self._sink = campaign_logger(self.settings.name, self.directory, self.console)
         report = self.store.reconcile()
         self._cached = None
@@ -389,7 +495,10 @@ class Campaign:
         self.log.info("campaign_started", target=self.target.name, preset=self.settings.preset,
                       corpus=self.settings.corpus.source, params=self.baseline.param_count(),
                       iterations=self.settings.iterations,
-                      deadline=deadline.isoformat() if deadline else None)
+                      deadline=deadline.isoformat() if deadline else None,
+                      executor=self.settings.executor, parallel=self.parallel,
+                      db=self.store.index_name)
+        log_priors(self.log, self.priors)
         if not stress_only:
             self._search(deadline)
         if not self.stops.stop:
@@ -399,27 +508,55 @@ class Campaign:
                       rejected=summary.rejected, stress_runs=summary.stress_runs,
                       best_trial=summary.best.trial_id if summary.best else None,
                       best_val_bpb=summary.best.val_bpb if summary.best else None,
+                      winner=summary.winner.record.trial_id if summary.winner else None,
+                      winner_mean_val_bpb=summary.winner.mean_val_bpb if summary.winner else None,
+                      winner_within_noise=summary.winner.within_noise if summary.winner else None,
+                      noise_spread=summary.noise.spread if summary.noise else None,
                       stopped_early=summary.stopped_early)
+        try:  # the report is a by-product: one that cannot be written never fails the campaign
+            write_report(self.directory, self._records(), ReportContext(
+                self.settings.name, self.target, self.settings.preset, CloudRates.from_environment()))
+        except Exception as error:
+            self.log.warning("report_failed", error=f"{type(error).__name__}: {error}")
         return summary
 
     def _search(self, deadline: datetime | None) -> None:
-        for record in self._pending_retries("proxy"):
-            if self.stops.stop or not self._budget_left(deadline):
-                return
-            self.log.info("requeued", trial_id=record.trial_id)
-            self._try(as_proposal(record), retry_of=record)
-        while not self.stops.stop and self._budget_left(deadline):
-            if self._consecutive_rejections >= self.settings.max_consecutive_rejections:
-                self.log.error("too_many_rejections", count=self._consecutive_rejections,
-                               hint="the proposer keeps proposing what the guardrails reject")
-                return
-            proposal = self._propose()
-            if proposal is None:
-                self.log.warning("no_proposal", proposer=self.proposer.name)
-                return
-            self._try(proposal)
+        """Keep up to ``parallel`` proxy trials in flight until the budget is spent, then wait
+        for the last ones. A stop signal ends launching; a second cancels what is in flight."""
+        launching = True
+        while True:
+            self._poll_inflight()
+            if (launching and not self.stops.stop and len(self._inflight) < self.parallel
+                    and self._budget_left(deadline)):
+                launching = self._launch_next()
+                continue
+            if not self._inflight:
+                break
+            time.sleep(POLL_INTERVAL_S)
         if self.stops.stop:
-            self.log.info("stopped", reason="stop signal: the current trial was finished")
+            self.log.info("stopped", reason="stop signal: the trials in flight were finished")
+
+    def _launch_next(self) -> bool:
+        """Start what comes next: a lost trial's one re-run, else fresh proposals for the free
+        slots. False when the proposer has nothing more worth launching."""
+        retries = self._pending_retries("proxy")
+        if retries:
+            self.log.info("requeued", trial_id=retries[0].trial_id)
+            self._try(as_proposal(retries[0]), retry_of=retries[0])
+            return True
+        if self._consecutive_rejections >= self.settings.max_consecutive_rejections:
+            self.log.error("too_many_rejections", count=self._consecutive_rejections,
+                           hint="the proposer keeps proposing what the guardrails reject")
+            return False
+        proposals = self._propose(max(1, self._launchable()))
+        if not proposals:
+            self.log.warning("no_proposal", proposer=self.proposer.name)
+            return False
+        for proposal in proposals:
+            if self.stops.stop:
+                break
+            self._try(proposal)
+        return True
 
     def summary(self, stopped_early: bool = False) -> CampaignSummary:
         proxies = self._records("proxy")
@@ -429,4 +566,5 @@ class Campaign:
             rejected=sum(r.status == "rejected" for r in proxies),
             stress_runs=sum(r.status in ("complete", "failed") for r in self._records("stress")),
             best=min(complete, key=lambda r: r.val_bpb or 0.0) if complete else None,
-            stopped_early=stopped_early)
+            stopped_early=stopped_early, noise=self._noise(),
+            winner=name_winner(self.finalists(), proxies, self._noise()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
@@ -17,8 +18,11 @@ import structlog
 from rich.console import Console
 
 EVENTS_FILE = "events.jsonl"
-SECRET_ENV_VARS = ("RECIPELAB_LLM_API_KEY", "OPENAI_API_KEY", "NGC_API_KEY")
+SECRET_ENV_VARS = ("RECIPELAB_LLM_API_KEY", "OPENAI_API_KEY", "NGC_API_KEY", "PGPASSWORD")
 REDACTED = "[redacted]"
+# The password of a URL such as postgresql+psycopg://user:password@host/db (one SQLAlchemy
+# has already masked as *** is left as it is).
+URL_PASSWORD = re.compile(r"(://[^:/@\s]*):(?!\*\*\*@)[^@/\s]+@")
 
 EventDict = MutableMapping[str, Any]
 
@@ -28,11 +32,11 @@ def _secrets() -> list[str]:
 
 
 def redact(value: Any, secrets: Iterable[str]) -> Any:
-    """``value`` with every occurrence of a secret replaced, recursively."""
+    """``value`` with every occurrence of a secret, and every URL's password, replaced,
+    recursively."""
     secrets = list(secrets)
-    if not secrets:
-        return value
     if isinstance(value, str):
+        value = URL_PASSWORD.sub(rf"\1:{REDACTED}@", value)
         for secret in secrets:
             value = value.replace(secret, REDACTED)
         return value
@@ -45,7 +49,7 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
 
 def redact_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:
     secrets = _secrets()
-    return {key: redact(value, secrets) for key, value in event.items()} if secrets else event
+    return {key: redact(value, secrets) for key, value in event.items()}
 
 
 class JsonlSink:

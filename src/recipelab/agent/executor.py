@@ -26,7 +26,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from recipelab.fsutil import atomic_write_text
-from recipelab.trainer.spec import LOG_FILE, FailureReason, TrialResult, TrialSpec
+from recipelab.trainer.spec import EXIT_DISK_FULL, LOG_FILE, FailureReason, TrialResult, TrialSpec
 
 SPEC_FILE = "spec.json"
 LOG_TAIL_LINES = 5
@@ -98,13 +98,17 @@ class LocalExecutor(Executor):
 
     ``memory_limit_bytes`` caps each trial's address space (``RLIMIT_AS``), so a recipe
     too large for the cap fails as ``oom`` inside the trial rather than taking the machine
-    down. ``warm`` keeps one pre-started worker ready for the next submission.
+    down; ``file_size_limit_bytes`` caps each file a trial writes (``RLIMIT_FSIZE``), so a
+    runaway trial fails as ``disk_full`` rather than filling the disk the trajectory is on.
+    ``warm`` keeps one pre-started worker ready for the next submission.
     """
 
     def __init__(self, *, warm: bool = True, memory_limit_bytes: int | None = None,
+                 file_size_limit_bytes: int | None = None,
                  python: str = sys.executable, kill_grace_s: float = 3.0) -> None:
         self.warm = warm
         self.memory_limit_bytes = memory_limit_bytes
+        self.file_size_limit_bytes = file_size_limit_bytes
         self.python = python
         self.kill_grace_s = kill_grace_s
         self._spare: subprocess.Popen[bytes] | None = None
@@ -113,9 +117,12 @@ class LocalExecutor(Executor):
     # -- worker processes ------------------------------------------------------------------
 
     def _start_worker(self) -> subprocess.Popen[bytes]:
-        limit = ["--memory-limit", str(self.memory_limit_bytes)] if self.memory_limit_bytes else []
+        limits = [*(["--memory-limit", str(self.memory_limit_bytes)]
+                    if self.memory_limit_bytes else []),
+                  *(["--file-size-limit", str(self.file_size_limit_bytes)]
+                    if self.file_size_limit_bytes else [])]
         return subprocess.Popen(
-            [self.python, "-m", "recipelab.trainer", "--spec", "-", *limit],
+            [self.python, "-m", "recipelab.trainer", "--spec", "-", *limits],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,  # its own process group, so a kill reaches its children
         )
@@ -215,8 +222,12 @@ class LocalExecutor(Executor):
         if result is not None:
             return result
         tail = log_tail(Path(spec.out_dir) / LOG_FILE)
+        last_lines = f"; last log lines: {tail}" if tail else ""
+        if code in (EXIT_DISK_FULL, -signal.SIGXFSZ):
+            return failed(spec, "disk_full", "the trainer could not write its result: the disk "
+                          f"is full or a file-size limit was reached{last_lines}")
         return failed(spec, "crash", f"the trainer {_describe_exit(code)} without a result"
-                      + (f"; last log lines: {tail}" if tail else ""))
+                      + last_lines)
 
     def _reap(self) -> None:
         """Collect trainers that handed in their result and have since exited."""

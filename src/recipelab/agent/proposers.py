@@ -8,9 +8,10 @@ trials and the LLM a share of them, seeing everything the classical one has lear
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from recipelab.agent.settings import CampaignSettings, SettingsError
-from recipelab.proposer import ClassicalProposer, Proposer, SearchSpace
+from recipelab.proposer import ClassicalProposer, Observation, Proposer, SearchSpace
 from recipelab.recipe import Recipe, Target
 
 LLM_ENV = "RECIPELAB_LLM_BASE_URL"
@@ -27,9 +28,13 @@ def proposer_name(settings: CampaignSettings) -> str:
 
 
 def build_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSpace,
-                   target: Target, calibration: str | None = None) -> Proposer:
+                   target: Target, calibration: str | None = None,
+                   priors: Sequence[Observation] = ()) -> Proposer:
+    """The campaign's proposer; ``priors`` (trials of earlier campaigns, val_bpb relative to
+    their baseline) warm-start the classical sampler and ``calibration`` (their summary) goes
+    into the LLM's prompt."""
     classical = ClassicalProposer(baseline, None, space, sampler=settings.sampler,
-                                  seed=settings.seed)
+                                  seed=settings.seed, priors=priors)
     name = proposer_name(settings)
     if name == "classical":
         return classical

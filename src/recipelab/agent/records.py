@@ -30,6 +30,8 @@ def result_fields(result: TrialResult, recipe: Recipe, wall_s: float,
     metrics = {name: getattr(result, name) for name in RESULT_METRICS}
     metrics.update(wall_s=wall_s, tokens_per_step=recipe.tokens_per_step,
                    flops_per_token=recipe.flops_per_token(), steps=recipe.steps)
+    if result.telemetry is not None:
+        metrics["telemetry"] = result.telemetry.model_dump()
     provenance = (result.provenance.model_dump() if result.provenance is not None
                   else fallback_provenance)
     return {

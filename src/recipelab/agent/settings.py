@@ -41,6 +41,7 @@ class CampaignSettings(StrictModel):
     stress_steps: int = Field(default=1000, ge=1)
     stress_log_every: int = Field(default=50, ge=1)
     stress_checkpoint_every: int = Field(default=50, ge=1)
+    fidelity: int = Field(default=0, ge=0)  # mid-ranked trials stress-run besides the finalists
     proposer: Literal["classical", "llm", "hybrid"] | None = None  # None: hybrid with an LLM
     llm_base_url: str | None = None
     llm_model: str | None = None
@@ -53,7 +54,15 @@ class CampaignSettings(StrictModel):
     skip_checks: tuple[str, ...] = ()
     memory_reserve_gib: float = Field(default=0.0, ge=0)
     max_consecutive_rejections: int = Field(default=25, ge=1)
+    # trajectory.jsonl files or campaign directories whose trials warm-start the proposers
+    calibrate_from: tuple[str, ...] = ()
+    # baseline seeds measuring the noise floor (1 disables it); they count toward iterations
+    noise_seeds: int = Field(default=3, ge=1, le=20)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    parallel: int = Field(default=1, ge=1, le=1024)  # trials in flight at once
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None  # None: a local Ray instance; "auto": the running cluster
+    db: str | None = None  # None: SQLite in the campaign directory; else a SQLAlchemy URL
 
     @model_validator(mode="before")
     @classmethod

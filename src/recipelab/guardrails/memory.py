@@ -24,6 +24,10 @@ k = n_kv_head * head_dim, h = ffn_hidden, H = n_head, T = seq_len), is::
 The (B, H, T, T) scores exist only when SDPA falls back to its math path: PyTorch's CPU
 flash kernel takes any head_dim, CUDA's flash and memory-efficient kernels need head_dim a
 multiple of 8.
+
+Once this device has measured peaks for the recipe's family (``recipelab envelope``, or the
+trials of earlier campaigns), the fitted line of :mod:`recipelab.guardrails.memory_fit`
+replaces this formula; a rejection says which of the two predicted it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import statistics
 from collections.abc import Sequence
 
 from recipelab.guardrails.base import DeviceInfo, GuardContext, Measurement, gib
+from recipelab.guardrails.memory_fit import MemoryModelError, fitted_line, micro_batch_tokens
 from recipelab.recipe import Recipe, Shape
 
 MIB = 1024**2
@@ -90,10 +95,28 @@ def predict_peak_bytes(recipe: Recipe, device: DeviceInfo,
     return round(analytic_peak_bytes(recipe, device) * calibration_factor(measurements, device))
 
 
+def predict_with_model(recipe: Recipe, device: DeviceInfo,
+                       measurements: Sequence[Measurement] = ()) -> tuple[int, str]:
+    """The peak-memory prediction and which model made it: the line fitted to this device's
+    measured peaks for the recipe's family when there is one, else the calibrated analytic
+    model."""
+    note = ""
+    try:
+        line = fitted_line(recipe, device)
+    except MemoryModelError as error:
+        line, note = None, f"; the fitted model is unusable: {error}"
+    if line is not None:
+        return (line.predict(micro_batch_tokens(recipe)),
+                f"the memory line fitted on this device ({line.describe()})")
+    factor = calibration_factor(measurements, device)
+    return (round(analytic_peak_bytes(recipe, device) * factor),
+            f"the analytic memory model (calibration factor {factor:.2f}){note}")
+
+
 def check_memory(recipe: Recipe, ctx: GuardContext) -> list[str]:
     """Reject a candidate predicted to need more memory than the device has left for trials."""
     device = ctx.device
-    predicted = predict_peak_bytes(recipe, device, ctx.measurements)
+    predicted, model = predict_with_model(recipe, device, ctx.measurements)
     available = device.memory_bytes - ctx.memory_reserve_bytes
     if predicted <= available:
         return []
@@ -104,5 +127,5 @@ def check_memory(recipe: Recipe, ctx: GuardContext) -> list[str]:
     return [
         f"predicted peak memory {gib(predicted)} for batch_size {recipe.batch_size} x seq_len "
         f"{recipe.seq_len} exceeds {room}; lower batch_size or seq_len (raise grad_accum to "
-        "keep the tokens per step) or shrink the model."
+        f"keep the tokens per step) or shrink the model. Predicted by {model}."
     ]

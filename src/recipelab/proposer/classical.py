@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -79,8 +80,16 @@ class ClassicalProposer(Proposer):
     History becomes trials as follows: a complete observation with a finite ``val_bpb`` is
     a COMPLETE trial with that value; failed and rejected observations are FAIL trials,
     which Optuna's samplers leave out of their models (a rejected point says nothing about
-    loss); interrupted observations, and any whose knobs are missing from or outside the
-    space (for example proposed by an LLM outside the declared ranges), are left out.
+    loss); running observations (trials in flight while the campaign runs several at once)
+    are RUNNING trials, which TPE's constant liar treats as bad so a batch does not pile onto
+    points already being trained; interrupted observations, and any whose knobs are missing
+    from or outside the space (for example proposed by an LLM outside the declared ranges),
+    are left out.
+
+    ``priors`` are trials of earlier campaigns (calibration) whose ``val_bpb`` is relative to
+    their own campaign's baseline. They enter every study before the history, scaled by this
+    campaign's baseline val_bpb once it is known, so the sampler starts from what earlier
+    campaigns learned instead of from random start-up points.
 
     CMA-ES in Optuna learns only from trials it generated itself, which a fresh study has
     none of, so once ten complete trials exist it is warm-started from them instead
@@ -91,7 +100,8 @@ class ClassicalProposer(Proposer):
     name = "classical"
 
     def __init__(self, baseline: Recipe, baseline_id: str | None, space: SearchSpace,
-                 sampler: SamplerName = "tpe", seed: int = 0) -> None:
+                 sampler: SamplerName = "tpe", seed: int = 0,
+                 priors: Sequence[Observation] = ()) -> None:
         if sampler not in get_args(SamplerName):
             raise ValueError(
                 f"unknown sampler {sampler!r}; choose one of {', '.join(get_args(SamplerName))}"
@@ -102,6 +112,7 @@ class ClassicalProposer(Proposer):
         self.space = space
         self.sampler = sampler
         self.seed = seed
+        self.priors = tuple(priors)
         self.proposer_name = f"{self.name}-{sampler}"
 
     def propose(self, history: list[Observation], n: int) -> list[Proposal]:
@@ -113,6 +124,8 @@ class ClassicalProposer(Proposer):
             points, n_complete = self._sample(history, n)
         parent = self.baseline.knobs()
         rationale = self._rationale(n_complete)
+        if self.priors:
+            rationale += f" (with {len(self.priors)} trials of earlier campaigns)"
         label = SAMPLER_LABELS[self.sampler]
         proposals = []
         for point in points:
@@ -132,6 +145,9 @@ class ClassicalProposer(Proposer):
         distributions = self.space.distributions()
         trials = [trial for obs in history
                   if (trial := self._as_trial(obs, distributions)) is not None]
+        scale = self._baseline_scale(trials)
+        trials = [trial for obs in self.priors
+                  if (trial := self._as_trial(obs, distributions, scale)) is not None] + trials
         complete = [trial for trial in trials if trial.state == TrialState.COMPLETE]
         study = optuna.create_study(
             direction="minimize",
@@ -142,6 +158,8 @@ class ClassicalProposer(Proposer):
         names = self.space.names()
         baseline = self.baseline.knobs()
         seen = {tuple(baseline[name] for name in names)}
+        seen |= {tuple(trial.params[name] for name in names)
+                 for trial in trials if trial.state == TrialState.RUNNING}
         points: list[dict[str, Any]] = []
         for _ in range(n * ASKS_PER_PROPOSAL):
             if len(points) == n:
@@ -153,17 +171,43 @@ class ClassicalProposer(Proposer):
                 points.append(point)
         return points, len(complete)
 
-    def _as_trial(self, obs: Observation,
-                  distributions: dict[str, BaseDistribution]) -> FrozenTrial | None:
+    def _baseline_scale(self, trials: list[FrozenTrial]) -> float:
+        """What a prior's relative val_bpb of 1.0 means in this campaign: the mean of the
+        complete trials at the baseline's point (its seeds), else of every complete trial,
+        else 1.0 (no trial yet, so relative values are the only scale there is)."""
+        base = {name: value for name, value in self.baseline.knobs().items()
+                if name in self.space.names()}
+        complete = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+        at_base = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                   and t.params == base]
+        values = at_base or complete
+        return float(np.mean(values)) if values else 1.0
+
+    def _as_trial(self, obs: Observation, distributions: dict[str, BaseDistribution],
+                  scale: float | None = None) -> FrozenTrial | None:
+        """``obs`` as an Optuna trial, or None when it cannot be placed in the space.
+
+        A prior (``scale`` given) has a relative val_bpb, multiplied by ``scale``; a knob of
+        this space it lacks is taken at the baseline's value (an earlier campaign that did not
+        search a knob left it at its default).
+        """
         params: dict[str, Any] = {}
+        base = self.baseline.knobs()
         for knob in self.space.knobs:
-            if knob.name not in obs.knobs or not knob.contains(obs.knobs[knob.name]):
+            if knob.name not in obs.knobs and scale is None:
                 return None
-            params[knob.name] = obs.knobs[knob.name]
+            value = obs.knobs.get(knob.name, base[knob.name])
+            if not knob.contains(value):
+                return None
+            params[knob.name] = value
         if obs.status == "complete" and obs.val_bpb is not None and math.isfinite(obs.val_bpb):
-            return create_trial(value=obs.val_bpb, params=params, distributions=distributions)
+            return create_trial(value=obs.val_bpb * (scale or 1.0), params=params,
+                                distributions=distributions)
         if obs.status in ("failed", "rejected"):
             return create_trial(state=TrialState.FAIL, params=params, distributions=distributions)
+        if obs.status == "running":
+            return create_trial(state=TrialState.RUNNING, params=params,
+                                distributions=distributions)
         return None
 
     def _make_sampler(self, seed: int, complete: list[FrozenTrial]) -> BaseSampler:

@@ -20,10 +20,16 @@ import math
 from fractions import Fraction
 
 from recipelab.proposer.base import Observation, Proposal, Proposer
-from recipelab.proposer.llm import LLMUnavailable, iteration, next_iteration
+from recipelab.proposer.llm import TERMINAL_STATUSES, LLMUnavailable, iteration, next_iteration
 
 FALLBACK_ARTIFACT = "fallback.txt"
 SHARE_DENOMINATOR = 10_000  # the share is exact to 1/10,000, so 0.3 is 30 turns in 100
+
+
+def first_free_iteration(history: list[Observation]) -> int:
+    """The iteration of the next proposal: the trials finished, plus those in flight."""
+    in_flight = any(obs.status not in TERMINAL_STATUSES for obs in history)
+    return next_iteration(history) if in_flight else iteration(history)
 
 
 class HybridProposer(Proposer):
@@ -53,15 +59,22 @@ class HybridProposer(Proposer):
         return k >= self._llm_paused_until and self.scheduled_for_llm(k)
 
     def propose(self, history: list[Observation], n: int) -> list[Proposal]:
-        k = iteration(history)
-        if not self.is_llm_turn(k):
+        """Proposals for the next ``n`` iterations (after those in flight): the LLM's turns
+        among them from one LLM call, the others from the classical proposer."""
+        k = first_free_iteration(history)
+        turns = [self.is_llm_turn(k + i) for i in range(n)]
+        if not any(turns):
             return self.classical.propose(history, n)
         try:
-            return self.llm.propose(history, n)
+            llm = self.llm.propose(history, sum(turns))
         except LLMUnavailable as exc:
-            self._llm_paused_until = k + self.retry_after + 1
+            self._llm_paused_until = k + turns.index(True) + self.retry_after + 1
             return [dataclasses.replace(p, artifacts={**p.artifacts, FALLBACK_ARTIFACT: str(exc)})
                     for p in self.classical.propose(history, n)]
+        classical = self.classical.propose(history, n - sum(turns)) if not all(turns) else []
+        llm_left, classical_left = iter(llm), iter(classical)
+        merged = [next(llm_left if turn else classical_left, None) for turn in turns]
+        return [p for p in merged if p is not None]
 
     def prefetch(self, history: list[Observation]) -> None:
         """Let the LLM start early when the iteration after the running trial is its turn."""

@@ -181,6 +181,21 @@ def edit_model(space: SearchSpace) -> type[BaseModel]:
                         edit=(knobs, ...), hypothesis=(Hypothesis, ...))
 
 
+def batch_model(edit: type[BaseModel], n: int) -> type[BaseModel]:
+    """The reply schema when ``n`` > 1 trials run at once: ``{"edits": [<edit reply>, ...]}``
+    with one to ``n`` items, each exactly what :func:`edit_model` accepts."""
+    items = Annotated[list[edit], Field(min_length=1, max_length=n)]  # type: ignore[valid-type]
+    return create_model("Edits", __config__=ConfigDict(extra="forbid", strict=True),
+                        edits=(items, ...))
+
+
+def batch_request(n: int) -> str:
+    """What the user message adds when ``n`` edits are wanted from one reply."""
+    return (f"{n} trials will train at the same time: propose {n} different edits at once, as "
+            'one JSON object {"edits": [{"edit": {...}, "hypothesis": "..."}, ...]} holding '
+            f"{n} items, each following the rules for one edit.")
+
+
 def extract_json_object(text: str) -> str:
     """The first balanced ``{...}`` in ``text``: tolerates a code fence or prose around it."""
     start = text.find("{")
@@ -539,13 +554,16 @@ class LLMProposer(Proposer):
         return self._modes[0]
 
     def propose(self, history: list[Observation], n: int) -> list[Proposal]:
-        """``n`` proposals, the first from :meth:`prefetch` when it is still current."""
+        """Up to ``n`` proposals, the first from :meth:`prefetch` when it is still current;
+        more than one more are asked for in one call (a reply with fewer gives fewer)."""
         proposals: list[Proposal] = []
         prefetched = self._take_prefetched(history) if n > 0 else None
         if prefetched is not None:
             proposals.append(prefetched.result())
-        while len(proposals) < n:
+        if n - len(proposals) == 1:
             proposals.append(self._propose_one(list(history)))
+        elif n - len(proposals) > 1:
+            proposals += self._propose_batch(list(history), n - len(proposals))
         return proposals
 
     def prefetch(self, history: list[Observation]) -> None:
@@ -586,12 +604,34 @@ class LLMProposer(Proposer):
                                       history, self.calibration,
                                       budget_chars=self.config.prompt_budget_chars)
             exchange = _Exchange(model, messages)
-            edit, hypothesis = self._ask(parent.knobs(), exchange)
+            edit, hypothesis = self._ask(parent.knobs(), exchange, validate=self._validated)
         # A server that echoes the key into its reply must not get it into the trajectory.
         hypothesis = clip(self._endpoint.redact(hypothesis), HYPOTHESIS_CHARS)
         proposal = Proposal.from_edit(parent, parent_id, edit, hypothesis, f"llm:{model}")
         artifact = self._endpoint.redact(exchange.to_json())
         return dataclasses.replace(proposal, artifacts={EXCHANGE_ARTIFACT: artifact})
+
+    def _propose_batch(self, history: list[Observation], n: int) -> list[Proposal]:
+        """Up to ``n`` proposals from one call, for trials that will run side by side."""
+        reply_model = batch_model(self._reply_model, n)
+        schema = decoding_schema(reply_model.model_json_schema())
+        with self._call_lock:
+            model = self._endpoint.model()
+            parent_id, parent = self._parent(history)
+            *context, request = build_messages(
+                self.target_description, self.space, self.baseline, history, self.calibration,
+                budget_chars=self.config.prompt_budget_chars - len(batch_request(n)) - 2)
+            request = {**request, "content": f"{request['content']}\n\n{batch_request(n)}"}
+            exchange = _Exchange(model, [*context, request])
+            edits: list[tuple[dict[str, Any], str]] = self._ask(parent.knobs(), exchange, schema=schema,
+                              validate=lambda reply, knobs: self._validated_batch(
+                                  reply, knobs, reply_model))
+        artifact = self._endpoint.redact(exchange.to_json())
+        return [dataclasses.replace(
+            Proposal.from_edit(parent, parent_id, edit,
+                               clip(self._endpoint.redact(hypothesis), HYPOTHESIS_CHARS),
+                               f"llm:{model}"),
+            artifacts={EXCHANGE_ARTIFACT: artifact}) for edit, hypothesis in edits]
 
     def _parent(self, history: list[Observation]) -> tuple[str | None, Recipe]:
         """The best complete trial and its recipe, else the baseline."""
@@ -602,14 +642,17 @@ class LLMProposer(Proposer):
         return best.trial_id, self.baseline.apply(
             {name: value for name, value in best.knobs.items() if base.get(name) != value})
 
-    def _ask(self, parent: dict[str, Any], exchange: _Exchange) -> tuple[dict[str, Any], str]:
-        """A valid edit and hypothesis, re-asking with the error quoted when a reply is not."""
+    def _ask(self, parent: dict[str, Any], exchange: _Exchange, *,
+             validate: Callable[[str, dict[str, Any]], T],
+             schema: dict[str, Any] | None = None) -> T:
+        """A reply ``validate`` accepts (and ``schema``, by default one edit's, describes),
+        re-asking with the error quoted when a reply is not."""
         followup: list[Message] = []
         error = ""
         for _ in range(self.config.max_attempts):
-            reply = self._complete(exchange, followup)
+            reply = self._complete(exchange, followup, schema or self._schema)
             try:
-                return self._validated(reply, parent)
+                return validate(reply, parent)
             except ValueError as exc:  # pydantic's ValidationError included
                 error = exchange.asks[-1].error = quote_error(exc)
             followup = [
@@ -621,14 +664,14 @@ class LLMProposer(Proposer):
             f"invalid replies: {self.config.max_attempts} in a row failed validation; "
             f"the last: {error}")
 
-    def _complete(self, exchange: _Exchange, followup: list[Message]) -> str:
+    def _complete(self, exchange: _Exchange, followup: list[Message],
+                  schema: dict[str, Any]) -> str:
         """One reply, stepping down the structured-output modes the server refuses."""
         while True:
             ask = _Ask(self._modes[0], followup)
             exchange.asks.append(ask)
             try:
-                ask.reply = self._endpoint.chat(exchange.messages + followup, ask.mode,
-                                                self._schema)
+                ask.reply = self._endpoint.chat(exchange.messages + followup, ask.mode, schema)
                 return ask.reply
             except ModeRefused as exc:
                 ask.error = f"the server refused structured output mode {ask.mode}: {exc}"
@@ -645,3 +688,14 @@ class LLMProposer(Proposer):
         # it as a duplicate, the trajectory records that, and the model sees it next turn.
         edit = {name: value for name, value in data["edit"].items() if value != parent[name]}
         return edit, data["hypothesis"]
+
+    def _validated_batch(self, reply: str, parent: dict[str, Any],
+                         reply_model: type[BaseModel]) -> list[tuple[dict[str, Any], str]]:
+        """The edits of a batch reply; a reply holding one edit where several were asked for
+        (a model that ignored the batch request) counts as a batch of one."""
+        text = extract_json_object(reply)
+        if '"edits"' not in text:
+            return [self._validated(text, parent)]
+        data = reply_model.model_validate_json(text).model_dump(by_alias=True, exclude_none=True)
+        return [({name: value for name, value in item["edit"].items() if value != parent[name]},
+                 item["hypothesis"]) for item in data["edits"]]

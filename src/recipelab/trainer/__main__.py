@@ -9,7 +9,8 @@ idle, and returns to normal scheduling once it has its spec. It then sends its o
 output and error (including what a crashing native library prints) to ``trial.log``.
 
 Exit status: 0 when a result file was written (whatever the trial's status), 2 when the
-spec itself is unusable, in which case the reason is on standard error.
+spec itself is unusable, in which case the reason is on standard error, and 3 when the disk
+was too full to write even a short failure result.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from recipelab.fsutil import atomic_write_text
-from recipelab.trainer.spec import LOG_FILE, TrialSpec
+from recipelab.fsutil import atomic_write_text, is_disk_full
+from recipelab.trainer.spec import EXIT_BAD_SPEC, EXIT_DISK_FULL, LOG_FILE, TrialResult, TrialSpec
 
 PR_SET_PDEATHSIG = 1
 NICE_CEILING = 20  # RLIMIT_NICE needed to return from SCHED_IDLE to nice 0
@@ -81,6 +82,38 @@ def redirect_output(log_path: Path) -> None:
     os.close(fd)
 
 
+def limit_file_size(limit: int) -> None:
+    """Cap the size of every file this trial writes (``RLIMIT_FSIZE``).
+
+    A write past the cap then fails with ``EFBIG``, as a write to a full disk fails with
+    ``ENOSPC``, instead of killing the process with ``SIGXFSZ``; both end the trial as
+    ``disk_full``.
+    """
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def write_result(spec: TrialSpec, result: TrialResult) -> int:
+    """Hand in ``result``; on a full disk, hand in the shortest result that says so."""
+    try:
+        atomic_write_text(spec.result_path, result.model_dump_json(indent=2))
+        return 0
+    except OSError as error:
+        if not is_disk_full(error):
+            raise
+        cause = error
+    short = TrialResult(
+        trial_id=spec.trial_id, status="failed", reason="disk_full",
+        message=f"the trial ended ({result.status}) but its result could not be written: {cause}")
+    try:
+        atomic_write_text(spec.result_path, short.model_dump_json())
+        return 0
+    except OSError as error:
+        if not is_disk_full(error):
+            raise
+        return EXIT_DISK_FULL
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipelab.trainer", description=__doc__)
     parser.add_argument("--spec", required=True,
@@ -90,9 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-limit", type=int, metavar="BYTES",
                         help="cap this process's address space, so an oversized recipe fails "
                         "as 'oom' instead of exhausting the machine")
+    parser.add_argument("--file-size-limit", type=int, metavar="BYTES",
+                        help="cap the size of each file the trial writes, so a runaway trial "
+                        "fails as 'disk_full' instead of filling the disk")
     args = parser.parse_args(argv)
     if args.memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (args.memory_limit, args.memory_limit))
+    if args.file_size_limit:
+        limit_file_size(args.file_size_limit)
     worker = args.spec == "-"
     idle = worker and can_leave_idle_scheduling()
     if worker:
@@ -106,20 +144,19 @@ def main(argv: list[str] | None = None) -> int:
         if idle:
             set_scheduling(os.SCHED_OTHER)
         if not line.strip():
-            return 2
+            return EXIT_BAD_SPEC
         args = parser.parse_args(["--spec", *shlex.split(line)])
     try:
         spec = read_spec(Path(args.spec))
     except SpecError as error:
         print(error, file=sys.stderr)
-        return 2
+        return EXIT_BAD_SPEC
     out_dir = Path(spec.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if worker:
         redirect_output(out_dir / LOG_FILE)
     result = run_trial(spec, resume=args.resume, log=sys.stdout)
-    atomic_write_text(spec.result_path, result.model_dump_json(indent=2))
-    return 0
+    return write_result(spec, result)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import re
 import sys
 import sysconfig
 import tempfile
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -281,9 +282,15 @@ def load_dataset(corpus: CorpusSpec, *, tokenizer: str, vocab_size: int, eval_by
     dataset = _load_cached(entry, source, fingerprint, vocab_size)
     if dataset is None:
         built = _build(source, corpus, tokenizer, vocab_size, eval_bytes, root / "tokenizers")
-        _store(entry, source, built)
-        dataset = _load_cached(entry, source, fingerprint, vocab_size)
-        assert dataset is not None, "a freshly stored cache entry is complete"
+        try:
+            _store(entry, source, built)
+        except OSError as error:  # a full disk or an unwritable cache costs time, not the trial
+            warnings.warn(f"tokenized corpus not cached in {entry} ({error}): the next trial "
+                          "tokenizes it again", RuntimeWarning, stacklevel=2)
+            dataset = built
+        else:
+            dataset = _load_cached(entry, source, fingerprint, vocab_size)
+            assert dataset is not None, "a freshly stored cache entry is complete"
     if len(dataset.train) < min_train_tokens:
         raise DataError(
             f"{dataset.description} has {len(dataset.train):,} training tokens but one batch needs "

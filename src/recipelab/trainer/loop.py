@@ -8,6 +8,7 @@ and gradient norms stay on the device and are read back once per logging interva
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import traceback
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recipelab.fsutil import is_disk_full
 from recipelab.recipe import Recipe
 from recipelab.trainer import checkpoint
 from recipelab.trainer.data import DataError, Dataset, load_dataset, sample_batch
@@ -38,6 +40,7 @@ from recipelab.trainer.device import (
 from recipelab.trainer.evaluate import bits_per_byte
 from recipelab.trainer.model import GPT
 from recipelab.trainer.spec import CurvePoint, FailureReason, TrialResult, TrialSpec
+from recipelab.trainer.telemetry import DeviceSampler
 
 TIMED_WARMUP_STEPS = 5
 
@@ -104,8 +107,12 @@ def build_optimizer(model: nn.Module, recipe: Recipe, device: torch.device) -> t
     )
 
 
-def _timed_warmup(steps: int) -> int:
-    """Steps excluded from throughput: the first few pay for allocator and kernel warm-up."""
+def _timed_warmup(steps: int, requested: int | None = None) -> int:
+    """Steps excluded from throughput: the first few pay for allocator and kernel warm-up.
+    ``requested`` (the spec's ``timed_warmup_steps``) overrides the default, keeping one
+    timed step."""
+    if requested is not None:
+        return min(requested, steps - 1)
     return min(TIMED_WARMUP_STEPS, steps // 5)
 
 
@@ -124,7 +131,9 @@ class TrialRunner:
         self.progress = Progress()
 
     def _say(self, message: str) -> None:
-        print(message, file=self.log, flush=True)
+        """Log a line; a log that can no longer be written (a full disk) keeps what it has."""
+        with contextlib.suppress(OSError):
+            print(message, file=self.log, flush=True)
 
     def _save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
               interval: Interval) -> None:
@@ -156,7 +165,7 @@ class TrialRunner:
         clip = recipe.optimizer.grad_clip or math.inf
         vocab = recipe.shape.vocab_size
         limit = spec.divergence_factor * math.log(vocab)
-        timed_from = max(start, _timed_warmup(recipe.steps))
+        timed_from = max(start, _timed_warmup(recipe.steps, spec.timed_warmup_steps))
         last_loss = progress.curve[-1].loss if progress.curve else math.nan
         clock = time.perf_counter()
         for step in range(start, recipe.steps):
@@ -232,7 +241,7 @@ class TrialRunner:
             peak_memory_bytes=peak_memory_bytes(device), params=model.param_count(),
             setup_s=trained - begin, train_s=evaluated - trained, eval_s=done - evaluated,
             resumed_from_step=progress.resumed_from,
-            provenance=provenance(device, recipe.seed),
+            provenance=provenance(device, recipe.seed), timed_steps=progress.timed_steps or None,
         )
 
     def failure(self, reason: FailureReason, message: str) -> TrialResult:
@@ -245,7 +254,14 @@ class TrialRunner:
 
 
 def run_trial(spec: TrialSpec, *, resume: bool = False, log: TextIO) -> TrialResult:
-    """Run ``spec`` and return its result; never raises for a failure of the trial itself."""
+    """Run ``spec`` and return its result, with the device telemetry sampled meanwhile;
+    never raises for a failure of the trial itself."""
+    with DeviceSampler(spec.telemetry_interval_s, gpu=spec.device != "cpu") as sampler:
+        result = _run_trial(spec, resume, log)
+    return result.model_copy(update={"telemetry": sampler.summary()})
+
+
+def _run_trial(spec: TrialSpec, resume: bool, log: TextIO) -> TrialResult:
     runner = TrialRunner(spec, resume, log)
     try:
         return runner.run()
@@ -253,6 +269,10 @@ def run_trial(spec: TrialSpec, *, resume: bool = False, log: TextIO) -> TrialRes
         return runner.failure(failure.reason, str(failure))
     except (DataError, UnsupportedPrecision) as error:
         return runner.failure("crash", str(error))
+    except OSError as error:
+        if not is_disk_full(error):
+            raise
+        return runner.failure("disk_full", f"no space to write the trial's files: {error}")
     except (RuntimeError, MemoryError) as error:
         if is_out_of_memory(error):
             return runner.failure("oom", f"out of memory: {error}".splitlines()[0])

@@ -12,13 +12,18 @@ from typing import Literal
 from pydantic import Field
 
 from recipelab.recipe import Recipe, StrictModel
+from recipelab.trainer.telemetry import DEFAULT_INTERVAL_S, TelemetrySummary
 
 TrialKind = Literal["proxy", "stress"]
-FailureReason = Literal["oom", "nan", "diverged", "timeout", "crash"]
+# disk_full: the trial could not write its log, checkpoint or result (no space, or over a
+# file-size limit); the recipe itself may be fine.
+FailureReason = Literal["oom", "nan", "diverged", "timeout", "crash", "disk_full"]
 
 RESULT_FILE = "result.json"
 LOG_FILE = "trial.log"
 CHECKPOINT_DIR = "checkpoint"
+EXIT_BAD_SPEC = 2  # the trainer's exit status when its spec is unusable
+EXIT_DISK_FULL = 3  # ... when the disk was too full to write even a short failure result
 
 
 class CorpusSpec(StrictModel):
@@ -49,6 +54,11 @@ class TrialSpec(StrictModel):
         default=2.0, gt=1.0,
         description="a loss above this multiple of the uniform-guess loss ln(vocab) is divergence",
     )
+    timed_warmup_steps: int | None = Field(
+        default=None, ge=0,
+        description="first steps left out of tokens_per_s and step_ms (default: min(5, steps // 5))",
+    )
+    telemetry_interval_s: float = Field(default=DEFAULT_INTERVAL_S, gt=0.0)
 
     @property
     def result_path(self) -> Path:
@@ -78,7 +88,9 @@ class Provenance(StrictModel):
 
 class TrialResult(StrictModel):
     trial_id: str
-    status: Literal["complete", "failed"]
+    # interrupted: the executor lost the worker or machine running the trial (never the
+    # trainer's own verdict); the campaign re-runs the candidate once.
+    status: Literal["complete", "failed", "interrupted"]
     reason: FailureReason | None = None
     message: str | None = None
     val_bpb: float | None = None
@@ -94,3 +106,5 @@ class TrialResult(StrictModel):
     eval_s: float | None = None
     resumed_from_step: int | None = None
     provenance: Provenance | None = None
+    timed_steps: int | None = None  # the steps tokens_per_s and step_ms were measured over
+    telemetry: TelemetrySummary | None = None

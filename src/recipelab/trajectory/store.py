@@ -1,4 +1,9 @@
-"""The trajectory store: ``trajectory.jsonl`` is the truth, ``trajectory.sqlite`` its index.
+"""The trajectory store: ``trajectory.jsonl`` is the truth, a SQL database its index.
+
+The index is ``trajectory.sqlite`` in the campaign directory unless a database URL says
+otherwise: a team can keep the index of all its campaigns in one PostgreSQL database
+(``postgresql+psycopg://...``), where campaigns share one table keyed by (campaign,
+trial_id) and every query of a store is confined to its own campaign.
 
 Two files because they serve different readers. The JSONL is append-only, readable with
 ``grep`` and the portable artifact a user carries to the next campaign; SQLite answers
@@ -17,6 +22,9 @@ one protocol:
   ``interrupted`` records, so the trajectory says what was in flight.
 * Rows are stored as the JSONL line parses back (see ``_canonical``), so values JSON cannot
   carry exactly (NaN, infinities, tuples) never make the two files disagree.
+
+A SQLite file that is corrupt or of another schema is set aside and rebuilt from the JSONL;
+a shared PostgreSQL table is never dropped: a schema mismatch there is an error to act on.
 """
 
 from __future__ import annotations
@@ -32,15 +40,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Engine, Table, create_engine, event, inspect
-from sqlalchemy.exc import DatabaseError
+from sqlalchemy import Engine, Table, create_engine, delete, event, inspect
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 from sqlalchemy.pool import Pool, QueuePool, StaticPool
 from sqlmodel import Session, col, select
 
 from recipelab.fsutil import fsync_dir
 from recipelab.trajectory.record import TrialRecord, TrialRow, utc_now
 
-__all__ = ["ReconcileReport", "StoreError", "TrajectoryStore"]
+__all__ = ["ReconcileReport", "StoreError", "TrajectoryStore", "redact_url"]
 
 _TABLE: Table = TrialRow.metadata.tables[str(TrialRow.__tablename__)]
 # Long enough to outwait any single write transaction of the campaign (they are tiny), short
@@ -49,6 +58,8 @@ BUSY_TIMEOUT_MS = 10_000
 _REPORT_TEXT_CHARS = 200
 _PROBE_NAME = ".recipelab-write-probe"
 _PROBE_BYTES = b"\0" * 4096  # a whole block, so a full disk fails the probe
+POSTGRES_HINT = "pip install 'recipelab[postgres]'"
+CONNECT_TIMEOUT_S = 10
 
 
 class StoreError(RuntimeError):
@@ -101,12 +112,20 @@ class TrajectoryStore:
     SQLITE = "trajectory.sqlite"
     REJECTED = "trajectory.rejected-lines.jsonl"
 
-    def __init__(self, campaign_dir: Path, campaign: str, *, readonly: bool = False) -> None:
+    def __init__(self, campaign_dir: Path, campaign: str, *, readonly: bool = False,
+                 db_url: str | None = None) -> None:
+        """``db_url``: None for ``trajectory.sqlite`` in ``campaign_dir``, else a SQLAlchemy
+        URL of a SQLite file or a PostgreSQL database (``postgresql+psycopg://...``)."""
         self.campaign_dir = Path(campaign_dir)
         self.campaign = campaign
         self.readonly = readonly
         self.jsonl_path = self.campaign_dir / self.JSONL
-        self.sqlite_path = self.campaign_dir / self.SQLITE
+        self.server_url = _server_url(db_url)
+        self.sqlite_path = (self.campaign_dir / self.SQLITE if db_url is None
+                            else _sqlite_file(db_url) if self.server_url is None else None)
+        self.index_name = (str(self.sqlite_path) if self.sqlite_path is not None
+                           else redact_url(str(db_url)))
+        self.index_label = self.sqlite_path.name if self.sqlite_path is not None else "the database"
         self.side_path = self.campaign_dir / self.REJECTED
         self._terminal_ids: set[str] = set()
         self._needs_newline = False
@@ -176,7 +195,7 @@ class TrajectoryStore:
         )
 
     def rebuild(self) -> int:
-        """Drop and recreate the SQLite table from the JSONL in one transaction.
+        """Replace this campaign's rows with the JSONL's records in one transaction.
 
         Readers see the old index or the new one, never a missing one. ``running`` rows are
         dropped with the rest: call it between campaigns, not while trials are in flight.
@@ -184,7 +203,7 @@ class TrajectoryStore:
         self._require_writable("rebuild")
         records = self.jsonl_records()
         with self._session("rebuilding from the JSONL") as session:
-            _replace_table(session, records)
+            _replace_rows(session, self.campaign, records)
         self._terminal_ids = {record.trial_id for record in records}
         return len(records)
 
@@ -192,7 +211,7 @@ class TrajectoryStore:
 
     def records(self, *, kind: str | None = None, status: str | None = None) -> list[TrialRecord]:
         """Records from SQLite (``running`` ones included), ordered by (iteration, trial_id)."""
-        query = select(TrialRow)
+        query = self._select()
         if kind is not None:
             query = query.where(TrialRow.kind == kind)
         if status is not None:
@@ -203,7 +222,7 @@ class TrajectoryStore:
 
     def get(self, trial_id: str) -> TrialRecord | None:
         with self._session(f"reading trial {trial_id!r}") as session:
-            row = session.exec(select(TrialRow).where(TrialRow.trial_id == trial_id)).first()
+            row = session.exec(self._select().where(TrialRow.trial_id == trial_id)).first()
             return None if row is None else row.to_record()
 
     def jsonl_records(self) -> list[TrialRecord]:
@@ -224,16 +243,16 @@ class TrajectoryStore:
         ]
         in_jsonl = {record.trial_id: record for record in scan.records}
         with self._session("checking against the JSONL") as session:
-            in_sqlite = {row.trial_id: row.to_record() for row in session.exec(select(TrialRow))}
+            in_sqlite = {row.trial_id: row.to_record() for row in session.exec(self._select())}
         for trial_id, record in in_jsonl.items():
             row = in_sqlite.get(trial_id)
             if row is None:
-                problems.append(f"trial {trial_id!r} is in {self.JSONL} but not in {self.SQLITE}")
+                problems.append(f"trial {trial_id!r} is in {self.JSONL} but not in {self.index_label}")
             elif row != record:
                 fields = ", ".join(_differing_fields(record, row))
                 problems.append(f"trial {trial_id!r} differs between the two files in: {fields}")
         problems += [
-            f"trial {trial_id!r} is {row.status!r} in {self.SQLITE} but absent from {self.JSONL}"
+            f"trial {trial_id!r} is {row.status!r} in {self.index_label} but absent from {self.JSONL}"
             for trial_id, row in in_sqlite.items()
             if trial_id not in in_jsonl and row.status != "running"
         ]
@@ -349,6 +368,8 @@ class TrajectoryStore:
     def _open_index(self) -> Engine:
         """Open SQLite for writing; a missing, corrupt or outdated file is set aside and
         recreated empty (reconcile then fills it from the JSONL and reports ``rebuilt``)."""
+        if self.sqlite_path is None:
+            return self._open_server_index(create=True)
         existed = self.sqlite_path.exists()
         if existed:
             engine = _writer_engine(self.sqlite_path)
@@ -367,31 +388,72 @@ class TrajectoryStore:
     def _open_readonly_index(self) -> Engine:
         """Open SQLite read-only; without a usable file, index the JSONL in memory instead,
         so ``status`` works on a carried JSONL or a damaged index without writing a byte."""
-        if self.sqlite_path.exists():
+        if self.sqlite_path is None:
+            engine = self._open_server_index(create=False)
+            if _has_table(engine):
+                return engine
+            engine.dispose()
+        elif self.sqlite_path.exists():
             engine = _reader_engine(self.sqlite_path)
             if _index_usable(engine, self.sqlite_path):
                 return engine
             engine.dispose()
         engine = _memory_engine()
         with Session(engine) as session, session.begin():
-            _replace_table(session, self.jsonl_records())
+            _replace_rows(session, self.campaign, self.jsonl_records())
+        return engine
+
+    def _open_server_index(self, *, create: bool) -> Engine:
+        """Connect to the database server, creating the shared table when asked and missing.
+
+        A table of another schema is an error, never dropped: other campaigns' rows are in it.
+        """
+        assert self.server_url is not None
+        try:
+            engine = create_engine(self.server_url, pool_pre_ping=True,
+                                   connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+        except (NoSuchModuleError, ImportError) as err:
+            raise StoreError(
+                f"the trajectory database {self.index_name} needs the psycopg driver ({err}); "
+                f"run {POSTGRES_HINT}") from None
+        try:
+            if create:
+                _TABLE.create(engine, checkfirst=True)
+            with engine.connect() as connection:
+                inspector = inspect(connection)
+                columns = ({column["name"] for column in inspector.get_columns(_TABLE.name)}
+                           if inspector.has_table(_TABLE.name) else None)
+        except DatabaseError as err:
+            engine.dispose()
+            raise StoreError(
+                f"cannot use the trajectory database {self.index_name}: {_one_line(err.orig)}. "
+                "Check that the server is up, the database exists and the user may create "
+                "tables in it (a password goes in PGPASSWORD or ~/.pgpass)") from None
+        if columns is not None and columns != set(_TABLE.columns.keys()):
+            engine.dispose()
+            raise StoreError(
+                f"table {_TABLE.name!r} in {self.index_name} has columns {sorted(columns)}, not "
+                f"this version's {sorted(_TABLE.columns.keys())}; it holds other campaigns' "
+                "rows, so it is not replaced: point --db at another database")
         return engine
 
     def _set_aside_index_files(self) -> None:
         """Move a bad index and its WAL aside: a stale ``-wal`` replayed into a fresh
         database would corrupt it."""
+        assert self.sqlite_path is not None
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
         for suffix in ("", "-wal", "-shm"):
-            path = self.sqlite_path.with_name(self.SQLITE + suffix)
+            name = self.sqlite_path.name
+            path = self.sqlite_path.with_name(name + suffix)
             if path.exists():
-                path.rename(path.with_name(f"{self.SQLITE}.corrupt-{stamp}{suffix}"))
+                path.rename(path.with_name(f"{name}.corrupt-{stamp}{suffix}"))
 
     def _sync_index(self, records: list[TrialRecord]) -> list[str]:
         """Upsert what SQLite lacks or holds differently; delete what the JSONL does not hold
         (except ``running`` rows, which :meth:`_interrupt_running` settles)."""
         by_id = {record.trial_id: record for record in records}
         with self._session("reconciling with the JSONL") as session:
-            rows = {row.trial_id: row for row in session.exec(select(TrialRow))}
+            rows = {row.trial_id: row for row in session.exec(self._select())}
             stale = [
                 record for record in records
                 if record.trial_id not in rows or rows[record.trial_id].to_record() != record
@@ -417,6 +479,10 @@ class TrajectoryStore:
         with self._session(doing) as session:
             session.merge(record.to_row())
 
+    def _select(self) -> Any:
+        """A query of this campaign's rows (a database may hold other campaigns')."""
+        return select(TrialRow).where(TrialRow.campaign == self.campaign)
+
     @contextmanager
     def _session(self, doing: str) -> Iterator[Session]:
         """One transaction; a database failure becomes a StoreError saying what was going on."""
@@ -425,8 +491,8 @@ class TrajectoryStore:
                 yield session
         except DatabaseError as err:
             raise StoreError(
-                f"{self.sqlite_path} failed while {doing}: {err.orig}. The JSONL is intact; "
-                "restart the campaign so reconcile can rebuild the index"
+                f"{self.index_name} failed while {doing}: {_one_line(err.orig)}. The JSONL is "
+                "intact; restart the campaign so reconcile can rebuild the index"
             ) from err
 
     # -- guards --------------------------------------------------------------------------
@@ -481,11 +547,56 @@ def _canonical(record: TrialRecord) -> TrialRecord:
     return TrialRecord.from_json_line(record.to_json_line())
 
 
-def _replace_table(session: Session, records: Iterable[TrialRecord]) -> None:
+def _replace_rows(session: Session, campaign: str, records: Iterable[TrialRecord]) -> None:
     connection = session.connection()
-    _TABLE.drop(connection, checkfirst=True)
-    _TABLE.create(connection)
+    _TABLE.create(connection, checkfirst=True)
+    connection.execute(delete(_TABLE).where(_TABLE.c.campaign == campaign))
     session.add_all(record.to_row() for record in records)
+
+
+def _has_table(engine: Engine) -> bool:
+    with engine.connect() as connection:
+        return inspect(connection).has_table(_TABLE.name)
+
+
+def redact_url(url: str) -> str:
+    """A database URL fit for a log: any password replaced by ``***``."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<a database URL that does not parse>"
+
+
+def _parse(db_url: str) -> URL:
+    try:
+        return make_url(db_url)
+    except ArgumentError:
+        raise StoreError(
+            f"{redact_url(db_url)!r} is not a database URL; give postgresql+psycopg://USER@HOST"
+            "[:PORT]/DATABASE, or sqlite:///PATH, or leave --db out for SQLite in the campaign "
+            "directory") from None
+
+
+def _server_url(db_url: str | None) -> URL | None:
+    """The URL of a PostgreSQL index (psycopg 3 as its driver), None for SQLite."""
+    if db_url is None:
+        return None
+    url = _parse(db_url)
+    backend, _, driver = url.drivername.partition("+")
+    if backend == "sqlite":
+        return None
+    if backend not in ("postgresql", "postgres") or driver not in ("", "psycopg"):
+        raise StoreError(
+            f"database {redact_url(db_url)!r} is not supported: the trajectory index is SQLite or "
+            "PostgreSQL through psycopg 3 (postgresql+psycopg://USER@HOST[:PORT]/DATABASE)")
+    return url.set(drivername="postgresql+psycopg")
+
+
+def _sqlite_file(db_url: str) -> Path:
+    database = _parse(db_url).database
+    if not database or database == ":memory:":
+        raise StoreError(f"{db_url!r} names no SQLite file; give sqlite:///PATH")
+    return Path(database)
 
 
 def _index_usable(engine: Engine, path: Path) -> bool:
@@ -564,7 +675,7 @@ def _differing_fields(a: TrialRecord, b: TrialRecord) -> list[str]:
     return [name for name in TrialRecord.model_fields if getattr(a, name) != getattr(b, name)]
 
 
-def _one_line(err: Exception) -> str:
+def _one_line(err: object) -> str:
     return _clip(" ".join(str(err).split()))
 
 

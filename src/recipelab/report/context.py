@@ -1,0 +1,55 @@
+"""What a report needs beyond the records: the campaign, its target and the cloud rates."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic import Field
+
+from recipelab.recipe import StrictModel, Target
+
+H100_BF16_DENSE_FLOPS = 989e12  # H100 SXM, dense BF16 tensor-core peak
+
+# The environment variables `recipelab report` and the report a campaign writes both read.
+RATE_ENVVARS = {
+    "gpu_peak_flops": "RECIPELAB_GPU_PEAK_TFLOPS",
+    "mfu": "RECIPELAB_MFU",
+    "usd_per_gpu_hour": "RECIPELAB_COST_H100_USD_PER_HOUR",
+    "gpus": "RECIPELAB_COST_GPUS_PER_NODE",
+}
+
+
+class CloudRates(StrictModel):
+    """What the cloud run is priced at (defaults: an 8xH100 node at $2.50 per GPU-hour)."""
+
+    gpu_peak_flops: float = Field(default=H100_BF16_DENSE_FLOPS, gt=0)
+    mfu: float = Field(default=0.4, gt=0, le=1)
+    usd_per_gpu_hour: float = Field(default=2.50, ge=0)
+    gpus: int = Field(default=8, ge=1)
+    tokens_per_param: float = Field(default=20.0, gt=0)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> CloudRates:
+        """Defaults overridden by the ``RATE_ENVVARS`` that are set (peak given in TFLOP/s)."""
+        environ = os.environ if environ is None else environ
+        given: dict[str, float] = {}
+        for name, var in RATE_ENVVARS.items():
+            if environ.get(var):
+                try:
+                    value = float(environ[var])
+                except ValueError:
+                    raise ValueError(f"{var}={environ[var]!r} is not a number") from None
+                given[name] = value * 1e12 if name == "gpu_peak_flops" else value
+        if "gpus" in given:
+            given["gpus"] = int(given["gpus"])
+        return cls.model_validate(given)
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    campaign: str
+    target: Target
+    preset: str
+    rates: CloudRates = field(default_factory=CloudRates)

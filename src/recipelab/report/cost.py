@@ -1,0 +1,161 @@
+"""The cost arithmetic: what a night of recipe search costs here, and what it saves.
+
+The published figures (README, "Why a desk box") are this arithmetic on its defaults: 100
+proxy iterations of 88 s on a DGX Spark drawing 240 W at $0.13/kWh, the $5,000 box
+amortised over 1.5 years, against the same iterations rented on H100s at $2.50 per
+GPU-hour, on one GPU, on an 8-GPU node, and at target scale (60x slower per iteration). The
+expected-value argument: a team that books a $3,360 small campaign blind picks a recipe
+that does not hold up half of the time.
+
+Rounding: every dollar figure is rounded to cents *for display only*; each derived figure
+is computed from the unrounded ones (1678.99 = 1680 - 1.00644, not 1680 - 1.01). The ratio
+of savings to the Spark's cost is unrounded 1668.2, shown to three significant figures as
+1670 (the rounded figures would give 1662).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from pydantic import Field
+
+from recipelab.recipe import StrictModel
+from recipelab.trajectory.record import TrialRecord
+
+HOURS_PER_YEAR = 365 * 24
+JOULES_PER_KWH = 3.6e6
+RATIO_SIGNIFICANT_FIGURES = 3
+
+
+class CostInputs(StrictModel):
+    """Every figure the arithmetic starts from (defaults: the published assumptions)."""
+
+    iterations: int = Field(default=100, ge=0)
+    seconds_per_iteration: float = Field(default=88.0, ge=0)
+    h100_usd_per_gpu_hour: float = Field(default=2.50, ge=0)
+    gpus_per_node: int = Field(default=8, ge=1)
+    target_scale_factor: float = Field(default=60.0, gt=0)
+    spark_power_w: float = Field(default=240.0, ge=0)
+    electricity_usd_per_kwh: float = Field(default=0.13, ge=0)
+    spark_price_usd: float = Field(default=5000.0, ge=0)
+    spark_amortisation_years: float = Field(default=1.5, gt=0)
+    wrong_pick_rate: float = Field(default=0.5, ge=0, le=1)
+    small_campaign_usd: float = Field(default=3360.0, ge=0)
+    measured_energy_j: float | None = Field(default=None, ge=0)  # replaces power x time when known
+
+
+class CampaignCost(StrictModel):
+    spark_electricity_only: float
+    spark_total_cost_of_use: float
+    h100_single_proxy: float
+    h100_8gpu_node_proxy: float
+    h100_8gpu_node_target_scale: float
+
+
+class ExpectedValue(StrictModel):
+    wrong_pick_rate: float
+    expected_loss_from_blind_booking_usd: float
+    spark_recipe_search_cost_usd: float
+    expected_savings_per_campaign_usd: float
+    ratio_savings_to_spark_cost: float | None  # None when the search cost nothing
+
+
+class CostReport(StrictModel):
+    inputs: CostInputs
+    sources: dict[str, str]  # input name -> "default", "given" (flag or env) or "campaign"
+    campaign_hours: float
+    spark_energy_kwh: float
+    campaign_usd: CampaignCost
+    expected_value_argument: ExpectedValue
+
+    def published(self) -> dict[str, object]:
+        """The JSON ``recipelab cost`` prints: the arithmetic under its published key names."""
+        data = self.model_dump(mode="json")
+        campaign = data.pop("campaign_usd")
+        evidence = data.pop("expected_value_argument")
+        return {**data, f"campaign_{self.inputs.iterations}_iters_usd": campaign,
+                "expected_value_argument": evidence}
+
+
+def _cents(value: float) -> float:
+    return round(value, 2)
+
+
+def _significant(value: float, figures: int) -> float:
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, figures - 1 - math.floor(math.log10(abs(value))))
+
+
+def compute_cost(inputs: CostInputs, sources: dict[str, str] | None = None) -> CostReport:
+    """The arithmetic, from unrounded intermediates; see the module docstring for rounding."""
+    hours = inputs.iterations * inputs.seconds_per_iteration / 3600
+    kwh = (inputs.measured_energy_j / JOULES_PER_KWH if inputs.measured_energy_j is not None
+           else inputs.spark_power_w / 1000 * hours)
+    electricity = kwh * inputs.electricity_usd_per_kwh
+    amortisation = inputs.spark_price_usd / (inputs.spark_amortisation_years * HOURS_PER_YEAR) * hours
+    spark_total = electricity + amortisation
+    h100_single = hours * inputs.h100_usd_per_gpu_hour
+    h100_node = h100_single * inputs.gpus_per_node
+    expected_loss = inputs.wrong_pick_rate * inputs.small_campaign_usd
+    savings = expected_loss - spark_total
+    ratio = _significant(savings / spark_total, RATIO_SIGNIFICANT_FIGURES) if spark_total > 0 else None
+    return CostReport(
+        inputs=inputs,
+        sources=sources or {name: "default" for name in CostInputs.model_fields},
+        campaign_hours=round(hours, 4),
+        spark_energy_kwh=round(kwh, 4),
+        campaign_usd=CampaignCost(
+            spark_electricity_only=_cents(electricity),
+            spark_total_cost_of_use=_cents(spark_total),
+            h100_single_proxy=_cents(h100_single),
+            h100_8gpu_node_proxy=_cents(h100_node),
+            h100_8gpu_node_target_scale=_cents(h100_node * inputs.target_scale_factor)),
+        expected_value_argument=ExpectedValue(
+            wrong_pick_rate=inputs.wrong_pick_rate,
+            expected_loss_from_blind_booking_usd=_cents(expected_loss),
+            spark_recipe_search_cost_usd=_cents(spark_total),
+            expected_savings_per_campaign_usd=_cents(savings),
+            ratio_savings_to_spark_cost=ratio))
+
+
+def measured_inputs(records: Iterable[TrialRecord]) -> dict[str, float | int]:
+    """What a campaign measured, to replace the assumed iteration count, time and energy.
+
+    Iterations are the trained proxy trials (complete or failed); the time per iteration is
+    their mean ``wall_s``. Energy is the sum of the trials' telemetry ``energy_j`` when every
+    trained trial has it; with only some measured it stays unset (power x time is used),
+    since a partial sum would understate the night.
+    """
+    trained = [r for r in records if r.kind == "proxy" and r.status in ("complete", "failed")]
+    walls = [float(r.metrics["wall_s"]) for r in trained if r.metrics.get("wall_s") is not None]
+    found: dict[str, float | int] = {}
+    if not trained:
+        return found
+    found["iterations"] = len(trained)
+    if walls:
+        found["seconds_per_iteration"] = sum(walls) / len(walls)
+    energies = [_energy_j(r) for r in trained]
+    if all(e is not None for e in energies):
+        found["measured_energy_j"] = sum(e for e in energies if e is not None)
+    return found
+
+
+def _energy_j(record: TrialRecord) -> float | None:
+    telemetry = record.metrics.get("telemetry")
+    if not isinstance(telemetry, dict):
+        return None
+    energy = telemetry.get("energy_j")
+    return float(energy) if isinstance(energy, (int, float)) and not isinstance(energy, bool) else None
+
+
+def resolve_inputs(given: dict[str, float | int], measured: dict[str, float | int] | None = None
+                   ) -> tuple[CostInputs, dict[str, str]]:
+    """Inputs from, in order of precedence: what was given (flags, env), what a campaign
+    measured, the published defaults; with where each came from."""
+    measured = measured or {}
+    values = {**measured, **given}
+    sources = {name: "given" if name in given else "campaign" if name in measured else "default"
+               for name in CostInputs.model_fields}
+    return CostInputs.model_validate(values), sources

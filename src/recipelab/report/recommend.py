@@ -1,0 +1,121 @@
+"""The recommendation for the cloud commit: what to train, for how long, at what cost.
+
+The winning proxy recipe is scaled back to the target: its optimizer, schedule and
+precision knobs (and any non-size shape knob it changed, such as ``qk_norm``) go onto the
+target's shape and context; the token budget is Chinchilla-optimal (20 tokens per
+parameter); GPU-hours follow from the target's training FLOPs per token, a GPU's peak
+FLOP/s and an assumed model FLOPs utilisation (MFU).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from recipelab.recipe import BYTE_VOCAB, Recipe, Target
+from recipelab.report.context import CloudRates
+from recipelab.report.powerlaw import PowerLaw, fit_power_law
+from recipelab.trajectory.analysis import scored_proxies
+from recipelab.trajectory.record import TrialRecord
+
+SECONDS_PER_DAY = 86_400
+TRANSFERABLE_SHAPE_KNOBS = ("shape.activation", "shape.norm", "shape.position", "shape.qk_norm",
+                            "shape.tie_embeddings")
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """One stress run's loss curve fitted and read at the step the cloud run's first day reaches."""
+
+    trial_id: str
+    parent: str | None
+    fit: PowerLaw | None
+    last_step: int | None
+    last_loss: float | None
+    first_day_step: int
+    first_day_loss: float | None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    winner: TrialRecord
+    chosen_because: str
+    recipe: Recipe
+    params: int
+    tokens: int
+    flops: float
+    gpu_hours: float
+    days_on_node: float
+    cost_usd: float
+    first_day_step: int
+    extrapolations: tuple[Extrapolation, ...]
+
+
+def choose_winner(records: Sequence[TrialRecord]) -> tuple[TrialRecord, str] | None:
+    """The best proxy trial whose stress run stayed stable; else the best proxy trial."""
+    scored = sorted(scored_proxies(records), key=lambda r: (r.val_bpb, r.trial_id))
+    if not scored:
+        return None
+    stable = {r.parent for r in records if r.kind == "stress" and r.verdict == "stable"}
+    for record in scored:
+        if record.trial_id in stable:
+            return record, "the best proxy val_bpb among finalists whose stress run stayed stable"
+    return scored[0], ("the best proxy val_bpb; no stress run has confirmed it as stable yet, so "
+                       "treat it as provisional")
+
+
+def scale_to_target(winner: Recipe, edit: dict[str, object], target: Target,
+                    tokens: int) -> Recipe:
+    """``winner``'s training knobs on ``target``'s shape, with enough steps for ``tokens``.
+
+    The batch keeps the winner's sequences per step at the target's context; warmup keeps
+    its fraction of the run.
+    """
+    shape = target.shape.model_copy(update={
+        key.split(".", 1)[1]: value for key, value in edit.items() if key in TRANSFERABLE_SHAPE_KNOBS})
+    tokens_per_step = winner.batch_size * winner.grad_accum * target.context
+    steps = max(1, math.ceil(tokens / tokens_per_step))
+    warmup = round(winner.schedule.warmup_steps / winner.steps * steps)
+    return Recipe(
+        shape=shape, optimizer=winner.optimizer,
+        schedule=winner.schedule.model_copy(update={"warmup_steps": warmup}),
+        batch_size=winner.batch_size, seq_len=target.context, grad_accum=winner.grad_accum,
+        precision=winner.precision,
+        tokenizer="byte" if shape.vocab_size == BYTE_VOCAB else "bpe",
+        seed=winner.seed, steps=steps, eval_bytes=winner.eval_bytes)
+
+
+def extrapolate(stress: TrialRecord, first_day_step: int) -> Extrapolation:
+    points = [p for p in stress.curve if "step" in p and "loss" in p]
+    steps = [float(p["step"]) for p in points]
+    losses = [float(p["loss"]) for p in points]
+    fit = fit_power_law(steps, losses)
+    return Extrapolation(
+        trial_id=stress.trial_id, parent=stress.parent, fit=fit,
+        last_step=int(steps[-1]) if steps else None, last_loss=losses[-1] if losses else None,
+        first_day_step=first_day_step,
+        first_day_loss=fit(first_day_step) if fit is not None else None)
+
+
+def recommend(records: Sequence[TrialRecord], target: Target,
+              rates: CloudRates) -> Recommendation | None:
+    """The recommendation, or None while no proxy trial has completed."""
+    chosen = choose_winner(records)
+    if chosen is None:
+        return None
+    winner, because = chosen
+    params = target.params
+    tokens = math.ceil(rates.tokens_per_param * params)
+    recipe = scale_to_target(Recipe.model_validate(winner.recipe), winner.edit, target, tokens)
+    flops = float(recipe.flops_per_token()) * tokens
+    sustained = rates.gpu_peak_flops * rates.mfu
+    gpu_hours = flops / sustained / 3600
+    first_day_tokens = sustained * rates.gpus * SECONDS_PER_DAY / recipe.flops_per_token()
+    first_day_step = max(1, min(recipe.steps, int(first_day_tokens // recipe.tokens_per_step)))
+    stress = [r for r in records if r.kind == "stress" and r.curve]
+    return Recommendation(
+        winner=winner, chosen_because=because, recipe=recipe, params=params, tokens=tokens,
+        flops=flops, gpu_hours=gpu_hours, days_on_node=gpu_hours / rates.gpus / 24,
+        cost_usd=gpu_hours * rates.usd_per_gpu_hour, first_day_step=first_day_step,
+        extrapolations=tuple(extrapolate(r, first_day_step) for r in stress))

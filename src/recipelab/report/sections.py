@@ -1,0 +1,274 @@
+"""The morning report's sections, built from a campaign's records.
+
+Every section is present in every report: when a campaign is unfinished (no stress runs
+yet, no telemetry, too few trials for importance) the section says what is missing and
+how to get it, instead of disappearing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from recipelab.report import plots
+from recipelab.report.context import ReportContext
+from recipelab.report.document import Block, Bullets, Document, Image, Paragraph, Section, Table
+from recipelab.report.powerlaw import fit_power_law
+from recipelab.report.recommend import recommend
+from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
+from recipelab.trajectory.noise import NoiseFloor, noise_floor
+from recipelab.trajectory.record import TrialRecord
+
+TOP_N = 10
+MIB = 2**20
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _about(value: float) -> str:
+    """Three significant figures, with thousands separators once it is that large."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+
+def _edit_text(edit: dict[str, object]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in edit.items()) or "(baseline)"
+
+
+def _stress_of(records: Sequence[TrialRecord]) -> dict[str, TrialRecord]:
+    """Each proxy trial's latest terminal stress run."""
+    found: dict[str, TrialRecord] = {}
+    for record in records:
+        if record.kind == "stress" and record.parent and record.status in ("complete", "failed"):
+            found[record.parent] = record
+    return found
+
+
+def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloor | None) -> Section:
+    proxies = [r for r in records if r.kind == "proxy"]
+    counts = Counter(r.status for r in proxies)
+    scored = sorted(scored_proxies(records), key=lambda r: (r.val_bpb, r.trial_id))
+    items = [f"target: {ctx.target.name} ({ctx.target.params:,} parameters); proxy preset: {ctx.preset}",
+             "proxy trials: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none yet"),
+             f"stress runs: {sum(r.kind == 'stress' and r.is_terminal for r in records)}"]
+    if scored:
+        best = scored[0]
+        items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "
+                     f"{_edit_text(best.edit)})")
+    if noise is not None:
+        items.append(f"noise floor: baseline val_bpb {noise.mean:.4f} ± {noise.spread:.4f} over seeds "
+                     f"{', '.join(map(str, noise.seeds))}; a gain within it is marked as noise")
+    else:
+        items.append("noise floor: not measured (the baseline has fewer than two seeds)")
+    return Section("Summary", (Bullets(tuple(items)),))
+
+
+def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Section:
+    if not scored_proxies(records):
+        return Section("val_bpb by iteration", (Paragraph(
+            "No proxy trial has completed yet: the plot appears once one has."),))
+    return Section("val_bpb by iteration", (
+        Paragraph("Each point is a proxy trial, coloured by the proposer that suggested it; the black "
+                  "line is the best val_bpb so far."),
+        Image("val_bpb.png", plots.progress(records, noise), "val_bpb by iteration")))
+
+
+def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Section:
+    scored = sorted(scored_proxies(records), key=lambda r: (r.val_bpb, r.trial_id))[:TOP_N]
+    if not scored:
+        return Section("Top 10 proxy trials", (Paragraph("No proxy trial has completed yet."),))
+    stress = _stress_of(records)
+    rows = []
+    for rank, r in enumerate(scored, start=1):
+        assert r.val_bpb is not None
+        mark = "" if noise is None else ("within noise" if noise.is_noise(r.val_bpb)
+                                         else f"{noise.gain(r.val_bpb):+.4f}")
+        run = stress.get(r.trial_id)
+        rows.append((str(rank), r.trial_id, _fmt(r.val_bpb), mark or "—", r.proposer,
+                     _edit_text(r.edit), r.hypothesis, (run.verdict or run.status) if run else ""))
+    blocks: list[Block] = [Table(("rank", "trial", "val_bpb", "gain vs baseline", "proposer", "edit",
+                                  "hypothesis", "stress"), tuple(rows))]
+    if noise is None:
+        blocks.append(Paragraph("Gains are not marked: the noise floor needs the baseline trained with "
+                                "at least two seeds."))
+    return Section("Top 10 proxy trials", tuple(blocks))
+
+
+def stress_runs(records: Sequence[TrialRecord]) -> Section:
+    runs = [r for r in records if r.kind == "stress" and r.is_terminal]
+    if not runs:
+        return Section("Stress runs", (Paragraph(
+            "No stress runs yet: finalists are stress-run when the proxy search ends "
+            "(or now, with 'recipelab stress CAMPAIGN')."),))
+    panels = []
+    rows = []
+    for r in runs:
+        steps = [float(p["step"]) for p in r.curve]
+        losses = [float(p["loss"]) for p in r.curve]
+        panels.append(plots.StressPanel(r.trial_id, r.parent, r.verdict, steps, losses,
+                                        fit_power_law(steps, losses)))
+        rows.append((r.trial_id, r.parent or "", r.status, r.verdict or "—",
+                     _fmt(losses[-1] if losses else None), _fmt(r.val_bpb), r.message or ""))
+    return Section("Stress runs", (
+        Image("stress_curves.png", plots.stress_curves(panels), "stress-run loss curves"),
+        Table(("stress run", "proxy trial", "status", "verdict", "final loss", "val_bpb", "note"),
+              tuple(rows))))
+
+
+def importance(records: Sequence[TrialRecord]) -> Section:
+    found = knob_importance(records)
+    if not found:
+        return Section("Knob importance", (Paragraph(
+            "Not enough evidence yet: importance needs at least four completed proxy trials whose "
+            "knobs and val_bpb vary."),))
+    return Section("Knob importance", (
+        Paragraph("Share of the decision between the better half of trials and the rest that each "
+                  "varying knob explains (PED-ANOVA); it sums to 1."),
+        Image("knob_importance.png", plots.horizontal_bars(found, "importance"), "knob importance"),
+        Table(("knob", "importance"), tuple((k, f"{v:.3f}") for k, v in found.items()))))
+
+
+def _reason_key(reason: str) -> str:
+    """A reason with its numbers blanked, so the same check's rejections group together."""
+    return re.sub(r"\d[\d.,_]*(e[-+]?\d+)?", "N", reason).strip()[:120]
+
+
+def reasons(records: Sequence[TrialRecord]) -> list[Section]:
+    rejected = Counter(_reason_key(reason) for r in records if r.status == "rejected"
+                       for reason in (r.reasons or ["(no reason recorded)"]))
+    failed = Counter(r.reason or "unknown" for r in records if r.status == "failed")
+    sections = []
+    for title, counter, file, none in (
+            ("Rejections by reason", rejected, "rejections.png", "No candidate was rejected."),
+            ("Failures by reason", failed, "failures.png", "No trial failed.")):
+        if not counter:
+            sections.append(Section(title, (Paragraph(none),)))
+            continue
+        sections.append(Section(title, (
+            Image(file, plots.horizontal_bars(dict(counter), "trials"), title.lower()),
+            Table(("reason", "count"), tuple((k, str(n)) for k, n in counter.most_common())))))
+    return sections
+
+
+def resources(records: Sequence[TrialRecord]) -> Section:
+    trained = [r for r in records if r.status in ("complete", "failed")
+               and (r.metrics.get("tokens_per_s") is not None or r.metrics.get("peak_memory_bytes"))]
+    if not trained:
+        return Section("Throughput and peak memory", (Paragraph("No trial has reported figures yet."),))
+    ids = [r.trial_id for r in trained]
+    throughput = [r.metrics.get("tokens_per_s") for r in trained]
+    memory = [r.metrics["peak_memory_bytes"] / MIB if r.metrics.get("peak_memory_bytes") else None
+              for r in trained]
+    rows = tuple((r.trial_id, r.kind, _fmt(t, 0), _fmt(m, 1), _fmt(r.metrics.get("wall_s"), 1))
+                 for r, t, m in zip(trained, throughput, memory, strict=True))
+    return Section("Throughput and peak memory", (
+        Image("throughput_memory.png",
+              plots.per_trial(ids, {"tokens/s": throughput, "peak memory (MiB)": memory}),
+              "throughput and peak memory per trial"),
+        Table(("trial", "kind", "tokens/s", "peak memory (MiB)", "wall s"), rows)))
+
+
+def _telemetry(record: TrialRecord) -> dict[str, object]:
+    found = record.metrics.get("telemetry")
+    return found if isinstance(found, dict) else {}
+
+
+def energy(records: Sequence[TrialRecord]) -> Section:
+    trained = [r for r in records if r.status in ("complete", "failed")]
+    measured = [r for r in trained if isinstance(_telemetry(r).get("energy_j"), (int, float))]
+    if not measured:
+        return Section("Energy", (Paragraph(
+            "Energy: not measured. No trial recorded an energy counter (NVML total energy on a GPU, "
+            "RAPL on a CPU where readable); 'recipelab cost' estimates it from power × time."),))
+    joules = [float(_telemetry(r)["energy_j"]) for r in measured]  # type: ignore[arg-type]
+    rows = tuple((r.trial_id, r.kind, f"{j:,.0f}", str(_telemetry(r).get("energy_source") or ""))
+                 for r, j in zip(measured, joules, strict=True))
+    blocks: list[Block] = [
+        Paragraph(f"{sum(joules) / 3.6e6:.4f} kWh over {len(measured)} of {len(trained)} trained trials."),
+        Image("energy.png", plots.per_trial([r.trial_id for r in measured], {"energy (J)": joules}),
+              "energy per trial"),
+        Table(("trial", "kind", "energy (J)", "source"), rows)]
+    return Section("Energy", tuple(blocks))
+
+
+def rank_agreement(records: Sequence[TrialRecord]) -> Section:
+    title = "Proxy-to-stress rank agreement"
+    proxies = {r.trial_id: r for r in scored_proxies(records)}
+    pairs = []
+    for parent, run in _stress_of(records).items():
+        proxy = proxies.get(parent)
+        final = run.val_bpb if run.val_bpb is not None else (
+            float(run.curve[-1]["loss"]) if run.curve else None)
+        if proxy is not None and proxy.val_bpb is not None and final is not None and math.isfinite(final):
+            pairs.append((parent, proxy.val_bpb, final))
+    if len(pairs) < 3:
+        return Section(title, (Paragraph(
+            f"Only {len(pairs)} stress-run trial(s) with a result: rank agreement needs at least 3. "
+            "Promote more finalists (--promote) or add mid-ranked trials with --fidelity K."),))
+    rho = spearman([p[1] for p in pairs], [p[2] for p in pairs])
+    verdict = ("undefined (one side does not vary)" if rho is None else f"{rho:+.3f}")
+    return Section(title, (
+        Paragraph(f"Spearman's rank correlation between proxy val_bpb and the stress run's final "
+                  f"val_bpb (training loss where val_bpb is missing), over {len(pairs)} trials: {verdict}. "
+                  "Near +1, the short proxy runs rank recipes as the long runs do."),
+        Image("rank_agreement.png", plots.agreement([p[1] for p in pairs], [p[2] for p in pairs],
+                                                    [p[0] for p in pairs], "stress final val_bpb / loss"),
+              "proxy against stress results")))
+
+
+def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloor | None
+                   ) -> Section:
+    title = "Recommendation for the cloud run"
+    found = recommend(records, ctx.target, ctx.rates)
+    if found is None:
+        return Section(title, (Paragraph("No proxy trial has completed yet: nothing to recommend."),))
+    rec, rates, recipe = found, ctx.rates, found.recipe
+    knobs = recipe.knobs()
+    shown = {k: v for k, v in knobs.items() if not k.startswith("shape.")}
+    items: tuple[str, ...] = (
+        f"winner: {rec.winner.trial_id} (val_bpb {_fmt(rec.winner.val_bpb)}), chosen as {rec.chosen_because}",
+        f"target: {ctx.target.name}, {rec.params:,} parameters, context {ctx.target.context}",
+        f"Chinchilla-optimal budget: {rates.tokens_per_param:g} tokens per parameter = {rec.tokens:,} tokens "
+        f"= {recipe.steps:,} steps of {recipe.tokens_per_step:,} tokens",
+        f"compute: {rec.flops:.3e} FLOPs at {recipe.flops_per_token():,} FLOPs per token",
+        f"at {rates.gpu_peak_flops / 1e12:,.0f} TFLOP/s peak per GPU and {rates.mfu:.0%} MFU: "
+        f"{_about(rec.gpu_hours)} GPU-hours, {_about(rec.days_on_node)} days on {rates.gpus} GPUs, "
+        f"${_about(rec.cost_usd)} at ${rates.usd_per_gpu_hour:.2f} per GPU-hour",
+    )
+    if noise is not None and rec.winner.val_bpb is not None and noise.is_noise(rec.winner.val_bpb):
+        gain = noise.gain(rec.winner.val_bpb)
+        items += (f"caution: the winner's difference from the baseline ({gain:+.4f}) is within the "
+                  f"seed-to-seed spread ({noise.spread:.4f}); the baseline is as good a bet",)
+    blocks: list[Block] = [
+        Bullets(items),
+        Paragraph("The recipe's training knobs on the target's shape (learning rates found on a small proxy "
+                  "transfer only approximately to a wider model: start here, and watch the first day):"),
+        Table(("knob", "value"), tuple((k, str(v)) for k, v in shown.items()))]
+    fits = list(rec.extrapolations)
+    if not fits:
+        blocks.append(Paragraph("Loss extrapolation: no stress run has recorded a loss curve yet, so "
+                                "there is nothing to extrapolate."))
+    else:
+        rows = tuple((e.trial_id, e.parent or "", e.fit.describe() if e.fit else "too few points to fit",
+                      _fmt(e.last_loss), f"{e.first_day_step:,}", _fmt(e.first_day_loss))
+                     for e in fits)
+        when = ("where the cloud run will be after its first day" if rec.first_day_step < recipe.steps
+                else "the end of the cloud run, which finishes within its first day")
+        blocks += [Paragraph(
+            f"Each stress run's loss fitted by L(t) = a·t^(-b) + c and read at step {rec.first_day_step:,}, "
+            f"{when}. The target's loss should be at or below this by then; a cloud loss above it is the "
+            "first sign the recipe did not transfer."),
+            Table(("stress run", "proxy trial", "fit", "last loss", "first-day step", "extrapolated loss"),
+                  rows)]
+    return Section(title, tuple(blocks))
+
+
+def build_document(records: Sequence[TrialRecord], ctx: ReportContext) -> Document:
+    noise = noise_floor(records)
+    sections = [summary(records, ctx, noise), progress(records, noise), top_trials(records, noise),
+                stress_runs(records), importance(records), *reasons(records), resources(records),
+                energy(records), rank_agreement(records), recommendation(records, ctx, noise)]
+    return Document(f"recipelab report: campaign {ctx.campaign}", tuple(sections))

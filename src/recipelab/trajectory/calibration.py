@@ -1,0 +1,257 @@
+"""Calibration: what earlier campaigns teach a new one.
+
+A user carries ``trajectory.jsonl`` files from campaign to campaign. This module reads them
+(or campaign directories holding them) line by line and turns every usable trial into a
+:class:`PriorTrial`: its knobs, its outcome, and its val_bpb *relative to its own campaign's
+baseline* (the ratio to the mean val_bpb of that campaign's baseline seeds). Ratios are what
+let campaigns on another corpus or another proxy size combine: 0.95 means "5% better than
+where that campaign started", wherever it started.
+
+Nothing here is fatal. A missing file, a line that is not a trial record, a campaign without
+a complete baseline: each is reported as a :class:`CalibrationProblem` naming the file, the
+line and what to do, and the rest is still used. Prior trials are only read, never written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from recipelab.recipe import flatten
+from recipelab.trajectory.analysis import knob_importance
+from recipelab.trajectory.noise import SEED_RERUN_PROPOSER, baseline_seed_trials
+from recipelab.trajectory.record import TrialRecord
+
+TRAJECTORY_FILE = "trajectory.jsonl"
+USED_STATUSES = ("complete", "failed", "rejected")
+IGNORED_KNOBS = frozenset({"seed"})  # a seed is not a recipe choice to learn from
+
+SUMMARY_BEST = 5
+SUMMARY_FAILURES = 4
+SUMMARY_REJECTIONS = 4
+SUMMARY_IMPORTANCES = 6
+SUMMARY_CHARS = 1_400
+EDIT_CHARS = 160
+REASON_CHARS = 160
+
+
+@dataclass(frozen=True)
+class CalibrationProblem:
+    """Why (part of) a prior file was skipped; ``line`` is None for the whole file."""
+
+    path: str
+    line: int | None
+    why: str
+
+    def __str__(self) -> str:
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"{where}: {self.why}"
+
+
+@dataclass(frozen=True)
+class PriorTrial:
+    """One trial of an earlier campaign, as a later campaign may learn from it.
+
+    ``relative`` is val_bpb divided by its campaign's baseline mean (complete trials only);
+    ``edit`` is the knobs that differ from that baseline (the seed left out).
+    """
+
+    source: str
+    campaign: str
+    trial_id: str
+    status: str
+    knobs: dict[str, Any]
+    edit: dict[str, Any]
+    relative: float | None = None
+    reason: str | None = None
+    reasons: tuple[str, ...] = ()
+    hypothesis: str = ""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    trials: tuple[PriorTrial, ...] = ()
+    problems: tuple[CalibrationProblem, ...] = ()
+    campaigns: tuple[str, ...] = field(default=())
+
+    def counts(self) -> dict[str, int]:
+        """Trials by status, plus the campaigns and problems: the figures a log line needs."""
+        counts = {status: sum(t.status == status for t in self.trials) for status in USED_STATUSES}
+        return {"trials": len(self.trials), **counts, "campaigns": len(self.campaigns),
+                "problems": len(self.problems)}
+
+
+def trajectory_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[CalibrationProblem]]:
+    """The trajectory files behind ``paths`` (a file, or a campaign directory), each once."""
+    files: list[Path] = []
+    problems: list[CalibrationProblem] = []
+    for given in paths:
+        path = Path(given)
+        candidate = path / TRAJECTORY_FILE if path.is_dir() else path
+        if not candidate.is_file():
+            why = (f"no {TRAJECTORY_FILE} in this directory; give a campaign directory or its "
+                   f"{TRAJECTORY_FILE}" if path.is_dir()
+                   else "no such file; give a campaign directory or its trajectory.jsonl")
+            problems.append(CalibrationProblem(str(path), None, why))
+        elif candidate.resolve() not in {f.resolve() for f in files}:
+            files.append(candidate)
+    return files, problems
+
+
+def _read_records(path: Path) -> tuple[list[TrialRecord], list[CalibrationProblem]]:
+    """Every valid record of a JSONL file; each bad line becomes a problem, never an error."""
+    records: list[TrialRecord] = []
+    problems: list[CalibrationProblem] = []
+    try:
+        raw_lines = path.read_bytes().splitlines()
+    except OSError as error:
+        return [], [CalibrationProblem(str(path), None, f"cannot read it: {error.strerror}")]
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+            data = json.loads(text)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            problems.append(CalibrationProblem(str(path), number, f"not a JSON line ({error})"))
+            continue
+        if not isinstance(data, dict):
+            problems.append(CalibrationProblem(
+                str(path), number, f"a JSON {type(data).__name__}, not a trial record object"))
+            continue
+        try:
+            records.append(TrialRecord.model_validate(data))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "record"
+            problems.append(CalibrationProblem(
+                str(path), number, f"not a recipelab trial record ({where}: {first['msg']}); "
+                "is this a trajectory.jsonl from another tool or version?"))
+    return records, problems
+
+
+def _prior(record: TrialRecord, source: str, base_knobs: dict[str, Any],
+           base_mean: float | None) -> PriorTrial | None:
+    knobs = {k: v for k, v in flatten(record.recipe).items() if k not in IGNORED_KNOBS}
+    relative = None
+    if record.status == "complete":
+        if base_mean is None or record.val_bpb is None or not math.isfinite(record.val_bpb):
+            return None
+        relative = record.val_bpb / base_mean
+    edit = {k: v for k, v in knobs.items() if base_knobs.get(k) != v}
+    return PriorTrial(source=source, campaign=record.campaign, trial_id=record.trial_id,
+                      status=record.status, knobs=knobs, edit=edit, relative=relative,
+                      reason=record.reason, reasons=tuple(record.reasons),
+                      hypothesis=record.hypothesis)
+
+
+def _campaign_priors(source: str, campaign: str, records: list[TrialRecord]
+                     ) -> tuple[list[PriorTrial], list[CalibrationProblem]]:
+    """The usable trials of one campaign, relative to the mean of its baseline seeds."""
+    proxies = [r for r in records if r.kind == "proxy" and r.status in USED_STATUSES
+               and r.proposer != SEED_RERUN_PROPOSER]
+    baselines = baseline_seed_trials(proxies)
+    problems = []
+    base_mean: float | None = None
+    base_knobs: dict[str, Any] = {}
+    if baselines:
+        base_mean = statistics.fmean(float(r.val_bpb) for r in baselines if r.val_bpb is not None)
+        base_knobs = flatten(baselines[0].recipe)
+        if not (math.isfinite(base_mean) and base_mean > 0):
+            base_mean = None
+    if base_mean is None:
+        problems.append(CalibrationProblem(
+            source, None, f"campaign {campaign!r} has no complete baseline trial with a positive "
+            "val_bpb, so its results cannot be made relative; only its failures and rejections "
+            "are used"))
+    priors = [p for r in proxies if (p := _prior(r, source, base_knobs, base_mean)) is not None]
+    return priors, problems
+
+
+def load_calibration(paths: Iterable[str | Path]) -> Calibration:
+    """Prior trials from trajectory files or campaign directories, and every problem met."""
+    files, problems = trajectory_files(paths)
+    trials: list[PriorTrial] = []
+    campaigns: list[str] = []
+    for path in files:
+        records, bad_lines = _read_records(path)
+        problems += bad_lines
+        if not records and not bad_lines:
+            problems.append(CalibrationProblem(str(path), None, "empty: it holds no trials"))
+        by_campaign: dict[str, list[TrialRecord]] = {}
+        for record in records:
+            by_campaign.setdefault(record.campaign, []).append(record)
+        for campaign, members in by_campaign.items():
+            priors, campaign_problems = _campaign_priors(str(path), campaign, members)
+            trials += priors
+            problems += campaign_problems
+            campaigns.append(campaign)
+    return Calibration(tuple(trials), tuple(problems), tuple(campaigns))
+
+
+# -- the summary an LLM proposer reads ---------------------------------------------------------
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def _edit_text(edit: dict[str, Any]) -> str:
+    text = json.dumps(edit, default=str, ensure_ascii=False, separators=(", ", ": "))
+    return _clip(text if edit else "(the baseline)", EDIT_CHARS)
+
+
+def relative_importance(trials: Sequence[PriorTrial],
+                        knobs: Collection[str] | None = None) -> dict[str, float]:
+    """Knob importance over the prior trials' relative val_bpb, restricted to ``knobs``."""
+    records = [TrialRecord(campaign=t.campaign, trial_id=f"{t.source}:{t.trial_id}",
+                           status="complete", recipe=t.knobs, val_bpb=t.relative)
+               for t in trials if t.status == "complete" and t.relative is not None]
+    importance = knob_importance(records)
+    if knobs is not None:
+        importance = {k: v for k, v in importance.items() if k in knobs}
+        total = sum(importance.values())
+        importance = {k: v / total for k, v in importance.items()} if total > 0 else {}
+    return importance
+
+
+def calibration_summary(calibration: Calibration, knobs: Collection[str] | None = None,
+                        *, limit: int = SUMMARY_CHARS) -> str | None:
+    """A bounded text for the LLM prompt: which knobs mattered, the best prior edits with
+    their relative gains, and the failures and rejections to avoid. None when there are no
+    prior trials."""
+    trials = calibration.trials
+    if not trials:
+        return None
+    complete = sorted((t for t in trials if t.status == "complete" and t.relative is not None),
+                      key=lambda t: (t.relative, t.campaign, t.trial_id))
+    lines = [f"{len(trials)} trials from {len(calibration.campaigns)} earlier campaign(s); "
+             "val_bpb is given relative to each campaign's own baseline (0.95 = 5% lower)."]
+    importance = relative_importance(trials, knobs)
+    if importance:
+        shown = list(importance.items())[:SUMMARY_IMPORTANCES]
+        lines.append("Knob importance: " + ", ".join(f"{k} {v:.2f}" for k, v in shown))
+    best = [t for t in complete if t.edit][:SUMMARY_BEST]
+    if best:
+        lines.append("Best prior edits from the baseline:")
+        lines += [f"- {_edit_text(t.edit)} → {t.relative:.3f}x baseline "
+                  f"({100 * (1 - (t.relative or 1.0)):+.1f}% gain)" for t in best]
+    failed = [t for t in trials if t.status == "failed"][-SUMMARY_FAILURES:]
+    if failed:
+        lines.append("Prior failures to avoid:")
+        lines += [f"- {_edit_text(t.edit)} → failed ({t.reason or 'no reason given'})"
+                  for t in failed]
+    rejected = [t for t in trials if t.status == "rejected"][-SUMMARY_REJECTIONS:]
+    if rejected:
+        lines.append("Prior edits the guardrails rejected:")
+        lines += [f"- {_edit_text(t.edit)} → "
+                  + _clip("; ".join(t.reasons) or "no reason given", REASON_CHARS)
+                  for t in rejected]
+    return _clip("\n".join(lines), limit)

@@ -1,0 +1,144 @@
+"""Specifications of the Ray executor, on a real local Ray instance (2 CPUs, loopback)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import ray
+
+from recipelab.agent.campaign import Campaign
+from recipelab.agent.executor_ray import WORKER_FILE, RayExecutor
+from recipelab.agent.settings import CampaignSettings
+from recipelab.trainer.spec import TrialSpec
+from recipelab.trajectory import TrajectoryStore
+
+from .conftest import events, read_jsonl, wait_for
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance() -> Iterator[None]:
+    """One Ray instance for the module: starting one costs seconds."""
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1",
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def ray_settings(tiny_settings: CampaignSettings) -> CampaignSettings:
+    return tiny_settings.model_copy(update={"executor": "ray", "parallel": 2})
+
+
+def overlapping(records: list[dict[str, object]]) -> bool:
+    spans = sorted((str(r["started_at"]), str(r["finished_at"])) for r in records)
+    return any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans))
+
+
+def test_a_parallel_campaign_records_every_trial_once_with_distinct_candidates(
+        tmp_path: Path, ray_settings: CampaignSettings) -> None:
+    settings = ray_settings.model_copy(update={"iterations": 5, "promote": 2})
+    summary = Campaign(settings, tmp_path).run()
+
+    lines = read_jsonl(tmp_path / "trajectory.jsonl")
+    assert len({r["trial_id"] for r in lines}) == len(lines), "a trial recorded twice"
+    trained = [r for r in lines if r["kind"] == "proxy" and r["status"] in ("complete", "failed")]
+    assert summary.proxy_trials == len(trained) == 5
+    assert len({r["fingerprint"] for r in trained}) == 5, "two trained proxies were the same"
+    assert overlapping(trained), "no two proxy trials ever ran at the same time"
+    stress = [r for r in lines if r["kind"] == "stress"]
+    assert len(stress) == 2 and all(r["verdict"] for r in stress)
+    assert overlapping(stress), "the two stress runs did not run side by side"
+    with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
+        assert store.check() == []
+        assert {r.trial_id for r in store.records()} == {r["trial_id"] for r in lines}
+    for record in lines:
+        out_dir = tmp_path / record["artifacts"]["dir"]
+        assert (out_dir / "trial.log").exists() and (out_dir / "result.json").exists()
+
+
+def test_a_worker_killed_mid_trial_is_interrupted_and_its_candidate_runs_again(
+        tmp_path: Path, ray_settings: CampaignSettings) -> None:
+    settings = ray_settings.model_copy(update={"iterations": 3, "promote": 0})
+    victim = tmp_path / "trials" / "p0001"
+    killed: dict[str, int] = {}
+
+    def kill_the_worker() -> None:
+        wait_for(lambda: (victim / WORKER_FILE).exists() and (victim / "trial.log").exists())
+        pids = json.loads((victim / WORKER_FILE).read_text())
+        killed.update(pids)
+        os.kill(pids["worker_pid"], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_worker, daemon=True)
+    killer.start()
+    summary = Campaign(settings, tmp_path).run()  # in the main thread: it installs signal handlers
+    killer.join(timeout=10)
+
+    assert killed, "the worker of p0001 was never seen"
+    lines = read_jsonl(tmp_path / "trajectory.jsonl")
+    by_id = {r["trial_id"]: r for r in lines}
+    assert by_id["p0001"]["status"] == "interrupted"
+    assert "WorkerCrashedError" in by_id["p0001"]["message"]
+    reruns = [r for r in lines if r["retry_of"] == "p0001"]
+    assert len(reruns) == 1 and reruns[0]["status"] in ("complete", "failed")
+    assert reruns[0]["fingerprint"] == by_id["p0001"]["fingerprint"]
+    assert summary.proxy_trials == 3
+    assert [e["trial_id"] for e in events(tmp_path, "requeued")] == ["p0001"]
+    wait_for(lambda: not psutil.pid_exists(killed["trainer_pid"])
+             or psutil.Process(killed["trainer_pid"]).status() == psutil.STATUS_ZOMBIE,
+             timeout_s=30)
+
+
+def test_a_trial_is_a_ray_task_that_trains_in_place_and_reports_its_worker(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    executor = RayExecutor()
+    spec = TrialSpec(trial_id="t1", recipe=tiny_settings.baseline().apply({"steps": 5}),
+                     corpus=tiny_settings.corpus, out_dir=str(tmp_path / "t1"))
+    result = executor.wait(executor.submit(spec, timeout_s=120))
+    executor.close()
+    assert ray.is_initialized(), "closing must not stop a Ray instance it did not start"
+    assert result.status == "complete" and result.val_bpb is not None
+    worker = json.loads((tmp_path / "t1" / WORKER_FILE).read_text())
+    assert worker["worker_pid"] != os.getpid()
+    assert (tmp_path / "t1" / "result.json").exists()
+
+
+def test_a_trial_on_a_machine_without_the_campaign_directory_hands_its_files_back(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    """The task finds no spec.json it can read (as on another machine) and trains in scratch."""
+    executor = RayExecutor()
+    out_dir = tmp_path / "t2"
+    spec = TrialSpec(trial_id="t2", recipe=tiny_settings.baseline().apply({"steps": 5}),
+                     corpus=tiny_settings.corpus, out_dir=str(out_dir))
+    handle = executor.submit(spec, timeout_s=120)
+    (out_dir / "spec.json").write_text("{}")  # what a node without this directory would see
+    result = executor.wait(handle)
+    assert result.status == "complete"
+    assert not (out_dir / WORKER_FILE).exists(), "the task trained here, not in scratch"
+    assert "val_bpb" in (out_dir / "trial.log").read_text()
+    assert json.loads((out_dir / "result.json").read_text())["trial_id"] == "t2"
+
+
+def test_without_ray_the_ray_executor_names_the_extra_to_install(tmp_path: Path) -> None:
+    # Ray is installed here; making its import fail is the only way to see the message.
+    script = ("import sys; sys.modules['ray'] = None\n"
+              "from recipelab.cli import main\n"
+              "sys.argv = ['recipelab', 'run', '--name', 'x', '--preset', 'tiny', "
+              "'--iterations', '1', '--executor', 'ray']\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 2
+    assert "pip install 'recipelab[ray]'" in done.stderr
+    written = {p.name for p in (tmp_path / "campaigns" / "x").iterdir()}
+    assert written <= {"settings.json"}, "no trial may have run"

@@ -1,0 +1,35 @@
+"""A finished tiny campaign, run once per session with the real Campaign, for the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recipelab.agent.campaign import Campaign
+from recipelab.agent.settings import CampaignSettings, save
+from recipelab.trainer.spec import CorpusSpec
+from tests.agent.conftest import ScriptedProposer
+
+EDITS: list[dict[str, Any]] = [
+    {"shape.activation": "gelu"},  # breaks the target's shape: rejected, never trained
+    {"optimizer.lr": 0.03},
+    {"optimizer.lr": 0.003},
+    {"schedule.kind": "linear", "optimizer.weight_decay": 0.0},
+]
+
+
+@pytest.fixture(scope="session")
+def finished_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSpec) -> Path:
+    """Two baseline seeds and four scripted edits (one rejected), seed re-runs of close
+    finalists, then the top two and one mid-ranked trial (``fidelity=1``) stress-run."""
+    directory = tmp_path_factory.mktemp("campaigns") / "nightly"
+    directory.mkdir()
+    settings = CampaignSettings(
+        name="nightly", preset="tiny", iterations=5, noise_seeds=2, promote=2, fidelity=1,
+        stress_steps=24, stress_log_every=4, stress_checkpoint_every=8, corpus=corpus,
+        trial_timeout_s=120)
+    save(settings, directory)
+    Campaign(settings, directory, proposer=ScriptedProposer(settings.baseline(), EDITS)).run()
+    return directory

@@ -1,0 +1,29 @@
+"""The saturating power law fitted to a loss curve."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from recipelab.report.powerlaw import fit_power_law
+
+
+def test_the_fit_recovers_a_known_curve() -> None:
+    steps = [50.0 * i for i in range(1, 21)]
+    fit = fit_power_law(steps, [3.0 * t ** -0.5 + 1.2 for t in steps])
+    assert fit is not None
+    assert fit.a == pytest.approx(3.0, rel=0.02) and fit.b == pytest.approx(0.5, rel=0.02)
+    assert fit.c == pytest.approx(1.2, abs=0.01)
+    assert fit(10_000) == pytest.approx(3.0 * 10_000 ** -0.5 + 1.2, abs=0.01)
+
+
+def test_a_curve_that_does_not_fall_fits_as_its_mean() -> None:
+    fit = fit_power_law([1, 2, 3, 4, 5], [2.0, 2.1, 2.2, 2.3, 2.4])
+    assert fit is not None and fit.a == 0.0 and fit.c == pytest.approx(2.2)
+
+
+def test_too_few_finite_points_give_no_fit() -> None:
+    assert fit_power_law([10, 20, 30], [3.0, 2.5, 2.2]) is None
+    assert fit_power_law([10, 20, 30, 40], [3.0, math.nan, 2.2, 2.1]) is None
+    assert fit_power_law([0, 10, 20, 30], [9.0, 3.0, 2.5, 2.2]) is None  # step 0 has no t^(-b)
