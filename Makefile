@@ -44,6 +44,8 @@ bench: setup
 	$(BIN)/python bench/trainer_throughput.py
 	$(BIN)/python bench/loop_overhead.py
 	$(BIN)/python bench/llm_latency.py
+	$(BIN)/python bench/soak.py
+	$(BIN)/python bench/calibration.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

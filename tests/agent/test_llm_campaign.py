@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
 from tests import llm_server
@@ -21,6 +23,7 @@ from .conftest import events, read_jsonl
 smollm_server = llm_server.smollm_server
 
 
+@pytest.mark.timeout(900)  # a few minutes of real training; a loaded machine stretches it
 def test_a_campaign_with_the_llm_proposer_completes_on_a_real_local_model(
         tmp_path: Path, tiny_settings: CampaignSettings, smollm_server: llm_server.LlmServer,
 ) -> None:

@@ -24,6 +24,7 @@ TINY_RUN = ("run", "--name", "kill", "--preset", "tiny", "--iterations", "3", "-
             "--stress-steps", "150")
 
 
+@pytest.mark.timeout(900)  # a few minutes of real training; a loaded machine stretches it
 def test_sigkill_mid_trial_and_mid_stress_run_then_restart_loses_and_duplicates_nothing(
         tmp_path: Path) -> None:
     campaign = tmp_path / "campaigns" / "kill"

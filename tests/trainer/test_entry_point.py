@@ -85,3 +85,19 @@ def test_a_recipe_too_big_for_the_memory_limit_ends_as_failed_oom(
     assert (result.status, result.reason) == ("failed", "oom")
     assert result.message is not None and result.message.startswith("out of memory")
     assert result.steps_done == 0
+
+
+def test_a_trainer_launched_by_a_large_process_reports_its_own_peak_memory(
+    tmp_path: Path, corpus: CorpusSpec, trainer_env: dict[str, str],
+) -> None:
+    # The process-wide peak (ru_maxrss) survives fork and exec: read naively, a trainer
+    # started by a 1 GiB launcher would report at least 1 GiB of its own.
+    ballast = bytearray(b"\x01" * GIB)
+    path, spec = write_spec(tmp_path, corpus)
+
+    done = trainer(["--spec", str(path)], trainer_env)
+
+    assert done.returncode == 0, done.stderr
+    result = TrialResult.model_validate_json(spec.result_path.read_text())
+    assert result.peak_memory_bytes is not None and result.peak_memory_bytes < GIB // 2
+    del ballast

@@ -113,9 +113,18 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """CUDA: the caching allocator's peak; CPU: the process's peak resident set size."""
+    """CUDA: the caching allocator's peak; CPU: the process's peak resident set size.
+
+    On Linux the CPU figure is ``VmHWM``, the peak of this program's own address space:
+    ``ru_maxrss`` survives ``execve``, so a trainer started by a large process (a pytest
+    run, an orchestrator) would report its launcher's size instead of its own.
+    """
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
