@@ -6,11 +6,13 @@ import itertools
 from typing import Any
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from recipelab.recipe import (
+    FP8_WIDTH_MULTIPLE,
     PROXY_PRESETS,
     TARGETS,
     ProxyBudgetError,
@@ -147,6 +149,66 @@ def test_presets_land_within_a_factor_of_two_of_their_nominal_size(
     params = proxy_recipe(preset).param_count()
     assert budget / 2 <= params <= budget * 2
     assert params <= PROXY_PRESETS[preset].budget
+
+
+def derivable_proxies() -> list[tuple[str, str, int | None]]:
+    """Every preset's proxy of every target it can hold, and llama2-7b proxies at budgets
+    whose unrounded FFN widths (1720, 2408, 3096) TransformerEngine's FP8 GEMMs refuse."""
+    cases: list[tuple[str, str, int | None]] = []
+    for preset, target in itertools.product(PROXY_PRESETS, TARGETS):
+        try:
+            proxy_recipe(preset, target)
+        except ProxyBudgetError:
+            continue
+        cases.append((preset, target, None))
+    return cases + [("spark", "llama2-7b", budget) for budget in (30_000_000, 80_000_000,
+                                                                   150_000_000)]
+
+
+@pytest.mark.parametrize(("preset", "target", "budget"), derivable_proxies())
+def test_every_proxy_has_only_widths_an_fp8_gemm_accepts_and_keeps_the_ffn_ratio(
+    preset: str, target: str, budget: int | None,
+) -> None:
+    """Widths are legal in every precision, so switching to fp8 never changes the model; the
+    FFN width is ffn_ratio × d_model rounded to the nearest multiple of 16, and the
+    ffn_ratio knob (what the shape guardrail compares) is the target's exactly."""
+    shape = proxy_recipe(preset, target, budget).shape
+    for layer in shape.linear_layers():
+        assert layer.in_features % FP8_WIDTH_MULTIPLE == 0, layer
+        assert layer.out_features % FP8_WIDTH_MULTIPLE == 0, layer
+    assert shape.ffn_ratio == get_target(target).shape.ffn_ratio
+    assert abs(shape.ffn_hidden - shape.ffn_ratio * shape.d_model) <= FP8_WIDTH_MULTIPLE / 2
+
+
+def test_llama2_7b_proxies_round_their_ffn_width_to_a_multiple_of_16() -> None:
+    widths = [proxy_recipe("spark", "llama2-7b", budget).shape.ffn_hidden
+              for budget in (30_000_000, 80_000_000, 150_000_000)]
+    assert widths == [1728, 2416, 3104]  # 2.6875 × (640, 896, 1152), ties rounded up
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_a_targets_own_ffn_width_is_kept_when_it_is_a_multiple_of_16(target: str) -> None:
+    shape = get_target(target).shape
+    exact = shape.ffn_ratio * shape.d_model
+    if exact % FP8_WIDTH_MULTIPLE == 0:
+        assert shape.ffn_hidden == exact
+    assert shape.ffn_hidden % FP8_WIDTH_MULTIPLE == 0
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "gelu", "relu2"])
+def test_linear_layers_are_exactly_the_projections_the_model_builds_through_its_factory(
+    activation: str,
+) -> None:
+    built: list[tuple[int, int]] = []
+
+    def recording(in_features: int, out_features: int) -> torch.nn.Module:
+        built.append((in_features, out_features))
+        return torch.nn.Linear(in_features, out_features, bias=False)
+
+    shape = Shape(**SMALL, activation=activation)
+    GPT(shape, SEQ_LEN, recording)
+    per_block = [(layer.in_features, layer.out_features) for layer in shape.linear_layers()]
+    assert built == per_block * shape.n_layer
 
 
 def test_an_unknown_preset_or_target_is_an_error_naming_it() -> None:

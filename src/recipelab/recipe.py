@@ -32,6 +32,17 @@ TokenizerKind = Literal["byte", "bpe"]
 
 BYTE_VOCAB = 256
 
+FP8_WIDTH_MULTIPLE = 16
+"""TransformerEngine runs a GEMM in FP8 only when the last dimension of each operand is
+divisible by 16 (``assert_dim_for_fp8_exec`` in the forward pass; cuBLASLt's leading-dimension
+rule, which the backward pass's transposed GEMMs also meet), so every ``te.Linear`` needs
+in_features and out_features divisible by 16."""
+
+FP8_TOKEN_MULTIPLE = 16
+"""Tokens per FP8 GEMM: TransformerEngine's forward check needs the product of the input's
+leading dimensions divisible by 8, and the weight-gradient GEMM, which reduces over the
+tokens, needs them divisible by 16. Training micro-batches and evaluation batches keep to 16."""
+
 
 class StrictModel(BaseModel):
     """Base for every config: unknown keys and wrong types are errors, instances are frozen."""
@@ -81,7 +92,35 @@ class Shape(StrictModel):
 
     @property
     def ffn_hidden(self) -> int:
-        return max(1, round(self.ffn_ratio * self.d_model))
+        """The FFN's hidden width: ``ffn_ratio × d_model`` to the nearest multiple of 16.
+
+        Rounded like Llama's ``multiple_of``, and in every precision, so that TransformerEngine's
+        FP8 GEMMs (:data:`FP8_WIDTH_MULTIPLE`) can run any proxy and changing the precision
+        never changes the model. ``ffn_ratio`` itself stays the target's exactly; the width
+        is within 8 of ``ffn_ratio × d_model`` (ties round up).
+        """
+        units = math.floor(self.ffn_ratio * self.d_model / FP8_WIDTH_MULTIPLE + 0.5)
+        return FP8_WIDTH_MULTIPLE * max(1, units)
+
+    def linear_layers(self) -> tuple[LinearLayer, ...]:
+        """The projections of one block, which the trainer builds through its linear factory
+        (``te.Linear`` under fp8); embeddings, norms and the output head are never FP8 GEMMs."""
+        up = 2 * self.ffn_hidden if self.activation == "swiglu" else self.ffn_hidden
+        return (
+            LinearLayer("attn.qkv", self.d_model, self.attn_width + 2 * self.kv_width),
+            LinearLayer("attn.out", self.attn_width, self.d_model),
+            LinearLayer("ffn.up", self.d_model, up),
+            LinearLayer("ffn.down", self.ffn_hidden, self.d_model),
+        )
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """One projection of a transformer block, named as in :mod:`recipelab.trainer.model`."""
+
+    name: str
+    in_features: int
+    out_features: int
 
 
 class Optimizer(StrictModel):

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipelab.recipe import Shape, proxy_recipe
+from recipelab.recipe import FP8_TOKEN_MULTIPLE, Shape, proxy_recipe
 from recipelab.trainer.data import bpe_tokenizer, byte_tokenizer
-from recipelab.trainer.evaluate import BitsPerByte, bits_per_byte
+from recipelab.trainer.evaluate import BitsPerByte, bits_per_byte, padded_size
 from recipelab.trainer.model import GPT
 
 REL = 1e-6
@@ -141,18 +141,96 @@ class Recorder(nn.Module):
 @pytest.mark.parametrize(("n_tokens", "tail"), [(1 + 5 * SEQ_LEN, 0), (1 + 5 * SEQ_LEN + 7, 7),
                                                 (1 + 5 * SEQ_LEN + 1, 1), (4, 3)])
 def test_every_token_after_the_first_is_predicted_exactly_once(n_tokens: int, tail: int) -> None:
-    """Token values equal positions, so an input value v is the prediction of token v + 1."""
+    """Token values are positions counted from 1, so an input value v is the prediction of
+    token v + 1, and padding (token 0) is told apart from the inputs."""
     recorder = Recorder(fixed_model())
-    eval_tokens = np.arange(n_tokens, dtype=np.int32)
+    eval_tokens = np.arange(1, n_tokens + 1, dtype=np.int32)
     score = evaluate(recorder, eval_tokens, np.ones(256, dtype=np.int64), batch_size=2)
-    shown = torch.cat([batch.flatten() for batch in recorder.batches]).sort().values
-    assert shown.tolist() == list(range(n_tokens - 1))
+    shown = torch.cat([batch.flatten() for batch in recorder.batches])
+    assert sorted(shown[shown > 0].tolist()) == list(range(1, n_tokens))
     assert all(batch.size(1) <= SEQ_LEN for batch in recorder.batches)
-    for batch in recorder.batches:  # every window is a run of consecutive tokens
-        assert (batch[:, 1:] - batch[:, :-1] == 1).all()
-    widths = [batch.size(1) for batch in recorder.batches]
+    rows = [row[row > 0] for batch in recorder.batches for row in batch if row[0] > 0]
+    for row in rows:  # every window is a run of consecutive tokens
+        assert (row[1:] - row[:-1] == 1).all()
+    widths = [row.numel() for row in rows]
     assert (widths[-1] == tail) if tail else all(w == SEQ_LEN for w in widths)
     assert score.tokens == n_tokens - 1
+
+
+@pytest.mark.parametrize(("seq_len", "batch_size", "n_tokens"),
+                         [(16, 2, 88), (16, 3, 4), (100, 4, 1000), (37, 16, 777), (20, 4, 95)])
+def test_every_forward_pass_shows_whole_multiples_of_16_tokens_padded_only_at_the_ends(
+    seq_len: int, batch_size: int, n_tokens: int,
+) -> None:
+    """TransformerEngine runs FP8 GEMMs only over token counts divisible by 8 (16 for the
+    backward), so the tail window and a short last batch are padded: at the end of rows, and
+    with whole rows, never beyond seq_len, and never beyond batch_size × seq_len when that is
+    itself a multiple of 16."""
+    torch.manual_seed(0)
+    recorder = Recorder(GPT(tiny_shape(), seq_len))
+    evaluate(recorder, np.arange(1, n_tokens + 1, dtype=np.int32) % 255 + 1,
+             np.ones(256, dtype=np.int64), seq_len=seq_len, batch_size=batch_size)
+    for batch in recorder.batches:
+        assert batch.numel() % FP8_TOKEN_MULTIPLE == 0
+        assert batch.size(1) <= seq_len
+        if batch_size * seq_len % FP8_TOKEN_MULTIPLE == 0:
+            assert batch.numel() <= batch_size * seq_len
+        real = batch > 0
+        assert (real.cummin(dim=1).values == real).all(), "padding only after a row's tokens"
+
+
+@pytest.mark.parametrize(("rows", "width", "seq_len", "expected"), [
+    (16, 64, 64, (16, 64)), (1, 255, 256, (1, 256)), (1, 7, 16, (1, 16)), (3, 100, 100, (4, 100)),
+    (1, 99, 100, (4, 100)), (5, 37, 37, (16, 37)), (1, 3, 4, (4, 4)),
+])
+def test_padded_size_is_the_smallest_legal_batch_holding_the_real_one(
+    rows: int, width: int, seq_len: int, expected: tuple[int, int],
+) -> None:
+    assert padded_size(rows, width, seq_len) == expected
+
+
+def unpadded_bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
+                           seq_len: int, batch_size: int) -> BitsPerByte:
+    """The evaluation as it was before padding, kept verbatim to compare against."""
+    tokens = torch.from_numpy(np.asarray(eval_tokens, dtype=np.int64))
+    predicted = tokens.numel() - 1
+    full = predicted // seq_len
+    pairs = []
+    if full:
+        body = tokens[: full * seq_len + 1]
+        pairs.append((body[:-1].view(full, seq_len), body[1:].view(full, seq_len)))
+    if predicted % seq_len:
+        tail = tokens[full * seq_len:]
+        pairs.append((tail[:-1].unsqueeze(0), tail[1:].unsqueeze(0)))
+    nats = torch.zeros((), dtype=torch.float64)
+    with torch.no_grad():
+        for inputs, targets in pairs:
+            for start in range(0, inputs.size(0), batch_size):
+                x, y = inputs[start:start + batch_size], targets[start:start + batch_size]
+                logits = model(x)
+                nats += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(),
+                                        reduction="sum").double()
+    n_bytes = int(token_bytes[np.asarray(eval_tokens[1:], dtype=np.int64)].sum())
+    total = float(nats.item())
+    return BitsPerByte(bpb=total / (math.log(2) * n_bytes), nats=total, bytes=n_bytes,
+                       tokens=int(eval_tokens.size - 1))
+
+
+@pytest.mark.parametrize(("seq_len", "batch_size", "n_tokens", "position"), [
+    (64, 8, 4_096, "rope"), (100, 3, 1_000, "rope"), (37, 5, 777, "learned"),
+    (20, 1, 95, "rope"), (50, 7, 3_001, "learned"),
+])
+def test_padding_leaves_val_bpb_exactly_the_number_it_was_in_fp32(
+    seq_len: int, batch_size: int, n_tokens: int, position: str,
+) -> None:
+    """The model is causal and padding only follows real positions, so the real logits, the
+    float32 sums and val_bpb are bit for bit what the unpadded evaluation gave."""
+    torch.manual_seed(0)
+    model = GPT(tiny_shape().model_copy(update={"position": position}), seq_len).eval()
+    eval_tokens = random_tokens(n_tokens)
+    token_bytes = np.arange(256, dtype=np.int64) % 4 + 1
+    padded = evaluate(model, eval_tokens, token_bytes, seq_len=seq_len, batch_size=batch_size)
+    assert padded == unpadded_bits_per_byte(model, eval_tokens, token_bytes, seq_len, batch_size)
 
 
 def test_evaluation_leaves_the_model_in_the_mode_it_found_it_in() -> None:

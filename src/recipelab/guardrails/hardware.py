@@ -2,7 +2,9 @@
 
 A precision the hardware lacks either fails at the first step (fp8 without TransformerEngine
 or without FP8 tensor cores) or silently runs hundreds of times slower (bf16 on a CPU
-without bf16 instructions, where PyTorch emulates it). Both are rejected before training.
+without bf16 instructions, where PyTorch emulates it). Both are rejected before training,
+and so is an fp8 recipe whose shapes TransformerEngine's FP8 GEMMs refuse
+(:mod:`recipelab.guardrails.fp8`), which would fail at its first step too.
 
 CUDA paths here cannot run on a CPU-only machine, so they are kept to a few obviously
 correct lines, and torch is imported only inside :func:`detect_device`.
@@ -17,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from recipelab.guardrails.base import DeviceInfo, GuardContext
+from recipelab.guardrails.fp8 import fp8_shape_reasons
 from recipelab.recipe import Recipe
 
 FP8_MIN_CAPABILITY = (8, 9)
@@ -35,7 +38,7 @@ def check_hardware(recipe: Recipe, ctx: GuardContext) -> list[str]:
     """Reject a precision the device cannot run, or can run only uselessly slowly."""
     device = ctx.device
     if recipe.precision == "fp8":
-        return _fp8_reasons(device)
+        return _fp8_reasons(device) + fp8_shape_reasons(recipe)
     if recipe.precision == "bf16" and device.kind == "cpu" and not device.native_bf16:
         return [
             f"precision 'bf16' is too slow on this CPU ({device.name}): it has no native bf16 "

@@ -7,6 +7,13 @@ Because the denominator counts bytes, not tokens, the figure compares across tok
 vocabulary sizes. The evaluation slice is cut into consecutive windows of ``seq_len`` inputs;
 every token after the first is predicted exactly once, and the byte count is taken over
 exactly those predicted tokens.
+
+Every forward pass is shown a whole number of :data:`~recipelab.recipe.FP8_TOKEN_MULTIPLE`
+tokens, whatever the precision: TransformerEngine refuses an FP8 GEMM over any other count,
+and the tail window (and a short last batch) rarely has one. Such a batch is padded at the
+end of its rows, and with whole rows, and only the logits of real positions are scored. The
+model is causal, so a position never sees the padding after it, and val_bpb is the same
+number it would be without the padding.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from recipelab.recipe import FP8_TOKEN_MULTIPLE
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,30 @@ def _windows(tokens: torch.Tensor, seq_len: int) -> list[tuple[torch.Tensor, tor
     return pairs
 
 
+def padded_size(rows: int, width: int, seq_len: int,
+                multiple: int = FP8_TOKEN_MULTIPLE) -> tuple[int, int]:
+    """The smallest (rows, width) batch holding a ``rows × width`` one, no wider than
+    ``seq_len``, whose token count is a multiple of ``multiple``; of two that small, the one
+    with fewer rows."""
+    if rows * width % multiple == 0:
+        return rows, width
+    sizes = []
+    for padded_width in range(width, max(width, seq_len) + 1):
+        step = multiple // math.gcd(padded_width, multiple)
+        sizes.append((-(-rows // step) * step, padded_width))
+    return min(sizes, key=lambda size: (size[0] * size[1], size[0]))
+
+
+def _padded(inputs: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """``inputs`` padded at the end of its rows and with whole rows to :func:`padded_size`.
+    The padding is token 0; its logits are never scored."""
+    rows, width = inputs.shape
+    padded_rows, padded_width = padded_size(rows, width, seq_len)
+    if (padded_rows, padded_width) == (rows, width):
+        return inputs
+    return F.pad(inputs, (0, padded_width - width, 0, padded_rows - rows))
+
+
 @torch.no_grad()
 def bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
                   seq_len: int, batch_size: int, device: torch.device,
@@ -59,7 +92,7 @@ def bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.nda
         for start in range(0, inputs.size(0), batch_size):
             x, y = inputs[start:start + batch_size], targets[start:start + batch_size]
             with precision_context():
-                logits = model(x)
+                logits = model(_padded(x, seq_len))[: x.size(0), : x.size(1)]
             nats += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(),
                                     reduction="sum").double()
     model.train(was_training)
