@@ -61,7 +61,12 @@ def check_precision(precision: Precision, device: torch.device) -> None:
 
 
 def linear_factory(precision: Precision) -> LinearFactory:
-    """``te.Linear`` for fp8 (TransformerEngine casts its GEMMs to FP8), else ``nn.Linear``."""
+    """``te.Linear`` for fp8 (TransformerEngine casts its GEMMs to FP8), else ``nn.Linear``.
+
+    Only the blocks' projections come from here (:meth:`recipelab.recipe.Shape.linear_layers`,
+    all of whose widths are multiples of 16 in a derived proxy); the output head stays an
+    ``nn.Linear`` and runs in bf16 under autocast.
+    """
     if precision != "fp8":
         return plain_linear
     import transformer_engine.pytorch as te
@@ -83,6 +88,14 @@ def autocast(precision: Precision, device: torch.device) -> Callable[[], Abstrac
 
 
 def _fp8_autocast(device: torch.device) -> Callable[[], AbstractContextManager[Any]]:
+    """TransformerEngine's FP8 context inside bf16 autocast, entered around the forward pass
+    only (TE runs the backward from what the forward recorded).
+
+    DelayedScaling is the per-tensor recipe every FP8 GPU runs, from Ada (8.9) to GB10
+    (12.1), where MXFP8 is not supported. TE 2.10 renamed ``fp8_autocast(fp8_recipe=...)``
+    to ``autocast(recipe=...)``; both are handled. TE refuses DelayedScaling inside
+    ``torch.compile``, so a compiled fp8 model needs another recipe.
+    """
     import transformer_engine.pytorch as te
     from transformer_engine.common.recipe import DelayedScaling, Format
 
