@@ -16,7 +16,7 @@ from recipelab.proposer import Observation, Proposal, Proposer
 
 from .conftest import events, read_jsonl
 
-SECRET = "sk-test-0123456789abcdef"
+SECRET = "sk-test-0123456789abcdef"  # noqa: S105 - a fake key the test hunts for
 
 
 class RaisingProposer(Proposer):

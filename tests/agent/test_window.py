@@ -94,8 +94,9 @@ def test_a_window_too_short_says_how_many_stress_steps_would_fit() -> None:
 def test_a_campaign_bounded_only_by_its_window_still_runs_a_stress_run_before_its_deadline(
         tmp_path: Path, tiny_settings: CampaignSettings) -> None:
     settings = tiny_settings.model_copy(update={
-        "iterations": None, "hours": 100 / 3600, "promote": 1, "stress_steps": 200,
-        "stress_log_every": 50, "stress_checkpoint_every": 100})
+        # a stress run 2.5x a proxy trial's steps, so a loaded machine still fits a few trials
+        "iterations": None, "hours": 180 / 3600, "promote": 1, "stress_steps": 50,
+        "stress_log_every": 10, "stress_checkpoint_every": 25})
 
     summary = Campaign(settings, tmp_path).run()
     ended = datetime.now(timezone.utc)
