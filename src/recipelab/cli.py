@@ -20,7 +20,7 @@ from recipelab.agent.executor import LocalExecutor
 from recipelab.agent.executor_ray import RayUnavailable
 from recipelab.agent.lock import CampaignLock, CampaignLocked
 from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
-from recipelab.agent.status import campaign_status
+from recipelab.agent.status import campaign_status, latest_window
 from recipelab.fsutil import is_disk_full
 from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
@@ -234,6 +234,9 @@ def run(
     hours: Annotated[float | None, typer.Option(help="stop launching after this many hours")] = None,
     until: Annotated[str | None, typer.Option(help="stop launching at this local time, HH:MM")] = None,
     trial_timeout: Annotated[float | None, typer.Option(help="seconds per proxy trial")] = None,
+    max_consecutive_failures: Annotated[int | None, typer.Option(
+        help="stop launching after this many proxy trials in a row fail with the same reason "
+        "(default 5); the command then exits with code 3")] = None,
     promote: Annotated[int | None, typer.Option(help="finalists promoted to stress runs")] = None,
     stress_steps: Annotated[int | None, typer.Option(help="steps of each stress run")] = None,
     fidelity: Annotated[int | None, typer.Option(
@@ -273,12 +276,19 @@ def run(
         help="trajectory database URL, e.g. postgresql+psycopg://user@host/db "
         "(default: SQLite in the campaign directory)")] = None,
 ) -> None:
-    """Start a campaign, or resume it: the same command again picks up where it stopped."""
+    """Start a campaign, or resume it: the same command again picks up where it stopped.
+
+    Exit codes: 0 when the campaign ran to its end (or was stopped by a signal), 2 for
+    settings or a campaign directory that cannot be used, 3 when a run of proxy trials
+    failing with the same reason (--max-consecutive-failures) stopped it: the report is
+    written, and the too_many_failures event says what to fix.
+    """
     directory = directory or default_campaign_dir(name)
     given = {key: value for key, value in {
         "target": target, "preset": preset, "budget": budget,
         "corpus": {"source": corpus} if corpus else None, "iterations": iterations,
         "hours": hours, "until": until, "trial_timeout_s": trial_timeout, "promote": promote,
+        "max_consecutive_failures": max_consecutive_failures,
         "stress_steps": stress_steps, "fidelity": fidelity,
         "proposer": proposer, "sampler": sampler, "seed": seed,
         "llm_base_url": llm_base_url, "llm_model": llm_model, "llm_share": llm_share,
@@ -337,6 +347,13 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
                      if winner else "")
                   + (" (stopped early; run the same command to resume)"
                      if summary.stopped_early else ""), soft_wrap=True)
+    if summary.failing is not None:
+        errors.print(f"[bold red]error:[/] stopped after {settings.max_consecutive_failures} "
+                     f"proxy trials in a row failed with {escape(summary.failing)}; see the "
+                     "too_many_failures event ('recipelab logs --event too_many_failures "
+                     f"{escape(str(directory))}') for the fix, then run the same command again",
+                     highlight=False, soft_wrap=True)
+        raise typer.Exit(3)
 
 
 def open_store(campaign: str, *, readonly: bool) -> TrajectoryStore:
@@ -368,8 +385,10 @@ def status(campaign: Annotated[str, typer.Argument(help="campaign name or direct
            ) -> None:
     """Progress, the best 10 trials, the running trial and the ETA (safe while a campaign runs)."""
     settings, records = read_campaign(campaign)
-    view = campaign_status(settings, records)
+    view = campaign_status(settings, records, latest_window(campaign_dir(campaign)))
     console.print(view.headline)
+    if view.window:
+        console.print(f"window: {view.window}", markup=False)
     if view.running:
         console.print(f"running: {view.running}")
     table = Table(title="best proxy trials")

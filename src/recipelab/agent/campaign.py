@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from recipelab.agent.display import CampaignProgress
-from recipelab.agent.events import campaign_logger
+from recipelab.agent.events import campaign_logger, redact
 from recipelab.agent.executor import Executor, LocalExecutor, TrialHandle
 from recipelab.agent.executors import build_executor
 from recipelab.agent.lock import CampaignLock
@@ -45,11 +44,21 @@ from recipelab.agent.seeds import (
     noise_marks,
     rank_finalists,
     rerun_proposals,
+    search_trials,
 )
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import CampaignSettings, SettingsError
 from recipelab.agent.stress import judge_stress, mid_ranked
-from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, Verdict, detect_device, judge
-from recipelab.proposer import Observation, Proposal, Proposer, default_space
+from recipelab.agent.window import (
+    TrialTimes,
+    WindowPlan,
+    measured_times,
+    plan_window,
+    preset_floor,
+    too_short_message,
+)
+from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, Verdict, judge
+from recipelab.guardrails.hardware import resolve_device
+from recipelab.proposer import ClassicalProposer, Observation, Proposal, Proposer, default_space
 from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
 from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.trainer.spec import TrialResult, TrialSpec
@@ -65,6 +74,22 @@ STRESS_ATTEMPTS = 5
 checkpoint, so a run killed with its orchestrator loses little; one that keeps being
 interrupted may itself be what brings the orchestrator down."""
 POLL_INTERVAL_S = 0.02
+ERROR_TEXT_LIMIT = 500
+
+FAILURE_HINTS = {
+    "oom": "the trials run out of memory: lower batch_size or seq_len (or the preset's "
+           "--budget), lower --memory-reserve-gib, or free memory on the device",
+    "timeout": "the trials run past --trial-timeout (now {timeout:g} s): raise it, or use a "
+               "smaller --preset",
+    "crash": "the trainer crashes: read {log} for the traceback",
+    "disk_full": "the disk is full: free space where the campaign directory and the corpus "
+                 "cache live, then run the same command again",
+    "nan": "the losses become NaN: lower the learning rates (optimizer.lr) or raise the "
+           "warmup; check the baseline trains with 'recipelab train --preset {preset}'",
+    "diverged": "the losses diverge: lower the learning rates (optimizer.lr) or raise the "
+                "warmup; check the baseline trains with 'recipelab train --preset {preset}'",
+}
+"""What to do when every recent trial fails with the same reason, by reason."""
 
 
 @dataclass
@@ -86,6 +111,7 @@ class CampaignSummary:
     stopped_early: bool
     noise: NoiseFloor | None = None  # measured from the baseline's seeds
     winner: Winner | None = None  # the finalist with the best mean over its seeds
+    failing: str | None = None  # the reason a run of failed trials stopped the campaign
 
 
 class StopRequests:
@@ -131,16 +157,34 @@ class Campaign:
         self.proposer = proposer or build_proposer(settings, self.baseline, self.space,
                                                    self.target, self.priors.summary,
                                                    self.priors.observations)
-        self.device = device or detect_device()
+        self.device = device or self._resolve_device(settings)
         self.console = console or Console(stderr=True)
         self.progress = CampaignProgress(self.console, settings.iterations)
         self.stops = StopRequests()
         self.store: TrajectoryStore
         self.log: Any = None
         self._consecutive_rejections = 0
+        self._failure_run: list[TrialRecord] = []  # the latest proxy trials, all failed alike
+        self.failing: str | None = None  # set when that run reached max_consecutive_failures
+        self._fallback: Proposer | None = None
+        self._plan: WindowPlan | None = None
+        self._window_hopeless = False  # not even one stress run fits: the search fills it
+        self._search_spent = False  # the search reached the window's Phase 2 reserve
         self._cached: list[TrialRecord] | None = None
         self.parallel = settings.parallel
         self._inflight: dict[str, InFlight] = {}
+
+    @staticmethod
+    def _resolve_device(settings: CampaignSettings) -> DeviceInfo:
+        """The device the guardrails judge: the one ``--device`` asks trials to run on.
+
+        With the Ray executor it is resolved here on the orchestrator, so a cluster whose
+        workers have other hardware than this machine should be given ``--device`` explicitly.
+        """
+        try:
+            return resolve_device(settings.device)
+        except ValueError as error:
+            raise SettingsError(str(error)) from None
 
     # -- bookkeeping from the store ------------------------------------------------------------
 
@@ -158,7 +202,8 @@ class Campaign:
         self._cached = None
 
     def _trained_proxies(self) -> list[TrialRecord]:
-        return [r for r in self._records("proxy") if r.status in ("complete", "failed")]
+        """The proxy trials spent from ``--iterations`` (see :func:`seeds.search_trials`)."""
+        return search_trials(self._records("proxy"))
 
     def _history(self) -> list[Observation]:
         return [as_observation(r) for r in self._records("proxy")]
@@ -198,18 +243,59 @@ class Campaign:
 
     # -- budget ----------------------------------------------------------------------------
 
-    def _typical_wall_s(self) -> float | None:
-        walls = [r.metrics["wall_s"] for r in self._trained_proxies()
-                 if r.metrics.get("wall_s") is not None]
-        return statistics.median(walls) if walls else None
+    def _times(self) -> TrialTimes | None:
+        return measured_times(self._records("proxy"))
 
-    def _fits_window(self, deadline: datetime | None, scale: float = 1.0) -> bool:
-        """Whether a trial (``scale`` times a typical proxy trial) can finish before the deadline."""
+    def _fits_window(self, deadline: datetime | None, steps: int | None = None) -> bool:
+        """Whether a trial of ``steps`` (default: a proxy trial's) can finish before the
+        deadline, at the measured trial costs."""
         if deadline is None:
             return True
-        typical = self._typical_wall_s() or 0.0
-        remaining = (deadline - datetime.now(timezone.utc)).total_seconds()
-        return remaining > typical * scale
+        times = self._times()
+        seconds = times.seconds(steps or self.baseline.steps) if times else 0.0
+        if self._plan is not None and times is not None:
+            return self._plan.fits(datetime.now(timezone.utc), seconds)
+        return (deadline - datetime.now(timezone.utc)).total_seconds() > seconds
+
+    def _window_plan(self, deadline: datetime, times: TrialTimes) -> WindowPlan:
+        s = self.settings
+        return plan_window(deadline, times, proxy_steps=self.baseline.steps,
+                           stress_steps=s.stress_steps, promote=s.promote, fidelity=s.fidelity,
+                           noise_seeds=s.noise_seeds, parallel=self.parallel)
+
+    def _update_plan(self, deadline: datetime | None) -> WindowPlan | None:
+        """Re-plan the window from the trials measured so far; say so when the split moves
+        by a minute or more, and warn once when not even one stress run can fit."""
+        times = self._times() if deadline is not None else None
+        if deadline is None or times is None:
+            return self._plan
+        plan = self._window_plan(deadline, times)
+        previous, self._plan = self._plan, plan
+        if previous is None or abs((plan.search_until - previous.search_until).total_seconds()) >= 60:
+            self.log.info("window_planned", **plan.as_event())
+        if previous is None and self.settings.promote > 0 and not plan.one_stress_fits(
+                datetime.now(timezone.utc) + timedelta(seconds=plan.proxy_s)):
+            self._window_hopeless = True
+            self.log.warning("window_too_short", stress_s=round(plan.stress_s, 1),
+                             left_s=round((deadline - datetime.now(timezone.utc)).total_seconds(), 1),
+                             stress_steps=self.settings.stress_steps, estimated=False,
+                             fix=too_short_message(plan, datetime.now(timezone.utc),
+                                                   self.settings.stress_steps))
+        return plan
+
+    def _warn_if_obviously_short(self, deadline: datetime | None) -> None:
+        """Before anything is measured: warn when the window cannot hold the baseline's seeds
+        and one stress run even at the preset's lower-bound trial time."""
+        if deadline is None or self.settings.promote == 0 or self._times() is not None:
+            return
+        plan = self._window_plan(deadline, preset_floor(self.settings.preset, self.baseline.steps))
+        now = datetime.now(timezone.utc)
+        needed = self.settings.noise_seeds * plan.proxy_s / self.parallel + plan.stress_s
+        if not plan.fits(now, needed):
+            self.log.warning("window_too_short", stress_s=round(plan.stress_s, 1),
+                             left_s=round((deadline - now).total_seconds(), 1),
+                             stress_steps=self.settings.stress_steps, estimated=True,
+                             fix=too_short_message(plan, now, self.settings.stress_steps))
 
     def _inflight_proxies(self) -> int:
         return sum(f.record.kind == "proxy" for f in self._inflight.values())
@@ -229,6 +315,18 @@ class Campaign:
                                        >= iterations):
             return False
         if iterations is None and deadline is None:
+            return False
+        if self.failing is not None:
+            return False
+        plan = self._update_plan(deadline)
+        if plan is not None and not self._window_hopeless:
+            if plan.search_may_launch(datetime.now(timezone.utc)):
+                return True
+            if not self._search_spent:
+                self._search_spent = True
+                self.log.info("search_window_spent", search_until=plan.search_until.isoformat(),
+                              reason="the rest of the window is kept for Phase 2 (seed "
+                              "re-runs, stress runs)")
             return False
         return self._fits_window(deadline)
 
@@ -286,7 +384,10 @@ class Campaign:
         if isinstance(self.executor, LocalExecutor):
             self.executor.prestart()
         if record.kind == "proxy":
-            self.proposer.prefetch(self._history())
+            try:
+                self.proposer.prefetch(self._history())
+            except Exception as error:  # a proposer's fault is never the campaign's end
+                self._proposer_failed("prefetch", error)
 
     def _running(self) -> str | None:
         return ", ".join(f"{f.record.trial_id} ({f.record.kind})"
@@ -368,11 +469,57 @@ class Campaign:
         seeds = baseline_proposals(self.baseline, self._records("proxy"), self.settings.noise_seeds, n)
         if seeds:
             return seeds
-        proposals = self.proposer.propose(self._history(), n)
+        proposals = self._proposals(n)
         baseline_id = self._baseline_id()
         return [dataclasses.replace(p, parent_id=baseline_id)
                 if p.parent_id is None and baseline_id is not None else p
                 for p in proposals[:n]]
+
+    def _proposals(self, n: int) -> list[Proposal]:
+        """The proposer's proposals; when it raises, the classical proposer's for this turn."""
+        history = self._history()
+        try:
+            return self.proposer.propose(history, n)
+        except Exception as error:  # a proposer's fault is never the campaign's end
+            self._proposer_failed("propose", error)
+        if self._fallback is None:
+            s = self.settings
+            self._fallback = ClassicalProposer(self.baseline, None, self.space, sampler=s.sampler,
+                                               seed=s.seed, priors=self.priors.observations)
+        try:
+            return self._fallback.propose(history, n)
+        except Exception as error:
+            self._proposer_failed("fallback", error)
+            return []
+
+    def _proposer_failed(self, call: str, error: Exception) -> None:
+        """Log a proposer's exception (type and message, secrets redacted by the logger and
+        the text cut short) and that the classical proposer takes the turn."""
+        text = f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT]
+        self.log.warning("proposer_failed", proposer=self.proposer.name, call=call,
+                         error_type=type(error).__name__, error=redact(text, []),
+                         fallback="classical" if call == "propose" else None)
+
+    def _note_outcome(self, record: TrialRecord) -> None:
+        """Count a finished proxy trial towards a run of failures with the same reason; at
+        ``max_consecutive_failures`` stop launching: the campaign would only repeat them."""
+        if record.kind != "proxy" or record.status not in ("complete", "failed"):
+            return
+        if record.status == "complete":
+            self._failure_run = []
+            return
+        if self._failure_run and self._failure_run[-1].reason != record.reason:
+            self._failure_run = []
+        self._failure_run.append(record)
+        limit = self.settings.max_consecutive_failures
+        if len(self._failure_run) >= limit and self.failing is None:
+            self.failing = record.reason or "crash"
+            log = record.artifacts.get("dir", f"{TRIALS_DIR}/{record.trial_id}") + "/trial.log"
+            hint = FAILURE_HINTS.get(self.failing, FAILURE_HINTS["crash"]).format(
+                timeout=self.settings.trial_timeout_s, log=log, preset=self.settings.preset)
+            self.log.error("too_many_failures", trial_id=record.trial_id, count=limit,
+                           reason=self.failing, message=record.message, hint=hint,
+                           trials=[r.trial_id for r in self._failure_run[-limit:]])
 
     # -- stress runs -------------------------------------------------------------------------
 
@@ -400,7 +547,7 @@ class Campaign:
                              attempts=len(interrupted))
             return
         steps = self.settings.stress_steps
-        if not self._fits_window(deadline, scale=steps / self.baseline.steps):
+        if not self._fits_window(deadline, steps):
             self.log.info("stress_skipped", trial_id=finalist.trial_id,
                           reason="cannot finish before the campaign's deadline")
             return
@@ -473,6 +620,10 @@ class Campaign:
             self.log.warning("trial_interrupted", trial_id=record.trial_id, kind=record.kind)
 
     def _close(self) -> None:
+        try:  # e.g. an LLM proposer's HTTP client and prefetch thread
+            self.proposer.close()
+        except Exception as error:
+            self._proposer_failed("close", error)
         self.executor.close()
         self.store.close()
         self._sink.close()
@@ -492,16 +643,22 @@ class Campaign:
         started = datetime.now(timezone.utc)
         deadline = self.settings.deadline(started)
         self._consecutive_rejections = 0
+        times = self._times()
+        plan = self._window_plan(deadline, times) if deadline and times else None
         self.log.info("campaign_started", target=self.target.name, preset=self.settings.preset,
                       corpus=self.settings.corpus.source, params=self.baseline.param_count(),
                       iterations=self.settings.iterations,
                       deadline=deadline.isoformat() if deadline else None,
+                      window=plan.describe() if plan else None,
+                      device=f"{self.device.kind}:{self.device.name}",
                       executor=self.settings.executor, parallel=self.parallel,
                       db=self.store.index_name)
         log_priors(self.log, self.priors)
+        self._warn_if_obviously_short(deadline)
+        self._update_plan(deadline)
         if not stress_only:
             self._search(deadline)
-        if not self.stops.stop:
+        if not self.stops.stop and self.failing is None:
             self.promote(deadline)
         summary = self.summary(stopped_early=self.stops.stop)
         self.log.info("campaign_finished", proxy_trials=summary.proxy_trials,
@@ -512,7 +669,7 @@ class Campaign:
                       winner_mean_val_bpb=summary.winner.mean_val_bpb if summary.winner else None,
                       winner_within_noise=summary.winner.within_noise if summary.winner else None,
                       noise_spread=summary.noise.spread if summary.noise else None,
-                      stopped_early=summary.stopped_early)
+                      stopped_early=summary.stopped_early, failing=summary.failing)
         try:  # the report is a by-product: one that cannot be written never fails the campaign
             write_report(self.directory, self._records(), ReportContext(
                 self.settings.name, self.target, self.settings.preset, CloudRates.from_environment()))
@@ -525,7 +682,8 @@ class Campaign:
         for the last ones. A stop signal ends launching; a second cancels what is in flight."""
         launching = True
         while True:
-            self._poll_inflight()
+            for record in self._poll_inflight():
+                self._note_outcome(record)
             if (launching and not self.stops.stop and len(self._inflight) < self.parallel
                     and self._budget_left(deadline)):
                 launching = self._launch_next()
@@ -562,9 +720,9 @@ class Campaign:
         proxies = self._records("proxy")
         complete = [r for r in proxies if r.status == "complete" and r.val_bpb is not None]
         return CampaignSummary(
-            proxy_trials=sum(r.status in ("complete", "failed") for r in proxies),
+            proxy_trials=len(search_trials(proxies)),
             rejected=sum(r.status == "rejected" for r in proxies),
             stress_runs=sum(r.status in ("complete", "failed") for r in self._records("stress")),
             best=min(complete, key=lambda r: r.val_bpb or 0.0) if complete else None,
             stopped_early=stopped_early, noise=self._noise(),
-            winner=name_winner(self.finalists(), proxies, self._noise()))
+            winner=name_winner(self.finalists(), proxies, self._noise()), failing=self.failing)

@@ -46,6 +46,14 @@ def is_extra_seed(record: TrialRecord) -> bool:
     return record.proposer == BASELINE_PROPOSER and set(record.edit) == {"seed"}
 
 
+def search_trials(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """The trained proxy trials that count toward ``--iterations``: the baseline's seeds and
+    every proposal, but not a finalist's seed re-run (part of promotion, like stress runs).
+    An interrupted trial is not trained; its one re-run is what counts."""
+    return [r for r in records if r.kind == "proxy" and r.status in TRAINED
+            and r.proposer != SEED_RERUN_PROPOSER]
+
+
 def rank_finalists(records: Sequence[TrialRecord], promote: int) -> list[TrialRecord]:
     """The best ``promote`` complete proxy trials by val_bpb, leaving out seed repeats."""
     complete = [r for r in records if r.kind == "proxy" and r.status == "complete"

@@ -54,6 +54,8 @@ class CampaignSettings(StrictModel):
     skip_checks: tuple[str, ...] = ()
     memory_reserve_gib: float = Field(default=0.0, ge=0)
     max_consecutive_rejections: int = Field(default=25, ge=1)
+    # proxy trials in a row failing with the same reason after which launching stops
+    max_consecutive_failures: int = Field(default=5, ge=1)
     # trajectory.jsonl files or campaign directories whose trials warm-start the proposers
     calibrate_from: tuple[str, ...] = ()
     # baseline seeds measuring the noise floor (1 disables it); they count toward iterations

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
-from recipelab.agent.seeds import Winner, name_winner, rank_finalists
+from recipelab.agent.events import EVENTS_FILE, read_events
+from recipelab.agent.seeds import Winner, name_winner, rank_finalists, search_trials
 from recipelab.agent.settings import CampaignSettings
-from recipelab.trajectory.noise import BASELINE_PROPOSER, NoiseFloor, noise_floor
+from recipelab.agent.window import split_text
+from recipelab.trajectory.noise import (
+    BASELINE_PROPOSER,
+    SEED_RERUN_PROPOSER,
+    NoiseFloor,
+    noise_floor,
+)
 from recipelab.trajectory.record import TrialRecord
 
 BEST_SHOWN = 10
@@ -23,6 +32,7 @@ class StatusView:
     noise: NoiseFloor | None = None
     marks: dict[str, str] = field(default_factory=dict)  # trial id -> "noise" or its gain
     winner: Winner | None = None
+    window: str | None = None  # the planned split of a --hours/--until window
 
     def noise_line(self) -> str | None:
         """The noise floor in words, or None before it is measured."""
@@ -41,10 +51,65 @@ class StatusView:
                 f"{w.seeds} seed{'s' if w.seeds != 1 else ''}{mark}")
 
 
-def campaign_status(settings: CampaignSettings, records: list[TrialRecord]) -> StatusView:
+def progress_line(settings: CampaignSettings, records: list[TrialRecord]) -> str:
+    """Trained proxy trials against ``--iterations``, each counted once and where it belongs.
+
+    A finalist's seed re-runs are part of promotion, so they are shown apart and never
+    against the budget; an interrupted trial is counted as interrupted, and its one re-run
+    (when trained) among the trained; stress runs are counted on their own.
+    """
     proxies = [r for r in records if r.kind == "proxy"]
-    trained = [r for r in proxies if r.status in ("complete", "failed")]
-    counts = Counter(r.status for r in records)
+    trained = search_trials(proxies)
+    reruns = sum(r.proposer == SEED_RERUN_PROPOSER and r.status in ("complete", "failed")
+                 for r in proxies)
+    retried = {r.retry_of for r in records if r.retry_of}
+    lost = [r for r in proxies if r.status == "interrupted"]
+    requeued = sum(r.trial_id in retried for r in lost)
+    details = [f"{n} failed" for n in [sum(r.status == "failed" for r in trained)] if n]
+    details += [f"+{reruns} seed re-run{'s' if reruns != 1 else ''}"] if reruns else []
+    details += [f"{requeued} interrupted and re-run"] if requeued else []
+    details += [f"{len(lost) - requeued} interrupted, to re-run"] if len(lost) > requeued else []
+    budget = f"/{settings.iterations}" if settings.iterations is not None else ""
+    line = f"{len(trained)}{budget} proxy trials trained"
+    line += f" ({', '.join(details)})" if details else ""
+    rejected = sum(r.status == "rejected" for r in proxies)
+    stress = [r for r in records if r.kind == "stress"]
+    stress_done = sum(r.status in ("complete", "failed") for r in stress)
+    running = sum(r.status == "running" for r in records)
+    line += f", {rejected} rejected" if rejected else ""
+    line += f", {stress_done} stress run{'s' if stress_done != 1 else ''}" if stress else ""
+    line += f", {running} running" if running else ""
+    return line
+
+
+def latest_window(directory: Path) -> str | None:
+    """The last planned split of the campaign's window (``window_planned`` events)."""
+    path = directory / EVENTS_FILE
+    plan: str | None = None
+    if path.exists():
+        for event in read_events(path):
+            if event.get("event") == "window_planned":
+                plan = _plan_text(event)
+            elif event.get("event") == "campaign_started":
+                plan = None  # a resumed campaign may have another deadline
+    return plan
+
+
+def _plan_text(event: dict[str, Any]) -> str | None:
+    """The split in the reader's local time (the orchestrator's may differ)."""
+    try:
+        split = split_text(datetime.fromisoformat(str(event["search_until"])),
+                           datetime.fromisoformat(str(event["deadline"])))
+    except (KeyError, ValueError):
+        return None
+    runs = event.get("stress_runs")
+    return f"{split} ({runs} stress runs planned)" if isinstance(runs, int) else split
+
+
+def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
+                    window: str | None = None) -> StatusView:
+    proxies = [r for r in records if r.kind == "proxy"]
+    trained = search_trials(proxies)
     complete = sorted((r for r in proxies if r.status == "complete" and r.val_bpb is not None),
                       key=lambda r: (r.val_bpb, r.trial_id))
     walls = [r.metrics["wall_s"] for r in trained if r.metrics.get("wall_s") is not None]
@@ -53,10 +118,7 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord]) -> S
     if left and walls:
         minutes = left * statistics.median(walls) / 60 / settings.parallel
         eta = f", ETA {minutes:.1f} min for the proxy trials"
-    budget = f"/{settings.iterations}" if settings.iterations is not None else ""
-    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    headline = (f"campaign {settings.name}: {len(trained)}{budget} proxy trials trained "
-                f"({summary or 'nothing yet'}){eta}")
+    headline = f"campaign {settings.name}: {progress_line(settings, records)}{eta}"
     running = "; ".join(f"{r.trial_id} ({r.kind}, started {r.started_at})"
                         for r in records if r.status == "running") or None
     verdicts = {r.parent: r.verdict for r in records
@@ -66,4 +128,5 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord]) -> S
              if floor is not None and r.val_bpb is not None and r.proposer != BASELINE_PROPOSER}
     winner = name_winner(rank_finalists(proxies, settings.promote), proxies, floor)
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],
-                      stress_verdicts=verdicts, noise=floor, marks=marks, winner=winner)
+                      stress_verdicts=verdicts, noise=floor, marks=marks, winner=winner,
+                      window=window)

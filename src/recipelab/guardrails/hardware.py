@@ -89,6 +89,33 @@ def detect_device() -> DeviceInfo:
                       has_te, native_bf16=bool(cpu_flags(cpuinfo) & BF16_CPU_FLAGS))
 
 
+def resolve_device(requested: str = "auto") -> DeviceInfo:
+    """The device trials asked for with ``--device`` (``auto``, ``cpu`` or ``cuda``) will run
+    on, so the guardrails judge that one and not whatever else this machine has.
+
+    Raises ValueError, saying what to do, for ``cuda`` where torch sees no CUDA GPU (or an
+    unknown name): trials would fail at their first step.
+    """
+    if requested == "auto":
+        return detect_device()
+    if requested == "cpu":
+        cpuinfo = CPUINFO.read_text() if CPUINFO.exists() else ""
+        return DeviceInfo("cpu", cpu_model_name(cpuinfo), psutil.virtual_memory().total, None,
+                          importlib.util.find_spec("transformer_engine") is not None,
+                          native_bf16=bool(cpu_flags(cpuinfo) & BF16_CPU_FLAGS))
+    if requested == "cuda":
+        import torch  # lazily, as in detect_device
+
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+            raise ValueError(
+                f"--device cuda was asked, but torch {torch.__version__} ({build}) sees no CUDA "
+                "GPU on this machine: use --device cpu (or auto), or install the CUDA build of "
+                "torch and check that nvidia-smi lists the GPU")
+        return detect_device()
+    raise ValueError(f"unknown device {requested!r}: use auto, cpu or cuda")
+
+
 def cpu_flags(cpuinfo: str) -> frozenset[str]:
     """The instruction-set flags in ``/proc/cpuinfo`` text (x86 ``flags``, aarch64 ``Features``)."""
     for line in cpuinfo.splitlines():

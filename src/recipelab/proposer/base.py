@@ -81,3 +81,10 @@ class Proposer(abc.ABC):
         The default does nothing; a proposer with slow calls (an LLM) overrides it so its
         latency overlaps training instead of adding to every iteration.
         """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the proposer holds (an HTTP client, a background thread).
+
+        The campaign calls it once at its end; the default does nothing. It must return
+        promptly, never waiting on a slow call in flight.
+        """

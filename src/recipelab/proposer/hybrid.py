@@ -80,3 +80,10 @@ class HybridProposer(Proposer):
         """Let the LLM start early when the iteration after the running trial is its turn."""
         if self.is_llm_turn(next_iteration(history)):
             self.llm.prefetch(history)
+
+    def close(self) -> None:
+        """Close both proposers (the LLM's HTTP client and prefetch thread)."""
+        try:
+            self.llm.close()
+        finally:
+            self.classical.close()
