@@ -295,6 +295,18 @@ def check_line(result: CheckResult) -> Text:
     return line
 
 
+def refuse_if_running(directory: Path) -> None:
+    """Refuse a campaign another orchestrator runs now, before a preflight competes with it
+    (the campaign takes the lock itself when it starts)."""
+    try:
+        with CampaignLock(directory):
+            pass
+    except CampaignLocked as error:
+        fail(str(error))
+    except OSError:
+        pass  # an unwritable directory: the disk check says what to do
+
+
 def launch(options: dict[str, Any], *, check_only: bool) -> None:
     """``run`` and ``check``: validate what was typed, resolve the settings, run the
     preflight, then (for ``run``) the campaign. Nothing is written before the input is valid
@@ -328,6 +340,8 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
         fail(str(error).splitlines()[0])
     if new:
         settings = new_campaign_defaults(settings, given)
+    elif not check_only:
+        refuse_if_running(directory)
     out = console if check_only else errors
     report = Preflight(settings=settings)
     if not options.get("skip_preflight"):
