@@ -235,3 +235,12 @@ def test_run_help_shows_the_ray_extra_literally() -> None:
 
     assert result.exit_code == 0
     assert "pip install 'recipelab[ray]'" in result.output
+
+
+def test_check_takes_the_options_of_run_with_their_help() -> None:
+    result = runner.invoke(app, ["check", "--help"], env={"COLUMNS": "300"})
+
+    assert result.exit_code == 0
+    for text in ("--dir", "campaign directory", "--corpus-max-bytes", "--llm-base-url"):
+        assert text in result.output
+    assert "--skip-preflight" not in result.output

@@ -429,10 +429,11 @@ def _check(**options: Any) -> None:
     launch(options, check_only=True)
 
 
-_check.__signature__ = inspect.signature(run).replace(  # type: ignore[attr-defined]
-    parameters=[p for p in inspect.signature(run).parameters.values()
-                if p.name != "skip_preflight"])
-_check.__annotations__ = {k: v for k, v in run.__annotations__.items() if k != "skip_preflight"}
+# ``check`` takes exactly ``run``'s options (less --skip-preflight), declared once.
+_options = [p for p in inspect.signature(run, eval_str=True).parameters.values()
+            if p.name != "skip_preflight"]
+_check.__signature__ = inspect.Signature(_options)  # type: ignore[attr-defined]
+_check.__annotations__ = {p.name: p.annotation for p in _options}
 _check.__doc__ = """Prove that 'recipelab run' with the same options can run tonight.
 
 Checks the device, the corpus (and builds its tokenized cache), the guardrails on the
