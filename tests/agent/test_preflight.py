@@ -30,6 +30,7 @@ from recipelab.agent.preflight import (
 from recipelab.agent.settings import CampaignSettings
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.trainer.spec import CorpusSpec
+from tests.proposer.fake_openai import FakeOpenAI, text
 
 GIB = 2**30
 
@@ -173,6 +174,31 @@ def test_an_llm_endpoint_that_is_down_is_a_warning_in_seconds() -> None:
     result = check_llm(settings, settings.baseline())
     assert result is not None and result.status == "warning"
     assert "classical-only" in result.what and "nothing answers" in result.what
+
+
+def test_an_llm_endpoint_that_answers_one_valid_proposal_is_ok() -> None:
+    server = FakeOpenAI().start()  # a real HTTP server speaking the OpenAI API
+    try:
+        settings = CampaignSettings(name="c", preset="tiny", iterations=1,
+                                    llm_base_url=server.base_url)
+        result = check_llm(settings, settings.baseline())
+    finally:
+        server.stop()
+    assert result is not None and result.status == "ok", result
+    assert "schema-valid proposal" in result.what and len(server.chat_requests()) == 1
+
+
+def test_an_llm_that_only_replies_nonsense_is_a_warning() -> None:
+    server = FakeOpenAI().start()
+    server.default = text("I cannot help with recipes.")
+    try:
+        settings = CampaignSettings(name="c", preset="tiny", iterations=1,
+                                    llm_base_url=server.base_url)
+        result = check_llm(settings, settings.baseline())
+    finally:
+        server.stop()
+    assert result is not None and result.status == "warning", result
+    assert "classical-only" in result.what
 
 
 def test_no_llm_configured_means_no_llm_check(monkeypatch: pytest.MonkeyPatch) -> None:
