@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import resource
+import socket
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +93,154 @@ def test_db_check_reports_agreement_and_rebuild_restores_a_deleted_row(
 def test_status_of_a_missing_campaign_says_how_to_start_one(tmp_path: Path) -> None:
     result = runner.invoke(app, ["status", str(tmp_path / "nothing")])
     assert result.exit_code == 2 and "recipelab run" in result.output
+
+
+# --- the preflight and ordinary bad input --------------------------------------------------
+
+
+def closed_port() -> int:
+    """A localhost port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def recipelab(*args: str, cwd: Path, env: dict[str, str] | None = None,
+              timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``recipelab ARGS`` as its own process, as a user starts it."""
+    return subprocess.run([sys.executable, "-m", "recipelab", *args], cwd=cwd, text=True,
+                          capture_output=True, timeout=timeout, check=False,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.parametrize(("args", "env", "words"), [
+    (["--preset", "foo"], {}, ("--preset 'foo'", "tiny, cpu, spark")),
+    (["--target", "foo"], {}, ("--target 'foo'", "choose one of")),
+    (["--until", "25:00"], {}, ("--until '25:00'", "HH:MM")),
+    (["--llm-base-url", "http//x"], {}, ("--llm-base-url 'http//x'", "http://localhost:8000/v1")),
+    ([], {"RECIPELAB_LLM_BASE_URL": "localhost:8000"},
+     ("RECIPELAB_LLM_BASE_URL 'localhost:8000'", "http://localhost:8000/v1")),
+], ids=["preset", "target", "until", "url-option", "url-env"])
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(
+        tmp_path: Path, args: list[str], env: dict[str, str], words: tuple[str, ...]) -> None:
+    result = recipelab("run", "--name", "bad", "--iterations", "1", *args, cwd=tmp_path, env=env)
+
+    assert result.returncode == 2, result.stderr
+    lines = error_lines(result.stderr)
+    assert len(lines) == 1 and result.stderr.strip() == lines[0], result.stderr
+    for word in words:
+        assert word in lines[0]
+    assert list(tmp_path.iterdir()) == [], "nothing may be created for a typo"
+
+
+def test_db_rebuild_of_a_missing_campaign_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    result = recipelab("db", "rebuild", "nothing", cwd=tmp_path)
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "no campaign at" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_refuses_a_missing_corpus_before_any_trial_with_the_fix(tmp_path: Path) -> None:
+    result = recipelab("run", "--name", "c", "--preset", "tiny", "--iterations", "1",
+                       "--corpus", "no-such-corpus", cwd=tmp_path)
+
+    assert result.returncode == 2, result.stderr
+    assert "no-such-corpus does not exist" in result.stderr
+    assert "use a built-in corpus" in result.stderr  # the fix
+    assert "preflight found 1 error(s) (corpus)" in result.stderr
+    assert not (tmp_path / "campaigns").exists()
+
+
+def test_run_refuses_cuda_on_a_machine_without_it_with_the_fix(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = recipelab("run", "--name", "c", "--preset", "tiny", "--iterations", "1",
+                       "--device", "cuda", cwd=tmp_path)
+
+    assert result.returncode == 2, result.stderr
+    assert "sees no CUDA device" in result.stderr
+    assert "install the CUDA build of torch" in result.stderr and "--device cpu" in result.stderr
+    assert not (tmp_path / "campaigns").exists()
+
+
+FULL_DISK = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+from recipelab.cli import main
+sys.argv = ["recipelab", *sys.argv[1:]]
+main()
+"""
+
+
+def test_run_refuses_a_full_disk_with_the_fix(tmp_path: Path) -> None:
+    # RLIMIT_FSIZE=0 makes every write of a byte fail as on a full disk, for root as well.
+    child = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, "run", "--name", "full", "--preset", "tiny",
+         "--iterations", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        check=False, env={**os.environ, "COLUMNS": "200"},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))
+
+    assert child.returncode == 2, child.stderr
+    assert "cannot write in campaign directory campaigns/full" in child.stderr
+    assert "free some space on the disk holding campaigns/full" in child.stderr
+    assert "(disk" in child.stderr  # the summary line names the failed check
+    assert not (tmp_path / "campaigns").exists()
+
+
+def test_check_on_a_good_setup_exits_0_and_writes_no_campaign(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    result = recipelab("check", "--name", "c", "--preset", "tiny", "--iterations", "2",
+                       "--stress-steps", "100", cwd=tmp_path, env={"RECIPELAB_CACHE": str(cache)})
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("device", "disk", "memory", "guardrails", "corpus", "trial"):
+        assert f"ok      {name}" in result.stdout, result.stdout
+    assert "preflight passed" in result.stdout
+    assert not (tmp_path / "campaigns").exists()
+    assert list((cache / "datasets").glob("*/meta.json")), "the first trial finds the cache warm"
+
+
+def test_an_llm_endpoint_that_is_down_is_a_warning_and_the_night_runs_classical(
+        tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    result = recipelab("run", "--name", "c", "--preset", "tiny", "--iterations", "3",
+                       "--promote", "0", "--noise-seeds", "1", cwd=tmp_path,
+                       env={"RECIPELAB_CACHE": str(cache), "RECIPELAB_LLM_BASE_URL": url})
+
+    assert result.returncode == 0, result.stderr
+    assert "warning llm" in result.stderr and "classical-only tonight" in result.stderr
+    campaign = tmp_path / "campaigns" / "c"
+    events = [json.loads(line) for line in (campaign / "events.jsonl").read_text().splitlines()]
+    assert [e for e in events if e["event"] == "classical_only"]
+    assert {e["check"] for e in events if e["event"] == "preflight"} >= {"llm", "trial"}
+    records = [json.loads(line) for line in (campaign / "trajectory.jsonl").read_text().splitlines()]
+    assert len(records) == 3
+    assert all(r["proposer"] == "baseline" or r["proposer"].startswith("classical")
+               for r in records), [r["proposer"] for r in records]
+    assert not [e for e in events if e["event"] == "llm_fallback"], "the LLM was never asked"
+    # the saved settings keep the hybrid default, so a resume tries the LLM again
+    assert json.loads((campaign / "settings.json").read_text())["proposer"] is None
+
+
+def test_run_help_shows_the_ray_extra_literally() -> None:
+    result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "300"})
+
+    assert result.exit_code == 0
+    assert "pip install 'recipelab[ray]'" in result.output
+
+
+def test_check_takes_the_options_of_run_with_their_help() -> None:
+    result = runner.invoke(app, ["check", "--help"], env={"COLUMNS": "300"})
+
+    assert result.exit_code == 0
+    for text in ("--dir", "campaign directory", "--corpus-max-bytes", "--llm-base-url"):
+        assert text in result.output
+    assert "--skip-preflight" not in result.output

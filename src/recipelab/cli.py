@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import io
 import json
 from datetime import datetime
 from pathlib import Path
@@ -12,6 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from recipelab.agent import settings as settings_store
 from recipelab.agent.campaign import Campaign
@@ -19,6 +22,16 @@ from recipelab.agent.events import EVENTS_FILE, read_events, render_event
 from recipelab.agent.executor import LocalExecutor
 from recipelab.agent.executor_ray import RayUnavailable
 from recipelab.agent.lock import CampaignLock, CampaignLocked
+from recipelab.agent.preflight import (
+    CheckResult,
+    InputError,
+    Preflight,
+    absolute_corpus,
+    check_input,
+    corpus_bytes_needed,
+    default_memory_reserve_gib,
+    run_preflight,
+)
 from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
 from recipelab.agent.status import campaign_status, latest_window
 from recipelab.fsutil import is_disk_full
@@ -41,6 +54,14 @@ def root() -> None:
 def fail(message: str) -> NoReturn:
     errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def one_line(error: ValidationError) -> str:
+    """A pydantic error as one line: each bad field, what is wrong, and the value given."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+        + (f" (got {e['input']!r})" if not isinstance(e.get("input"), dict) else "")
+        for e in error.errors())
 
 
 def load_recipe(path: Path) -> Recipe:
@@ -101,6 +122,8 @@ def train(
     corpus: Annotated[str, typer.Option(
         help="python-docs, python-source, or a path (text, .txt/.md dir, Parquet, train.bin dir)"
     )] = "python-docs",
+    corpus_max_bytes: Annotated[int | None, typer.Option(
+        help="read at most this many bytes of the corpus (streamed; default: all of it)")] = None,
     steps: Annotated[int | None, typer.Option(help="optimizer steps (default: the preset's)")] = None,
     budget: Annotated[int | None, typer.Option(help="proxy parameter budget")] = None,
     seed: Annotated[int | None, typer.Option(help="random seed")] = None,
@@ -117,7 +140,8 @@ def train(
     trial_id = f"train-{datetime.now():%Y%m%d-%H%M%S}"
     out_dir = out or Path("runs") / trial_id
     try:
-        spec = TrialSpec(trial_id=trial_id, recipe=recipe, corpus=CorpusSpec(source=corpus),
+        spec = TrialSpec(trial_id=trial_id, recipe=recipe,
+                         corpus=CorpusSpec(source=corpus, max_bytes=corpus_max_bytes),
                          out_dir=str(out_dir.resolve()), device=device)
     except ValidationError as error:
         fail(f"invalid trial settings:\n{error}")
@@ -204,20 +228,134 @@ def campaign_dir(campaign: str) -> Path:
     return path if path.is_dir() or "/" in campaign else default_campaign_dir(campaign)
 
 
-def resolve_settings(directory: Path, name: str, given: dict[str, Any]) -> CampaignSettings:
+def resolve_settings(directory: Path, name: str, given: dict[str, Any]
+                     ) -> tuple[CampaignSettings, bool]:
     """Saved settings updated with the options given on this command line (resume), or new
-    settings from the given options and defaults."""
+    settings from the given options and defaults; and whether they are new."""
     try:
         saved = settings_store.load(directory)
         if saved is None:
-            return CampaignSettings.model_validate({"name": name, **given})
+            return CampaignSettings.model_validate({"name": name, **given}), True
+        if "corpus" in given:  # options not given keep their saved values
+            corpus = {**saved.corpus.model_dump(), **given["corpus"]}
+            if Path(corpus["source"]).resolve() == Path(saved.corpus.source).resolve():
+                corpus["source"] = saved.corpus.source  # the same files, however spelt
+            given = {**given, "corpus": corpus}
         requested = CampaignSettings.model_validate({**saved.model_dump(), **given})
         settings_store.check_resume(saved, requested)
-        return requested
+        return requested, False
     except ValidationError as error:
-        fail(f"invalid campaign settings:\n{error}")
+        fail(f"invalid campaign settings: {one_line(error)}")
     except SettingsError as error:
         fail(str(error))
+
+
+def given_corpus(corpus: str | None, max_bytes: int | None) -> dict[str, Any] | None:
+    """The corpus options given: a path is made absolute, so the campaign (and a resume from
+    another directory) reads the same files; built-in names stay names."""
+    given: dict[str, Any] = {}
+    if corpus is not None:
+        given["source"] = (corpus if corpus in ("python-docs", "python-source")
+                           else str(Path(corpus).expanduser().resolve()))
+    if max_bytes is not None:
+        given["max_bytes"] = max_bytes
+    return given or None
+
+
+def new_campaign_defaults(settings: CampaignSettings, given: dict[str, Any]) -> CampaignSettings:
+    """Defaults a new campaign decides from its plan and this machine: the corpus read only as
+    far as its longest run needs, and memory kept free for an LLM server on unified memory."""
+    settings = absolute_corpus(settings, cap=corpus_bytes_needed(settings))
+    if "memory_reserve_gib" not in given:
+        from recipelab.guardrails import detect_device
+
+        reserve = default_memory_reserve_gib(detect_device())
+        if reserve:
+            settings = settings.model_copy(update={"memory_reserve_gib": reserve})
+    return settings
+
+
+STATUS_STYLES = {"ok": "green", "warning": "yellow", "error": "bold red"}
+
+
+def print_preflight(report: Preflight, out: Console) -> None:
+    """One block per check: status, name, what was found, and the fix when there is one."""
+    counts = {s: sum(r.status == s for r in report.results) for s in STATUS_STYLES}
+    out.print(f"preflight: {counts['ok']} ok, {counts['warning']} warning(s), "
+              f"{counts['error']} error(s)", markup=False, highlight=False)
+    for result in report.results:
+        out.print(check_line(result), soft_wrap=True, highlight=False)
+        if result.fix:
+            out.print(Text(f"{'':20}fix: {result.fix}"), soft_wrap=True, highlight=False)
+
+
+def check_line(result: CheckResult) -> Text:
+    line = Text(f"  {result.status:<8}", style=STATUS_STYLES[result.status])
+    line.append(f"{result.name:<10}  {result.what}")
+    return line
+
+
+def refuse_if_running(directory: Path) -> None:
+    """Refuse a campaign another orchestrator runs now, before a preflight competes with it
+    (the campaign takes the lock itself when it starts)."""
+    try:
+        with CampaignLock(directory):
+            pass
+    except CampaignLocked as error:
+        fail(str(error))
+    except OSError:
+        pass  # an unwritable directory: the disk check says what to do
+
+
+def launch(options: dict[str, Any], *, check_only: bool) -> None:
+    """``run`` and ``check``: validate what was typed, resolve the settings, run the
+    preflight, then (for ``run``) the campaign. Nothing is written before the input is valid
+    and the preflight passed."""
+    try:
+        check_input(preset=options["preset"], target=options["target"], until=options["until"],
+                    llm_base_url=options["llm_base_url"])
+    except InputError as error:
+        fail(str(error))
+    name = options["name"]
+    directory = options["directory"] or default_campaign_dir(name)
+    calibrate_from = options["calibrate_from"]
+    given = {key: value for key, value in {
+        **{key: options[key] for key in (
+            "target", "preset", "budget", "iterations", "hours", "until", "promote",
+            "max_consecutive_failures", "stress_steps", "fidelity", "proposer", "sampler",
+            "seed", "llm_base_url", "llm_model", "llm_share", "llm_structured_output",
+            "device", "memory_reserve_gib", "noise_seeds", "executor", "ray_address", "parallel", "db")},
+        "corpus": given_corpus(options["corpus"], options["corpus_max_bytes"]),
+        "trial_timeout_s": options["trial_timeout"],
+        "searchable": tuple(options["searchable"]) if options["searchable"] else None,
+        "calibrate_from": tuple(str(Path(p).resolve()) for p in calibrate_from)
+        if calibrate_from else None,
+    }.items() if value is not None}
+    settings, new = resolve_settings(directory, name, given)
+    if settings.iterations is None and settings.hours is None and settings.until is None:
+        fail("give the campaign a budget: --iterations N, --hours H or --until HH:MM")
+    try:
+        settings.baseline()
+    except (ValueError, ValidationError) as error:
+        fail(str(error).splitlines()[0])
+    if new:
+        settings = new_campaign_defaults(settings, given)
+    elif not check_only:
+        refuse_if_running(directory)
+    out = console if check_only else errors
+    report = Preflight(settings=settings)
+    if not options.get("skip_preflight"):
+        with out.status("preflight: checking that tonight's campaign can run…"):
+            report = run_preflight(settings, directory)
+        print_preflight(report, out)
+        if not report.ok:
+            failed = ", ".join(r.name for r in report.errors)
+            fail(f"the preflight found {len(report.errors)} error(s) ({failed}): apply the fixes "
+                 "above, then run the same command again")
+    if check_only:
+        out.print("preflight passed: 'recipelab run' with these options can start", markup=False)
+        return
+    start_campaign(settings, directory, stress_only=False, preflight=report)
 
 
 @app.command()
@@ -230,6 +368,10 @@ def run(
     budget: Annotated[int | None, typer.Option(help="proxy parameter budget")] = None,
     corpus: Annotated[str | None, typer.Option(
         help="python-docs (default), python-source, or a path")] = None,
+    corpus_max_bytes: Annotated[int | None, typer.Option(
+        help="read at most this many bytes of a corpus given as a path, streamed (default: "
+        "what the longest run reads, stress_steps x batch x seq_len x 1.25, plus the "
+        "validation share)")] = None,
     iterations: Annotated[int | None, typer.Option(help="proxy trials to train")] = None,
     hours: Annotated[float | None, typer.Option(help="stop launching after this many hours")] = None,
     until: Annotated[str | None, typer.Option(help="stop launching at this local time, HH:MM")] = None,
@@ -257,7 +399,8 @@ def run(
     seed: Annotated[int | None, typer.Option(help="campaign seed")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda")] = None,
     memory_reserve_gib: Annotated[float | None, typer.Option(
-        help="device memory kept free for an LLM server sharing the GPU")] = None,
+        help="device memory kept free for an LLM server sharing the GPU (default: 24 on "
+        "unified memory such as a GB10, else 0)")] = None,
     searchable: Annotated[list[str] | None, typer.Option(
         help="shape knob allowed to leave the target's value, e.g. shape.qk_norm")] = None,
     calibrate_from: Annotated[list[str] | None, typer.Option(
@@ -267,7 +410,7 @@ def run(
         help="baseline seeds measuring the noise floor, counted in --iterations "
         "(default 3; 1 disables)")] = None,
     executor: Annotated[str | None, typer.Option(
-        help="where trials run: local (default) or ray (pip install 'recipelab[ray]')")] = None,
+        help="where trials run: local (default) or ray (pip install 'recipelab\\[ray]')")] = None,
     ray_address: Annotated[str | None, typer.Option(
         help="Ray cluster: auto (the one 'ray start' set up here) or HOST:PORT "
         "(default: a new Ray instance on this machine)")] = None,
@@ -275,35 +418,39 @@ def run(
     db: Annotated[str | None, typer.Option(
         help="trajectory database URL, e.g. postgresql+psycopg://user@host/db "
         "(default: SQLite in the campaign directory)")] = None,
+    skip_preflight: Annotated[bool, typer.Option(
+        "--skip-preflight", help="start without the preflight checks of 'recipelab check'")
+    ] = False,
 ) -> None:
     """Start a campaign, or resume it: the same command again picks up where it stopped.
 
+    The preflight ('recipelab check') runs first and refuses a night that cannot run.
+
     Exit codes: 0 when the campaign ran to its end (or was stopped by a signal), 2 for
-    settings or a campaign directory that cannot be used, 3 when a run of proxy trials
-    failing with the same reason (--max-consecutive-failures) stopped it: the report is
-    written, and the too_many_failures event says what to fix.
+    settings, a preflight or a campaign directory that cannot be used, 3 when a run of proxy
+    trials failing with the same reason (--max-consecutive-failures) stopped it: the report
+    is written, and the too_many_failures event says what to fix.
     """
-    directory = directory or default_campaign_dir(name)
-    given = {key: value for key, value in {
-        "target": target, "preset": preset, "budget": budget,
-        "corpus": {"source": corpus} if corpus else None, "iterations": iterations,
-        "hours": hours, "until": until, "trial_timeout_s": trial_timeout, "promote": promote,
-        "max_consecutive_failures": max_consecutive_failures,
-        "stress_steps": stress_steps, "fidelity": fidelity,
-        "proposer": proposer, "sampler": sampler, "seed": seed,
-        "llm_base_url": llm_base_url, "llm_model": llm_model, "llm_share": llm_share,
-        "llm_structured_output": llm_structured_output,
-        "device": device, "memory_reserve_gib": memory_reserve_gib,
-        "searchable": tuple(searchable) if searchable else None,
-        "calibrate_from": tuple(str(Path(p).resolve()) for p in calibrate_from)
-        if calibrate_from else None,
-        "noise_seeds": noise_seeds,
-        "executor": executor, "ray_address": ray_address, "parallel": parallel, "db": db,
-    }.items() if value is not None}
-    settings = resolve_settings(directory, name, given)
-    if settings.iterations is None and settings.hours is None and settings.until is None:
-        fail("give the campaign a budget: --iterations N, --hours H or --until HH:MM")
-    start_campaign(settings, directory, stress_only=False)
+    launch(dict(locals()), check_only=False)
+
+
+def _check(**options: Any) -> None:
+    launch(options, check_only=True)
+
+
+# ``check`` takes exactly ``run``'s options (less --skip-preflight), declared once.
+_options = [p for p in inspect.signature(run, eval_str=True).parameters.values()
+            if p.name != "skip_preflight"]
+_check.__signature__ = inspect.Signature(_options)  # type: ignore[attr-defined]
+_check.__annotations__ = {p.name: p.annotation for p in _options}
+_check.__doc__ = """Prove that 'recipelab run' with the same options can run tonight.
+
+Checks the device, the corpus (and builds its tokenized cache), the guardrails on the
+baseline, the memory model and reserve, the disk, a 2-step trial with a full evaluation
+in a real trainer process, and the LLM endpoint; prints ok / warning / error with the fix
+for each. Exit status 0 when nothing is an error, 2 otherwise. Writes nothing to the
+campaign directory."""
+check = app.command("check")(_check)
 
 
 @app.command()
@@ -320,15 +467,42 @@ def stress(
         fail(f"no campaign at {directory}: start one with 'recipelab run'")
     given = {k: v for k, v in {"promote": promote, "stress_steps": stress_steps,
                                "fidelity": fidelity}.items() if v is not None}
-    settings = resolve_settings(directory, directory.name, given)
+    settings, _ = resolve_settings(directory, directory.name, given)
     start_campaign(settings, directory, stress_only=True)
 
 
-def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: bool) -> None:
+def log_preflight(settings: CampaignSettings, directory: Path, report: Preflight) -> None:
+    """Record the preflight in ``events.jsonl`` (the console already showed its table)."""
+    from recipelab.agent.events import campaign_logger
+
+    log, sink = campaign_logger(settings.name, directory, Console(file=io.StringIO()))
+    try:
+        for result in report.results:
+            method = {"ok": log.info, "warning": log.warning, "error": log.error}[result.status]
+            method("preflight", check=result.name, status=result.status, what=result.what,
+                   fix=result.fix or None)
+        if report.classical_only:
+            log.warning("classical_only", proposer="classical", reason=report.classical_only,
+                        hint="the LLM will not propose tonight; every trial is classical")
+    finally:
+        sink.close()
+
+
+def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: bool,
+                   preflight: Preflight | None = None) -> None:
+    """Run the campaign. ``settings`` are saved; the preflight's settings for tonight (a
+    classical proposer when the LLM is down) are what runs, so the next resume tries the
+    LLM again."""
+    tonight = preflight.settings if preflight and preflight.settings else settings
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        campaign = Campaign(settings, directory, console=errors)
+        campaign = Campaign(tonight, directory, console=errors)
         settings_store.save(settings, directory)
+        if preflight is not None and preflight.results:
+            log_preflight(settings, directory, preflight)
+        if preflight is not None and preflight.classical_only:
+            errors.print("the campaign runs classical-only tonight: the LLM endpoint is not "
+                         "usable (see the preflight above)", markup=False, soft_wrap=True)
         summary = campaign.run(stress_only=stress_only)
     except (CampaignLocked, StoreError, SettingsError, ProxyBudgetError, RayUnavailable) as error:
         fail(str(error))
@@ -518,6 +692,9 @@ def db_rebuild(campaign: Annotated[str, typer.Argument(help="campaign name or di
                = "default") -> None:
     """Recreate the index (SQLite, or the campaign's rows in --db) from trajectory.jsonl."""
     directory = campaign_dir(campaign)
+    if settings_store.load(directory) is None:
+        fail(f"no campaign at {directory}: give a campaign name or directory that "
+             "'recipelab run' created")
     try:
         with CampaignLock(directory), open_store(campaign, readonly=False) as store:
             count = store.rebuild()

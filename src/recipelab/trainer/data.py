@@ -10,7 +10,10 @@ tokens is ``token_bytes[ids].sum()`` whatever the tokenizer.
 Each trial is a fresh process, and tokenizing a few MiB of text takes seconds, so the
 tokenized arrays are cached as ``.npy`` files keyed by a cheap fingerprint (file paths,
 sizes and mtimes, or the Python version for the built-in corpora) and memory-mapped on the
-next load. :func:`sample_batch` draws batches from ``(seed, step)`` alone, so a resumed run
+next load. A corpus capped by ``max_bytes`` (``--corpus-max-bytes``; a campaign sets it to
+what its longest run reads) is streamed: files in sorted order, Parquet in small batches,
+stopping once the cap is reached, so a FineWeb-Edu sample of tens of GB costs what the
+campaign uses, not its size. :func:`sample_batch` draws batches from ``(seed, step)`` alone, so a resumed run
 sees exactly the batches an uninterrupted one would.
 """
 
@@ -63,6 +66,12 @@ BPE_SAMPLE_BYTES = 4 << 20
 PYTHON_SOURCE_MAX_BYTES = 8 << 20
 SKIPPED_STDLIB_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
 ENCODE_CHUNK_CHARS = 1 << 16
+PARQUET_BATCH_ROWS = 1024
+"""Rows per record batch: FineWeb-Edu's rows are a few KiB, so a batch is a few MiB, and a
+capped read stops within a few MiB of its cap."""
+PARQUET_BUFFER_BYTES = 1 << 20
+"""Read column chunks through a 1 MiB buffer instead of whole (a row group's text column can
+be hundreds of MiB), so reading the first rows of a huge shard costs little memory."""
 CACHE_FORMAT = 1
 
 # A newline between two non-space characters: GPT-2's pre-tokenizer always makes such a
@@ -568,9 +577,10 @@ def _read_utf8(path: Path) -> bytes:
 
 
 def _parquet_rows(path: Path, column: str) -> Iterator[bytes]:
-    """The non-empty values of ``column``, read one record batch at a time."""
+    """The non-empty values of ``column``, streamed in small record batches through a
+    buffered reader, so a capped read of a shard of many GiB stops after its first MiBs."""
     try:
-        shard = pq.ParquetFile(path)
+        shard = pq.ParquetFile(path, buffer_size=PARQUET_BUFFER_BYTES)
     except (pa.ArrowException, OSError) as exc:
         raise DataError(
             f"{path} is not a readable Parquet file ({exc}): re-download it or remove it from "
@@ -589,12 +599,14 @@ def _parquet_rows(path: Path, column: str) -> Iterator[bytes]:
             f"option to a string column (columns: {', '.join(schema.names)})"
         )
     try:
-        for batch in shard.iter_batches(columns=[column]):
+        for batch in shard.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[column]):
             yield from (row.encode("utf-8") for row in batch.column(0).to_pylist() if row)
     except (pa.ArrowException, OSError) as exc:
         raise DataError(
             f"{path} is corrupt ({exc}): re-download it or remove it from the corpus"
         ) from exc
+    finally:
+        shard.close()
 
 
 def _join_capped(pieces: Iterable[bytes], max_bytes: int | None) -> bytes:

@@ -1,0 +1,515 @@
+"""The preflight: prove, before the first trial, that tonight's campaign can run.
+
+A campaign started at 10 pm and read at 8 am must not spend the night failing the same way
+100 times. So ``recipelab check`` (and ``recipelab run``, before anything else) runs a few
+small checks, each a function returning one :class:`CheckResult` (ok, warning or error,
+what was found, the fix), and refuses the night when any of them is an error:
+
+- ``input``: the preset, target, ``--until`` time and LLM URL are well formed;
+- ``device``: the requested device exists (``--device cuda`` on a machine without CUDA is an
+  error now, not 100 failed trials);
+- ``corpus``: the corpus resolves, reads, tokenizes and holds the validation slice and the
+  training tokens; it also builds the tokenized cache, so the first trial finds it warm;
+- ``guardrails``: the baseline recipe passes the guardrails (memory with the reserve, the
+  precision on this hardware, ...);
+- ``memory``: which memory model the guardrail uses and how much memory is kept for an LLM
+  server sharing the device;
+- ``disk``: the campaign directory's disk is writable and has room for the trials' files,
+  the stress runs' checkpoints and the tokenized corpus;
+- ``trial``: the baseline trains 2 steps and is evaluated in full in a real trainer
+  subprocess on the real device and precision, so a path that can only fail on the target
+  (fp8 through TransformerEngine, bf16) fails in the first minute;
+- ``llm``: the configured endpoint is ready and returns one schema-valid proposal, or the
+  campaign runs classical-only tonight (a warning: the night still runs).
+
+Nothing here imports torch at module level; the checks that need it import it lazily.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from recipelab.agent.proposers import LLM_ENV, llm_configured, proposer_name
+from recipelab.agent.settings import CampaignSettings
+from recipelab.fsutil import is_disk_full
+from recipelab.guardrails.base import DeviceInfo, gib
+from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, get_target
+
+Status = Literal["ok", "warning", "error"]
+
+BUILTIN_CORPORA = ("python-docs", "python-source")
+
+CORPUS_MARGIN = 1.25
+"""Read 25% more text than the longest run's tokens: the BPE estimate below may be short,
+and a little more text than one pass costs nothing."""
+
+BYTES_PER_TOKEN = {"byte": 1.0, "bpe": 4.0}
+"""UTF-8 bytes behind one token: exactly 1 for the byte tokenizer; about 4 for a byte-level
+BPE on English prose (GPT-2's ratio), fewer at small vocabularies, so a capped BPE corpus
+errs towards more text, never less."""
+
+UNIFIED_MEMORY_RESERVE_GIB = 24.0
+"""Memory kept free on a unified-memory device (GB10) for the LLM server beside the trials.
+
+An 8B model served in bf16 (Llama-3.1-8B-Instruct, the NIM most users run on a Spark) holds
+8.0e9 x 2 B = 15 GiB of weights; its KV cache is 2 x 32 layers x 8 KV heads x 128 x 2 B =
+128 KiB per token, so 32k tokens of context in flight take 4 GiB; the CUDA context,
+activations and the server's own process add 2-3 GiB. That is about 22 GiB; 24 GiB leaves a
+little slack. A server told to take a share of the memory (vLLM's
+``gpu_memory_utilization``) needs ``--memory-reserve-gib`` set to that share instead.
+"""
+
+UNIFIED_MEMORY_TOLERANCE = 0.1
+"""A GPU whose memory is within 10% of the host's RAM shares it (GB10, Grace Hopper APUs)."""
+
+TRIAL_FILES_BYTES = 256 * 1024
+"""spec.json, trial.log and result.json of one trial: a 1,000-step result with its curve is
+about 100 KiB, a proxy trial's a few KiB."""
+
+CHECKPOINT_BYTES_PER_PARAM = 12
+"""A stress checkpoint: fp32 weights (4 B) and AdamW's two moments (8 B) per parameter."""
+
+MIN_TRIAL_SECONDS = 10.0
+"""For a campaign bounded by time, the most trials it can run assumes none is shorter."""
+
+PREFLIGHT_STEPS = 2
+LLM_CONNECT_TIMEOUT_S = 3.0
+LLM_READINESS_TIMEOUT_S = 45.0
+"""How long a server that accepts connections may take to say it is ready (a NIM loading
+its weights); one that refuses connections is down at once."""
+PROBE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One line of the preflight table: what was checked, found, and how to fix it."""
+
+    name: str
+    status: Status
+    what: str
+    fix: str = ""
+
+
+@dataclass
+class Preflight:
+    """Every check's result, and the settings the campaign should run with tonight (the
+    proposer becomes classical when the LLM endpoint is not usable)."""
+
+    results: list[CheckResult] = field(default_factory=list)
+    settings: CampaignSettings | None = None
+    classical_only: str | None = None  # why the LLM will not propose tonight
+
+    @property
+    def errors(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status == "error"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+# --- input (no torch, no I/O) -----------------------------------------------------------------
+
+
+class InputError(ValueError):
+    """A value the user typed cannot be used; the message is one line naming the fix."""
+
+
+def llm_url_problem(url: str, origin: str) -> str | None:
+    """Why ``url`` cannot be an OpenAI-compatible endpoint, or None when it can."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or " " in url.strip():
+        return (f"{origin} {url!r} is not an http(s) URL: give the scheme and host, e.g. "
+                "http://localhost:8000/v1")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return f"{origin} {url!r} has an invalid port: e.g. http://localhost:8000/v1"
+    return None
+
+
+def until_problem(until: str) -> str | None:
+    hour, _, minute = until.partition(":")
+    if (hour.isdigit() and minute.isdigit() and len(minute) == 2 and len(hour) <= 2
+            and int(hour) < 24 and int(minute) < 60):
+        return None
+    return f"--until {until!r} is not a time of day: give HH:MM with HH 00-23 and MM 00-59, e.g. 07:30"
+
+
+def check_input(*, preset: str | None, target: str | None, until: str | None,
+                llm_base_url: str | None) -> None:
+    """Raise :class:`InputError` for the first value that cannot be used, before anything is
+    written (no campaign directory is created for a typo)."""
+    if preset is not None and preset not in PROXY_PRESETS:
+        raise InputError(f"unknown --preset {preset!r}: choose one of {', '.join(PROXY_PRESETS)}")
+    if target is not None and target not in TARGETS:
+        raise InputError(f"unknown --target {target!r}: choose one of {', '.join(TARGETS)}")
+    if until is not None and (problem := until_problem(until)):
+        raise InputError(problem)
+    for url, origin in ((llm_base_url, "--llm-base-url"), (os.environ.get(LLM_ENV), LLM_ENV)):
+        if url and url.strip() and (problem := llm_url_problem(url, origin)):
+            raise InputError(problem)
+
+
+# --- what the campaign will need ---------------------------------------------------------------
+
+
+def longest_run_tokens(settings: CampaignSettings) -> int:
+    """Training tokens of the campaign's longest run: a stress run at the baseline's shape."""
+    baseline = settings.baseline()
+    return max(settings.stress_steps, baseline.steps) * baseline.tokens_per_step
+
+
+def corpus_bytes_needed(settings: CampaignSettings, baseline: Recipe | None = None) -> int:
+    """The corpus bytes worth reading: the longest run's tokens with :data:`CORPUS_MARGIN`,
+    converted by :data:`BYTES_PER_TOKEN`, plus the validation share (``val_fraction`` of the
+    text, at least the eval slice)."""
+    baseline = baseline or settings.baseline()
+    corpus = settings.corpus
+    train = longest_run_tokens(settings) * CORPUS_MARGIN * BYTES_PER_TOKEN[baseline.tokenizer]
+    total = max(train / (1.0 - corpus.val_fraction),
+                baseline.eval_bytes * CORPUS_MARGIN / corpus.val_fraction)
+    return max(1024, math.ceil(total))
+
+
+def is_path_corpus(source: str) -> bool:
+    return source not in BUILTIN_CORPORA
+
+
+def absolute_corpus(settings: CampaignSettings, *, cap: int | None) -> CampaignSettings:
+    """The settings with a path corpus made absolute (so a resume from another directory or
+    a Ray worker reads the same files) and capped at ``cap`` bytes when no cap is set."""
+    corpus = settings.corpus
+    if not is_path_corpus(corpus.source):
+        return settings
+    update: dict[str, object] = {"source": str(Path(corpus.source).expanduser().resolve())}
+    if corpus.max_bytes is None and cap is not None:
+        update["max_bytes"] = cap
+    return settings.model_copy(update={"corpus": corpus.model_copy(update=update)})
+
+
+def is_unified_memory(device: DeviceInfo, host_memory_bytes: int) -> bool:
+    """Whether the GPU allocates from the host's RAM, so an LLM server beside the trials
+    takes memory the trials would otherwise get: a GB10, or any GPU whose memory is about
+    the host's."""
+    if device.kind != "cuda":
+        return False
+    if "GB10" in device.name.upper():
+        return True
+    return abs(device.memory_bytes - host_memory_bytes) <= UNIFIED_MEMORY_TOLERANCE * host_memory_bytes
+
+
+def default_memory_reserve_gib(device: DeviceInfo) -> float:
+    """``--memory-reserve-gib`` when it is not given: :data:`UNIFIED_MEMORY_RESERVE_GIB` on a
+    unified-memory device, where the LLM server shares the trials' memory, else 0."""
+    import psutil
+
+    return UNIFIED_MEMORY_RESERVE_GIB if is_unified_memory(
+        device, psutil.virtual_memory().total) else 0.0
+
+
+def planned_proxy_trials(settings: CampaignSettings, now: datetime | None = None) -> int:
+    """The most proxy trials the budget allows (time budgets assume :data:`MIN_TRIAL_SECONDS`
+    per trial)."""
+    counts = [settings.iterations] if settings.iterations is not None else []
+    now = now or datetime.now().astimezone()
+    deadline = settings.deadline(now)
+    if deadline is not None:
+        counts.append(math.ceil((deadline - now).total_seconds() / MIN_TRIAL_SECONDS)
+                      * settings.parallel)
+    return max(1, min(counts)) if counts else 1
+
+
+def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int, str]:
+    """The bytes tonight's campaign writes, and how that was estimated."""
+    trials = planned_proxy_trials(settings)
+    stress = settings.promote + settings.fidelity
+    params = baseline.param_count()
+    checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
+    # each stress run keeps its last checkpoint; one being written briefly doubles its run's
+    checkpoints = (stress + min(stress, settings.parallel)) * checkpoint if stress else 0
+    files = (trials + stress) * TRIAL_FILES_BYTES
+    corpus = 4 * (settings.corpus.max_bytes or 0)  # int32 token ids of the capped text
+    how = (f"{trials:,} proxy trials x {TRIAL_FILES_BYTES // 1024} KiB, {stress} stress "
+           f"checkpoint(s) of {params:,} params x {CHECKPOINT_BYTES_PER_PARAM} B = "
+           f"{size(checkpoint)}" + (f", tokenized corpus {size(corpus)}" if corpus else ""))
+    return files + checkpoints + corpus, how
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def check_device(settings: CampaignSettings) -> tuple[CheckResult, DeviceInfo | None]:
+    """The requested device exists; the result names it and its memory."""
+    import torch
+
+    from recipelab.guardrails import detect_device
+
+    if settings.device == "cuda" and not torch.cuda.is_available():
+        build = (f"a CUDA {torch.version.cuda} build" if torch.version.cuda
+                 else "a CPU-only build")
+        return CheckResult(
+            "device", "error",
+            f"--device cuda, but torch {torch.__version__} ({build}) sees no CUDA device",
+            "install the CUDA build of torch (pip install torch --index-url "
+            "https://download.pytorch.org/whl/cu128, or use the NGC PyTorch container), "
+            "or run with --device cpu"), None
+    device = detect_device()  # what the campaign's guardrails will judge against
+    return CheckResult("device", "ok", f"{device.kind}: {device.name}, "
+                       f"{gib(device.memory_bytes)}"), device
+
+
+def check_corpus(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
+    """The corpus resolves, reads, tokenizes and is big enough; builds the tokenized cache."""
+    from recipelab.trainer.data import DataError, load_dataset
+
+    corpus = settings.corpus
+    started = time.monotonic()
+    try:
+        data = load_dataset(corpus, tokenizer=baseline.tokenizer,
+                            vocab_size=baseline.shape.vocab_size, eval_bytes=baseline.eval_bytes,
+                            min_train_tokens=baseline.tokens_per_step + 1)
+    except DataError as error:
+        what, _, fix = str(error).partition(": ")
+        fix = fix.replace("corpus.source", "--corpus").replace("corpus.max_bytes",
+                                                                 "--corpus-max-bytes")
+        return CheckResult("corpus", "error", what if fix else str(error),
+                           fix or "fix --corpus")
+    except OSError as error:
+        return CheckResult("corpus", "error", f"cannot read corpus {corpus.source}: {error}",
+                           "fix the path or its permissions in --corpus")
+    seconds = time.monotonic() - started
+    capped = f", read capped at {corpus.max_bytes:,} bytes" if corpus.max_bytes else ""
+    what = (f"{data.description}: {len(data.train):,} training tokens, eval slice "
+            f"{data.eval_bytes:,} bytes, tokenized cache ready ({seconds:.1f} s){capped}")
+    longest = longest_run_tokens(settings)
+    if len(data.train) < longest:
+        return CheckResult(
+            "corpus", "warning",
+            f"{what}; a {settings.stress_steps}-step stress run reads {longest:,} tokens, so it "
+            f"sees the text about {longest / len(data.train):.1f} times",
+            "use a bigger corpus (or a larger --corpus-max-bytes) for stress runs on fresh text")
+    return CheckResult("corpus", "ok", what)
+
+
+def check_guardrails(settings: CampaignSettings, baseline: Recipe,
+                     device: DeviceInfo) -> CheckResult:
+    """The baseline recipe itself passes the guardrails (or no candidate near it will)."""
+    from recipelab.guardrails import CHECKS, GuardContext, judge
+
+    preset = PROXY_PRESETS[settings.preset]
+    context = GuardContext(
+        target=get_target(settings.target or preset.default_target), baseline=baseline,
+        device=device, param_budget=settings.budget or preset.budget,
+        searchable=frozenset(settings.searchable),
+        memory_reserve_bytes=int(settings.memory_reserve_gib * 2**30),
+        timeout_s=settings.trial_timeout_s)
+    verdict = judge(baseline, context, checks=[c for c in CHECKS if c not in settings.skip_checks])
+    if verdict.accepted:
+        return CheckResult("guardrails", "ok",
+                           f"the {settings.preset} baseline ({baseline.param_count():,} params, "
+                           f"{baseline.precision}) passes every guardrail")
+    return CheckResult("guardrails", "error",
+                       f"the guardrails reject the baseline: {' '.join(verdict.reasons)}",
+                       "choose another --preset, --budget or --device (or lower "
+                       "--memory-reserve-gib)")
+
+
+def check_memory(settings: CampaignSettings, baseline: Recipe, device: DeviceInfo) -> CheckResult:
+    """Which memory model the guardrail uses, and the memory kept for the LLM server."""
+    import psutil
+
+    from recipelab.guardrails.memory import predict_with_model
+
+    predicted, model = predict_with_model(baseline, device)
+    reserve = int(settings.memory_reserve_gib * 2**30)
+    unified = is_unified_memory(device, psutil.virtual_memory().total)
+    what = (f"baseline peak predicted {gib(predicted)} by {model}; {gib(device.memory_bytes)} on "
+            f"{device.name}, {gib(reserve)} of it kept free for an LLM server")
+    if unified:
+        what += (f" (unified memory: the default reserve is {UNIFIED_MEMORY_RESERVE_GIB:g} GiB, "
+                 "an 8B model in bf16 with 32k tokens of KV cache)")
+        if reserve < UNIFIED_MEMORY_RESERVE_GIB * 2**30 and llm_configured(settings):
+            return CheckResult(
+                "memory", "warning", what,
+                "raise --memory-reserve-gib to what the LLM server takes, or trials may push "
+                "it out of memory")
+    if "fitted" not in model:
+        what += " ('recipelab envelope' once on this machine measures a memory line)"
+    return CheckResult("memory", "ok", what)
+
+
+def size(n_bytes: float) -> str:
+    """A byte count for the table: MiB below a GiB, GiB above."""
+    return f"{n_bytes / 2**20:,.1f} MiB" if n_bytes < 2**30 else gib(n_bytes)
+
+
+def _existing_ancestor(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_disk(settings: CampaignSettings, baseline: Recipe, directory: Path) -> CheckResult:
+    """The campaign directory's disk takes a write and has room for the planned campaign."""
+    where = _existing_ancestor(directory)
+    fix_full = (f"free some space on the disk holding {directory}, or start the campaign "
+                "elsewhere with --dir")
+    try:
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".recipelab-probe-") as probe:
+            probe.write(b"\0" * PROBE_BYTES)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as error:
+        if is_disk_full(error):
+            return CheckResult("disk", "error",
+                               f"cannot write in campaign directory {directory}: {error}",
+                               fix_full)
+        return CheckResult("disk", "error", f"cannot write in campaign directory {directory}: "
+                           f"{error}", f"make {where} writable, or use another --dir")
+    needed, how = disk_needed_bytes(settings, baseline)
+    free = shutil.disk_usage(where).free
+    what = f"{size(free)} free at {where}; the campaign needs about {size(needed)} ({how})"
+    if free < needed:
+        return CheckResult("disk", "error", what, fix_full)
+    return CheckResult("disk", "ok", what)
+
+
+def check_trial(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
+    """The baseline trains :data:`PREFLIGHT_STEPS` steps and is evaluated in full, in a real
+    trainer subprocess with the real device and precision."""
+    from recipelab.agent.executor import LocalExecutor
+    from recipelab.trainer.spec import TrialSpec
+
+    recipe = baseline.apply({"steps": PREFLIGHT_STEPS,
+                             "schedule.warmup_steps": min(baseline.schedule.warmup_steps, 1)})
+    executor = LocalExecutor(warm=False)
+    with tempfile.TemporaryDirectory(prefix="recipelab-preflight-") as scratch:
+        spec = TrialSpec(trial_id="preflight", recipe=recipe, corpus=settings.corpus,
+                         out_dir=str(Path(scratch) / "preflight"), device=settings.device,
+                         log_every=1, telemetry_interval_s=1.0)
+        try:
+            result = executor.wait(executor.submit(spec, timeout_s=settings.trial_timeout_s))
+        finally:
+            executor.close()
+    if result.status == "complete" and result.val_bpb is not None:
+        seconds = sum(s or 0.0 for s in (result.setup_s, result.train_s, result.eval_s))
+        peak = f", peak memory {gib(result.peak_memory_bytes)}" if result.peak_memory_bytes else ""
+        device = result.provenance.device if result.provenance else settings.device
+        return CheckResult("trial", "ok",
+                           f"baseline trained {PREFLIGHT_STEPS} steps in {recipe.precision} on "
+                           f"{device} and evaluated in full: val_bpb {result.val_bpb:.3f} in "
+                           f"{seconds:.1f} s{peak}")
+    fixes = {
+        "oom": "lower the preset's batch (--preset, --budget) or raise the memory available",
+        "disk_full": "free some space on the disk",
+        "timeout": "raise --trial-timeout, or choose a smaller --preset",
+    }
+    return CheckResult("trial", "error",
+                       f"a {PREFLIGHT_STEPS}-step trial of the baseline in {recipe.precision} "
+                       f"failed ({result.reason}): {result.message}",
+                       fixes.get(result.reason or "", "read the message; fix the device or "
+                                 "precision (--device, --preset), or the environment"))
+
+
+def check_llm(settings: CampaignSettings, baseline: Recipe) -> CheckResult | None:
+    """The LLM endpoint answers one schema-valid proposal; None when no LLM is configured."""
+    if not llm_configured(settings) or proposer_name(settings) == "classical":
+        return None
+    from recipelab.proposer import default_space
+    from recipelab.proposer.llm import LLMConfig, LLMProposer, LLMUnavailable
+
+    overrides = {key: value for key, value in {
+        "base_url": settings.llm_base_url, "model": settings.llm_model,
+        "structured_output": settings.llm_structured_output}.items() if value is not None}
+    fix = ("start the LLM server (or fix its URL) and run again; --proposer classical runs "
+           "without it and silences this")
+    try:
+        config = LLMConfig.from_env(**overrides, readiness_timeout_s=LLM_READINESS_TIMEOUT_S,
+                                    max_retries=1)
+    except ValueError as error:
+        return CheckResult("llm", "warning", f"no usable LLM configuration ({error}); the "
+                           "campaign runs classical-only tonight", fix)
+    down = _refuses_connections(config.base_url)
+    if down:
+        return CheckResult("llm", "warning", f"LLM endpoint {config.base_url}: {down}; the "
+                           "campaign runs classical-only tonight", fix)
+    preset = PROXY_PRESETS[settings.preset]
+    target = get_target(settings.target or preset.default_target)
+    started = time.monotonic()
+    proposer = LLMProposer(config, baseline, None, default_space(baseline),
+                           f"{target.name}: {target.description}")
+    try:
+        proposals = proposer.propose([], 1)
+    except (LLMUnavailable, ValueError) as error:
+        return CheckResult("llm", "warning", f"{error}; the campaign runs classical-only "
+                           "tonight", fix)
+    finally:
+        proposer.close()
+    if not proposals:
+        return CheckResult("llm", "warning", f"LLM endpoint {config.base_url} returned no "
+                           "proposal; the campaign runs classical-only tonight", fix)
+    return CheckResult("llm", "ok", f"{config.base_url} ({proposals[0].proposer}, "
+                       f"{proposer.mode}) returned a schema-valid proposal in "
+                       f"{time.monotonic() - started:.1f} s")
+
+
+def _refuses_connections(url: str) -> str | None:
+    """Why nothing listens at ``url``'s host and port, or None when something does."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=LLM_CONNECT_TIMEOUT_S):
+            return None
+    except OSError as error:
+        return f"nothing answers at {host}:{port} ({error.strerror or error})"
+
+
+# --- all together ----------------------------------------------------------------------------
+
+
+def run_preflight(settings: CampaignSettings, directory: Path, *,
+                  on_result: Callable[[CheckResult], None] | None = None) -> Preflight:
+    """Run every check; the expensive ones (a trial, an LLM call) only when the cheap ones
+    found nothing that would make them fail for a known reason."""
+    report = Preflight(settings=settings)
+
+    def add(result: CheckResult | None) -> None:
+        if result is not None:
+            report.results.append(result)
+            if on_result is not None:
+                on_result(result)
+
+    baseline = settings.baseline()
+    device_result, device = check_device(settings)
+    add(device_result)
+    add(check_disk(settings, baseline, directory))
+    if device is not None:
+        add(check_memory(settings, baseline, device))
+        add(check_guardrails(settings, baseline, device))
+    add(check_corpus(settings, baseline))
+    if report.ok:
+        add(check_trial(settings, baseline))
+    else:
+        add(CheckResult("trial", "warning", "not run: the errors above would make it fail",
+                        "fix them, then run 'recipelab check' again"))
+    llm = check_llm(settings, baseline)
+    add(llm)
+    if llm is not None and llm.status != "ok":
+        report.classical_only = llm.what
+        report.settings = settings.model_copy(update={"proposer": "classical"})
+    return report
+

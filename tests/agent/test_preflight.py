@@ -1,0 +1,281 @@
+"""The preflight: each check on its own, with real files, disks, processes and sockets."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipelab.agent.preflight import (
+    UNIFIED_MEMORY_RESERVE_GIB,
+    InputError,
+    absolute_corpus,
+    check_corpus,
+    check_device,
+    check_disk,
+    check_input,
+    check_llm,
+    corpus_bytes_needed,
+    default_memory_reserve_gib,
+    is_unified_memory,
+    llm_url_problem,
+    run_preflight,
+    until_problem,
+)
+from recipelab.agent.settings import CampaignSettings
+from recipelab.guardrails.base import DeviceInfo
+from recipelab.trainer.spec import CorpusSpec
+from tests.proposer.fake_openai import FakeOpenAI, text
+
+GIB = 2**30
+
+
+def closed_port() -> int:
+    """A localhost port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"preset": "foo"}, ("--preset", "tiny, cpu, spark")),
+    ({"target": "foo"}, ("--target", "choose one of")),
+    ({"until": "25:00"}, ("--until", "HH:MM")),
+    ({"until": "7pm"}, ("--until", "HH:MM")),
+    ({"llm_base_url": "localhost:8000"}, ("--llm-base-url", "http://localhost:8000/v1")),
+    ({"llm_base_url": "http//x"}, ("--llm-base-url", "http://localhost:8000/v1")),
+])
+def test_bad_input_is_named_with_its_fix_on_one_line(options: dict[str, str],
+                                                     words: tuple[str, ...]) -> None:
+    given = {"preset": None, "target": None, "until": None, "llm_base_url": None, **options}
+    with pytest.raises(InputError) as caught:
+        check_input(**given)
+    message = str(caught.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
+def test_good_input_passes() -> None:
+    check_input(preset="tiny", target="toy", until="07:30", llm_base_url="http://127.0.0.1:8000/v1")
+    assert until_problem("0:05") is None and until_problem("23:59") is None
+    assert llm_url_problem("https://nim.lan/v1", "--llm-base-url") is None
+
+
+def test_a_malformed_llm_url_in_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RECIPELAB_LLM_BASE_URL", "localhost:8000")
+    with pytest.raises(InputError, match="RECIPELAB_LLM_BASE_URL"):
+        check_input(preset=None, target=None, until=None, llm_base_url=None)
+
+
+def test_the_corpus_read_covers_the_longest_run_with_a_margin() -> None:
+    settings = CampaignSettings(name="c", preset="spark", iterations=1, stress_steps=1000)
+    needed = corpus_bytes_needed(settings)
+    # 1,000 steps x 16 x 1,024 byte tokens, x 1.25, over the 90% that is training text
+    assert needed == pytest.approx(1000 * 16 * 1024 * 1.25 / 0.9, rel=1e-6)
+    tiny = CampaignSettings(name="c", preset="tiny", iterations=1, stress_steps=1)
+    # a short campaign still reads enough for its validation slice (4,096 bytes, 10% share)
+    assert corpus_bytes_needed(tiny) >= 4096 * 1.25 / 0.1
+
+
+def test_a_path_corpus_is_saved_absolute_and_capped_and_a_builtin_stays_a_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "text.txt").write_text("hello\n")
+    settings = CampaignSettings(name="c", iterations=1, corpus=CorpusSpec(source="text.txt"))
+    resolved = absolute_corpus(settings, cap=5000)
+    assert resolved.corpus.source == str(tmp_path / "text.txt")
+    assert resolved.corpus.max_bytes == 5000
+    builtin = CampaignSettings(name="c", iterations=1)
+    assert absolute_corpus(builtin, cap=5000).corpus == builtin.corpus
+
+
+def test_unified_memory_is_detected_and_keeps_room_for_the_llm_server() -> None:
+    host = 128 * GIB
+    gb10 = DeviceInfo("cuda", "NVIDIA GB10", host, (12, 1), True, True)
+    h100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 80 * GIB, (9, 0), True, True)
+    apu = DeviceInfo("cuda", "Some APU", int(0.95 * host), (9, 0), True, True)
+    cpu = DeviceInfo("cpu", "a CPU", host, None, False, False)
+    assert is_unified_memory(gb10, host) and is_unified_memory(apu, host)
+    assert not is_unified_memory(h100, host) and not is_unified_memory(cpu, host)
+    assert default_memory_reserve_gib(cpu) == 0.0
+    assert UNIFIED_MEMORY_RESERVE_GIB == 24.0
+
+
+def test_cuda_on_a_machine_without_it_is_an_error_with_the_fix() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    settings = CampaignSettings(name="c", preset="tiny", iterations=1, device="cuda")
+    result, device = check_device(settings)
+    assert result.status == "error" and device is None
+    assert "install the CUDA build of torch" in result.fix and "--device cpu" in result.fix
+
+
+def test_a_missing_corpus_is_an_error_with_the_fix(tmp_path: Path) -> None:
+    settings = CampaignSettings(name="c", preset="tiny", iterations=1,
+                                corpus=CorpusSpec(source=str(tmp_path / "nothing")))
+    result = check_corpus(settings, settings.baseline())
+    assert result.status == "error"
+    assert "does not exist" in result.what and "built-in corpus" in result.fix
+
+
+def test_a_corpus_too_small_for_the_stress_run_is_a_warning(tmp_path: Path) -> None:
+    text = tmp_path / "small.txt"
+    text.write_text("a few words of text\n" * 3000)
+    settings = CampaignSettings(name="c", preset="tiny", iterations=1, stress_steps=1000,
+                                corpus=CorpusSpec(source=str(text), cache_dir=str(tmp_path / "cache")))
+    result = check_corpus(settings, settings.baseline())
+    assert result.status == "warning", result
+    assert "times" in result.what and "--corpus-max-bytes" in result.fix
+    assert list((tmp_path / "cache" / "datasets").glob("*/meta.json")), "the cache was built"
+
+
+def test_a_disk_without_room_for_the_plan_is_an_error(tmp_path: Path) -> None:
+    settings = CampaignSettings(name="c", preset="tiny", iterations=10**9)  # 10^9 trial logs
+    result = check_disk(settings, settings.baseline(), tmp_path / "campaigns" / "c")
+    assert result.status == "error", result
+    assert "free some space" in result.fix and "campaigns/c" in result.fix
+    assert not (tmp_path / "campaigns").exists()
+
+
+FULL_DISK_CHECK = """
+import resource, sys
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+from recipelab.agent.preflight import check_disk
+from recipelab.agent.settings import CampaignSettings
+settings = CampaignSettings(name="c", preset="tiny", iterations=1)
+result = check_disk(settings, settings.baseline(), Path(sys.argv[1]))
+print(result.status, "|", result.what, "|", result.fix)
+"""
+
+
+def test_a_full_disk_is_an_error_with_the_fix(tmp_path: Path) -> None:
+    # RLIMIT_FSIZE=0 makes every write of a byte fail as on a full disk, for root as well.
+    child = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_CHECK, str(tmp_path / "c")], capture_output=True,
+        text=True, timeout=60, check=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))
+    status, what, fix = (part.strip() for part in child.stdout.split("|"))
+    assert status == "error" and "File too large" in what, child.stdout
+    assert "free some space" in fix
+
+
+def test_an_llm_endpoint_that_is_down_is_a_warning_in_seconds() -> None:
+    settings = CampaignSettings(name="c", preset="tiny", iterations=1,
+                                llm_base_url=f"http://127.0.0.1:{closed_port()}/v1")
+    result = check_llm(settings, settings.baseline())
+    assert result is not None and result.status == "warning"
+    assert "classical-only" in result.what and "nothing answers" in result.what
+
+
+def test_an_llm_endpoint_that_answers_one_valid_proposal_is_ok() -> None:
+    server = FakeOpenAI().start()  # a real HTTP server speaking the OpenAI API
+    try:
+        settings = CampaignSettings(name="c", preset="tiny", iterations=1,
+                                    llm_base_url=server.base_url)
+        result = check_llm(settings, settings.baseline())
+    finally:
+        server.stop()
+    assert result is not None and result.status == "ok", result
+    assert "schema-valid proposal" in result.what and len(server.chat_requests()) == 1
+
+
+def test_an_llm_that_only_replies_nonsense_is_a_warning() -> None:
+    server = FakeOpenAI().start()
+    server.default = text("I cannot help with recipes.")
+    try:
+        settings = CampaignSettings(name="c", preset="tiny", iterations=1,
+                                    llm_base_url=server.base_url)
+        result = check_llm(settings, settings.baseline())
+    finally:
+        server.stop()
+    assert result is not None and result.status == "warning", result
+    assert "classical-only" in result.what
+
+
+def test_no_llm_configured_means_no_llm_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RECIPELAB_LLM_BASE_URL", raising=False)
+    settings = CampaignSettings(name="c", preset="tiny", iterations=1)
+    assert check_llm(settings, settings.baseline()) is None
+
+
+def test_the_whole_preflight_on_a_good_setup_passes_and_warms_the_cache(
+        tmp_path: Path, corpus: CorpusSpec) -> None:
+    settings = CampaignSettings(name="c", preset="tiny", iterations=1, corpus=corpus,
+                                llm_base_url=f"http://127.0.0.1:{closed_port()}/v1")
+    report = run_preflight(settings, tmp_path / "c")
+    by_name = {r.name: r for r in report.results}
+    assert report.ok, report.results
+    assert {"device", "disk", "memory", "guardrails", "corpus", "trial", "llm"} <= set(by_name)
+    assert by_name["trial"].status == "ok" and "val_bpb" in by_name["trial"].what
+    assert "analytic" in by_name["memory"].what or "fitted" in by_name["memory"].what
+    # the LLM is down: tonight's settings run the classical proposer
+    assert report.classical_only and report.settings is not None
+    assert report.settings.proposer == "classical"
+    assert not (tmp_path / "c").exists(), "the preflight writes nothing into the campaign"
+
+
+def write_parquet_corpus(directory: Path, total_bytes: int, files: int) -> None:
+    """``total_bytes`` of random-word text in ``files`` uncompressed Parquet shards (a text
+    column, FineWeb-Edu's layout), written fast by repeating one 16 MiB block of rows."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    words = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=n))
+             for n in rng.integers(2, 10, size=2000)]
+    row = 4096
+    text = " ".join(rng.choice(words, size=(16 << 20) // 5))
+    rows = [text[i:i + row] for i in range(0, len(text) - row, row)]
+    block = pa.table({"id": pa.array(range(len(rows))), "text": pa.array(rows)})
+    per_file = total_bytes // files // (len(rows) * row) + 1
+    directory.mkdir(parents=True)
+    for index in range(files):
+        with pq.ParquetWriter(directory / f"shard-{index:03d}.parquet", block.schema,
+                              compression="none", use_dictionary=False) as writer:
+            for _ in range(per_file):
+                writer.write_table(block)
+
+
+PEAK_RSS = """
+import resource, subprocess, sys
+code = subprocess.run([sys.executable, "-m", "recipelab", *sys.argv[1:]]).returncode
+print("PEAK_KIB", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True)
+sys.exit(code)
+"""
+MEMORY_BUDGET = 1 << 30
+
+
+@pytest.mark.timeout(900)  # writing 2 GiB and one tiny campaign; a loaded disk stretches it
+def test_a_multi_gib_parquet_corpus_costs_the_campaign_only_what_it_reads(tmp_path: Path) -> None:
+    shards = tmp_path / "fineweb"
+    write_parquet_corpus(shards, total_bytes=2 * GIB, files=4)
+    assert sum(p.stat().st_size for p in shards.iterdir()) > 2 * GIB
+
+    # the preflight (which builds the tokenized cache) and the first trial, as a user runs them;
+    # the peak is that of the largest process among the CLI and its trainer subprocesses
+    child = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS, "run", "--name", "big", "--preset", "tiny",
+         "--iterations", "1", "--promote", "0", "--noise-seeds", "1", "--corpus", str(shards)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "RECIPELAB_CACHE": str(tmp_path / "cache"),
+             "COLUMNS": "200"})
+
+    assert child.returncode == 0, child.stderr[-3000:]
+    peak = int(child.stdout.split("PEAK_KIB")[1].split()[0]) * 1024
+    assert peak < MEMORY_BUDGET, f"peak RSS {peak / 2**20:.0f} MiB"
+    settings = CampaignSettings.model_validate_json(
+        (tmp_path / "campaigns" / "big" / "settings.json").read_text())
+    assert settings.corpus.source == str(shards)
+    assert settings.corpus.max_bytes == corpus_bytes_needed(settings)
+    record = (tmp_path / "campaigns" / "big" / "trajectory.jsonl").read_text()
+    assert '"status":"complete"' in record.replace(" ", "")
