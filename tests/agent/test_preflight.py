@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import socket
@@ -24,6 +25,7 @@ from recipelab.agent.preflight import (
     default_memory_reserve_gib,
     is_unified_memory,
     llm_url_problem,
+    proven_trial,
     run_preflight,
     until_problem,
 )
@@ -221,6 +223,27 @@ def test_the_whole_preflight_on_a_good_setup_passes_and_warms_the_cache(
     assert report.classical_only and report.settings is not None
     assert report.settings.proposer == "classical"
     assert not (tmp_path / "c").exists(), "the preflight writes nothing into the campaign"
+
+
+def test_a_resumed_campaign_that_already_trained_is_not_trained_again(
+        tmp_path: Path, corpus: CorpusSpec) -> None:
+    """A restart after a kill is back to work at once: the campaign's own complete trial on
+    this device proves the trial path; a trial on another device, or a failed one, does not."""
+    campaign = tmp_path / "c"
+    campaign.mkdir()
+    settings = CampaignSettings(name="c", preset="tiny", iterations=1, corpus=corpus, device="cpu")
+    def line(status: str, trial_id: str, device: str) -> str:
+        return json.dumps({"kind": "proxy", "status": status, "trial_id": trial_id,
+                           "provenance": {"device": device}})
+
+    lines = [line("failed", "p0000", "cpu"), '{"torn', line("complete", "p0001", "cuda:0")]
+    (campaign / "trajectory.jsonl").write_text("\n".join(lines) + "\n")
+    assert proven_trial(settings, campaign) is None
+    lines.append(line("complete", "p0002", "cpu"))
+    (campaign / "trajectory.jsonl").write_text("\n".join(lines) + "\n")
+    assert proven_trial(settings, campaign) == "p0002"
+    trial = {r.name: r for r in run_preflight(settings, campaign).results}["trial"]
+    assert trial.status == "ok" and "p0002" in trial.what
 
 
 def write_parquet_corpus(directory: Path, total_bytes: int, files: int) -> None:

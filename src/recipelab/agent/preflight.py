@@ -27,6 +27,7 @@ Nothing here imports torch at module level; the checks that need it import it la
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -45,6 +46,7 @@ from recipelab.agent.settings import CampaignSettings
 from recipelab.fsutil import is_disk_full
 from recipelab.guardrails.base import DeviceInfo, gib
 from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, get_target
+from recipelab.trajectory.store import TrajectoryStore
 
 Status = Literal["ok", "warning", "error"]
 
@@ -424,6 +426,32 @@ def check_trial(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
                                  "precision (--device, --preset), or the environment"))
 
 
+def proven_trial(settings: CampaignSettings, directory: Path) -> str | None:
+    """A proxy trial this campaign already completed on the requested device, if any.
+
+    A resumed campaign has shown its trial path works (same recipe family, precision, corpus
+    and device), so its preflight need not train again: a restart after a crash or a kill is
+    back to work in a second or two, not after another trial.
+    """
+    path = directory / TrajectoryStore.JSONL
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a torn line: the store sets it aside when the campaign opens
+        if not isinstance(record, dict) or record.get("kind") != "proxy" \
+                or record.get("status") != "complete":
+            continue
+        device = str((record.get("provenance") or {}).get("device", ""))
+        if settings.device == "auto" or device.startswith(settings.device):
+            return str(record.get("trial_id"))
+    return None
+
+
 def check_llm(settings: CampaignSettings, baseline: Recipe) -> CheckResult | None:
     """The LLM endpoint answers one schema-valid proposal; None when no LLM is configured."""
     if not llm_configured(settings) or proposer_name(settings) == "classical":
@@ -501,7 +529,11 @@ def run_preflight(settings: CampaignSettings, directory: Path, *,
         add(check_memory(settings, baseline, device))
         add(check_guardrails(settings, baseline, device))
     add(check_corpus(settings, baseline))
-    if report.ok:
+    proven = proven_trial(settings, directory)
+    if proven is not None:
+        add(CheckResult("trial", "ok", f"not run again: this campaign's trial {proven} already "
+                        f"trained and evaluated on {settings.device}"))
+    elif report.ok:
         add(check_trial(settings, baseline))
     else:
         add(CheckResult("trial", "warning", "not run: the errors above would make it fail",
