@@ -853,6 +853,20 @@ def test_credentials_in_an_unreachable_base_url_appear_in_no_error() -> None:
     assert "p%40ss-w0rd" not in str(caught.value) and "p@ss-w0rd" not in str(caught.value)
 
 
+def test_credentials_the_server_echoes_as_basic_authorization_are_scrubbed(
+        fake: FakeOpenAI) -> None:
+    # The HTTP client sends a URL's credentials as Basic authorization: base64, not the text.
+    fake.script(good(hypothesis="I was told {authorization}"))
+    proposer = LLMProposer(fast_config(with_credentials(fake.base_url)), BASELINE, BASELINE_ID,
+                           SPACE, TARGET)
+    [proposal] = proposer.propose([], 1)
+    proposer.close()
+    sent = fake.chat_requests()[0].headers["authorization"]
+    assert sent.startswith("Basic ")
+    assert proposal.hypothesis == "I was told Basic [redacted]"
+    assert sent.split()[1] not in json.dumps(proposal.artifacts)
+
+
 def test_credentials_in_the_base_url_appear_in_no_proposal(fake: FakeOpenAI) -> None:
     fake.script(good(hypothesis=f"the proxy said {URL_PASSWORD}"))
     proposer = LLMProposer(fast_config(with_credentials(fake.base_url)), BASELINE, BASELINE_ID,

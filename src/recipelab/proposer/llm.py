@@ -29,6 +29,7 @@ back to its classical proposer.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import json
@@ -185,7 +186,8 @@ def redact_url(url: str) -> str:
 
 def url_secrets(url: str) -> list[str]:
     """The secrets written into ``url``: its password (or a lone userinfo token), as
-    written and percent-decoded, since an error may show either."""
+    written and percent-decoded, since an error may show either, and the Basic
+    authorization an HTTP client makes of them."""
     try:
         userinfo, at, _host = urllib.parse.urlsplit(url).netloc.rpartition("@")
     except ValueError:
@@ -194,7 +196,9 @@ def url_secrets(url: str) -> list[str]:
         return []
     user, colon, password = userinfo.partition(":")
     secret = password if colon else user
-    return sorted({form for form in (secret, urllib.parse.unquote(secret))
+    # HTTP clients send URL credentials as Basic auth, which a server may echo back.
+    basic = base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode()
+    return sorted({form for form in (secret, urllib.parse.unquote(secret), basic)
                    if len(form) >= MIN_SECRET_CHARS}, key=len, reverse=True)
 
 
