@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 import time
@@ -338,3 +339,30 @@ def test_the_executors_count_of_sharers_counts_when_nvml_cannot_list_processes(
         pass
     unknown = sampler.summary()
     assert (unknown.gpu_shared_by, unknown.energy_scope) == (None, "device")
+
+
+def test_a_ray_task_given_a_gpu_samples_the_gpu_ray_assigned(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ray tells a task its GPU through CUDA_VISIBLE_DEVICES; a CPU machine can declare GPUs
+    # to Ray, so the variable a real Ray task receives is read here, then sampled.
+    ray = pytest.importorskip("ray")
+    ray.init(address="local", num_cpus=1, num_gpus=3, include_dashboard=False,
+             log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1")
+    try:
+        def gpu_given() -> tuple[str, list[Any]]:
+            return os.environ["CUDA_VISIBLE_DEVICES"], ray.get_gpu_ids()
+
+        one_gpu = {"num_gpus": 1, "num_cpus": 0}
+        another = ray.remote(**one_gpu)(gpu_given)
+
+        def assigned(others: int) -> list[tuple[str, list[Any]]]:
+            # holding its own GPU, so the others are given the next ones
+            found: list[tuple[str, list[Any]]] = ray.get([another.remote() for _ in range(others)])
+            return [*found, gpu_given()]
+
+        given = ray.get(ray.remote(**one_gpu)(assigned).remote(1))
+    finally:
+        ray.shutdown()
+    assert len({visible for visible, _ in given}) == 2, "two GPUs given at once"
+    for visible, ids in given:
+        summary = sampled(monkeypatch, visible)
+        assert summary.gpu_power_w_peak == gpu_power_w(int(ids[0]))
