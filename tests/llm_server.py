@@ -108,12 +108,13 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def skip_or_fail(reason: str) -> NoReturn:
-    """Skip with ``reason``; in CI, fail instead, since CI must run every test."""
+def skip_or_fail(reason: str, hint: str = _INSTALL_HINT) -> NoReturn:
+    """Skip with ``reason`` and ``hint`` (how to enable the test); in CI, fail instead,
+    since CI must run every test."""
     if in_ci():
-        pytest.fail(f"{reason} (CI is set, so this is a failure, not a skip; {_INSTALL_HINT})",
+        pytest.fail(f"{reason} (CI is set, so this is a failure, not a skip; {hint})",
                     pytrace=False)
-    pytest.skip(f"{reason} ({_INSTALL_HINT})")
+    pytest.skip(f"{reason} ({hint})")
 
 
 def free_port() -> int:

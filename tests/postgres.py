@@ -2,10 +2,15 @@
 
 ``make test`` starts the server with ``scripts/start-test-postgres`` before pytest; run on
 their own, the tests start it themselves and stop it again at the end of the session.
+``RECIPELAB_TEST_POSTGRES_URL`` names a server of your own instead (one where the user may
+create databases). Where PostgreSQL is neither installed nor installable (no root), the
+PostgreSQL tests skip, saying how to enable them; with ``CI`` set they fail instead, since
+CI must run them.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -15,11 +20,17 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests.llm_server import skip_or_fail
+
 ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "scripts" / "start-test-postgres"
 STOP = ROOT / "scripts" / "stop-test-postgres"
 URL_FILE = ROOT / ".cache" / "test-postgres" / "url"
 NOT_INSTALLED = 3  # start-test-postgres's exit status when no PostgreSQL can be had
+URL_ENV = "RECIPELAB_TEST_POSTGRES_URL"
+ENABLE_HINT = (f"as root, 'make test' installs it; or set {URL_ENV} to "
+               "postgresql+psycopg://USER@HOST:PORT/postgres, a server where USER may create "
+               "databases")
 
 
 def libpq(url: str) -> str:
@@ -38,12 +49,17 @@ def _answers(url: str) -> bool:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """The URL of the test server's maintenance database."""
+    given = os.environ.get(URL_ENV, "").strip()
+    if given:
+        assert _answers(given), f"{URL_ENV} names a PostgreSQL server that does not answer"
+        yield given
+        return
     if URL_FILE.exists() and _answers(url := URL_FILE.read_text().strip()):
         yield url  # started by `make test`, which stops it
         return
     done = subprocess.run(["bash", str(START)], capture_output=True, text=True, timeout=600)
     if done.returncode == NOT_INSTALLED:
-        pytest.skip(f"no PostgreSQL server binaries on this machine: {done.stderr.strip()}")
+        skip_or_fail(f"PostgreSQL store tests skipped: {done.stderr.strip()}", hint=ENABLE_HINT)
     assert done.returncode == 0, f"start-test-postgres failed:\n{done.stderr}"
     try:
         yield done.stdout.strip().splitlines()[-1]

@@ -35,7 +35,9 @@ DUMMY_KEY = "nvapi-dummy-key-for-tests"
 def docker_compose() -> str:
     path = shutil.which("docker-compose")
     if path is None:
-        skip_or_fail("docker-compose is not installed")
+        skip_or_fail("docker-compose is not installed",
+                     hint="to run this test, install Compose (Debian/Ubuntu, as root: apt-get "
+                          "install docker-compose; 'make test' does it when run as root)")
     return path
 
 

@@ -12,8 +12,12 @@ import ast
 import io
 import json
 import math
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,14 @@ from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 from tests.guardrails.factories import BASELINE, context, measured
 from tests.guardrails.test_properties import edits, merged, plausible_edits
-from tests.proposer.fake_openai import AUTHORIZATION, FakeOpenAI, error, good, text
+from tests.proposer.fake_openai import (
+    AUTHORIZATION,
+    NOT_A_COMPLETION,
+    FakeOpenAI,
+    error,
+    good,
+    text,
+)
 
 from .audit import audit
 from .conftest import read_jsonl
@@ -162,11 +173,24 @@ HOSTILE = ("$(touch pwned) `touch pwned` ; rm -rf ~ && cat /etc/passwd | ../../.
 SECRET = "sk-live-9b1d0f27c4e84a6b"  # noqa: S105 - a made-up key the test hunts for
 
 
+@dataclass(frozen=True)
+class Run:
+    """A finished ``recipelab run``: its campaign directory and everything it printed."""
+
+    directory: Path
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="module")
-def hostile_campaign(tmp_path_factory: pytest.TempPathFactory,
-                     corpus: CorpusSpec) -> Iterator[Path]:
+def hostile_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSpec) -> Iterator[Run]:
     """A campaign whose LLM answers with shell, path, format and SQL injections, echoes the
-    API key back in its text and in its errors, and names files outside the campaign."""
+    API key back in its text and in its errors, and names files outside the campaign.
+
+    It runs as ``recipelab run`` in its own process, as a user starts it, so that every line
+    it prints is captured from its first (an in-process campaign would print before a test's
+    ``capfd`` starts capturing).
+    """
     server = FakeOpenAI().start()
     server.script(
         good({"optimizer.lr": 0.004}, hypothesis=HOSTILE),
@@ -175,20 +199,23 @@ def hostile_campaign(tmp_path_factory: pytest.TempPathFactory,
         error(401, f"invalid key {AUTHORIZATION}"),
         good({"optimizer.lr": 0.002, "schedule.kind": "linear"}, hypothesis=HOSTILE),
     )
-    settings = CampaignSettings(
-        name="hostile", preset="tiny", corpus=corpus, iterations=4, promote=1, stress_steps=20,
-        proposer="llm", llm_base_url=server.base_url, trial_timeout_s=120)
     root = tmp_path_factory.mktemp("hostile")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("RECIPELAB_LLM_API_KEY", SECRET)
-        Campaign(settings, root / "campaign").run()
+    env = {**os.environ, "RECIPELAB_LLM_API_KEY": SECRET, "COLUMNS": "200",
+           "RECIPELAB_CACHE": str(corpus.cache_dir)}
+    done = subprocess.run(
+        [sys.executable, "-m", "recipelab", "run", "--dir", str(root / "campaign"),
+         "--name", "hostile", "--preset", "tiny", "--iterations", "4", "--promote", "1",
+         "--stress-steps", "20", "--proposer", "llm", "--llm-base-url", server.base_url,
+         "--trial-timeout", "120"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False)
     server.stop()
-    yield root / "campaign"
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    yield Run(root / "campaign", done.stdout, done.stderr)
 
 
 def test_hostile_text_is_stored_verbatim_as_data_and_touches_nothing_else(
-        hostile_campaign: Path) -> None:
-    directory = hostile_campaign
+        hostile_campaign: Run) -> None:
+    directory = hostile_campaign.directory
     books = audit(directory, "hostile")
     assert books.clean, books
     assert sorted(p.name for p in directory.parent.iterdir()) == ["campaign"]
@@ -203,12 +230,41 @@ def test_hostile_text_is_stored_verbatim_as_data_and_touches_nothing_else(
     assert stored == {expected}
 
 
-def test_the_api_key_appears_in_nothing_recipelab_writes_or_prints(
-        hostile_campaign: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    directory = hostile_campaign
+def test_the_api_key_appears_in_nothing_recipelab_writes_or_prints(hostile_campaign: Run) -> None:
+    directory = hostile_campaign.directory
     written = {path: path.read_bytes() for path in directory.rglob("*") if path.is_file()}
     assert any(p.name == "trial.log" for p in written) and any(p.name == "events.jsonl" for p in written)
     leaks = [str(path) for path, data in written.items() if SECRET.encode() in data]
-    printed = capfd.readouterr()
+    printed = hostile_campaign.stdout + hostile_campaign.stderr
+    assert "campaign hostile" in printed, "the console from the first line on"
     assert leaks == []
-    assert SECRET not in printed.out + printed.err
+    assert SECRET not in printed
+
+
+# --- a server that answers 200 with what is not a chat completion ------------------------------------
+
+
+def test_a_campaign_against_a_server_answering_pages_and_broken_completions_completes_its_budget(
+        tmp_path: Path, corpus: CorpusSpec) -> None:
+    unreadable = [NOT_A_COMPLETION[kind] for kind in
+                  ("html page", "json without choices", "choice without message")]
+    server = FakeOpenAI().start()
+    server.script(*unreadable, good({"optimizer.lr": 0.004}), *unreadable)
+    server.default = NOT_A_COMPLETION["html page"]
+    settings = CampaignSettings(
+        name="pages", preset="tiny", corpus=corpus, iterations=5, noise_seeds=1, promote=0,
+        proposer="llm", llm_base_url=server.base_url, trial_timeout_s=120)
+    try:
+        Campaign(settings, tmp_path / "campaign").run()
+    finally:
+        server.stop()
+    directory = tmp_path / "campaign"
+    books = audit(directory, "pages")
+    assert books.clean, books
+    proxies = [r for r in books.records if r["kind"] == "proxy" and r["status"] != "rejected"]
+    assert len(proxies) == 5
+    fallbacks = [e for e in read_jsonl(directory / "events.jsonl") if e["event"] == "llm_fallback"]
+    assert fallbacks, "the unreadable answers made the LLM's turns fall back"
+    causes = " ".join(e["cause"] for e in fallbacks)
+    assert "holds no 'message'" in causes and "content-type 'text/html'" in causes
+    assert any(r["proposer"].startswith("llm:") for r in books.records), "and it recovered"

@@ -31,7 +31,7 @@ from recipelab.proposer.llm import LLMConfig
 MODEL_ID = "fake-model"
 TEST_API_KEY = "sk-test-3f9c2a7e1d5b4c8a"
 AUTHORIZATION = "{authorization}"  # in a scripted text: replaced by the request's header
-MAX_DELAY_S = 5.0
+MAX_DELAY_S = 30.0
 STOP_TIMEOUT_S = 5.0
 GOOD_EDIT: dict[str, Any] = {"optimizer.lr": 0.0042, "schedule.kind": "linear"}
 GOOD_HYPOTHESIS = "a lower peak rate with linear decay settles faster in 20 steps"
@@ -39,13 +39,16 @@ GOOD_HYPOTHESIS = "a lower peak rate with linear decay settles faster in 20 step
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted answer: a completion with ``content``, or an error ``status``."""
+    """One scripted answer: a completion with ``content``, an error ``status``, or exactly
+    the bytes ``body`` (sent as ``content_type``) for a 200 that is not a chat completion."""
 
     status: int = 200
     content: str = ""
     message: str = "scripted failure"  # the error message of a non-200 answer
     headers: tuple[tuple[str, str], ...] = ()
     delay_s: float = 0.0  # waited before answering: past the client timeout, a hang
+    body: bytes | None = None
+    content_type: str = "application/json"
 
     def __post_init__(self) -> None:
         assert 0.0 <= self.delay_s <= MAX_DELAY_S, "keep every delay bounded"
@@ -72,6 +75,18 @@ def error(status: int, message: str = "scripted failure", *,
 def hang(seconds: float) -> Reply:
     """A good reply that arrives only after ``seconds``."""
     return good(delay_s=seconds)
+
+
+def raw(body: bytes | str, content_type: str = "application/json") -> Reply:
+    """A 200 carrying exactly ``body``: what a proxy, a broken server or a tool call sends."""
+    return Reply(body=body.encode() if isinstance(body, str) else body, content_type=content_type)
+
+
+def completion_with(choices: list[Any]) -> Reply:
+    """A chat completion whose ``choices`` are exactly ``choices``."""
+    return raw(json.dumps({**_completion(MODEL_ID, ""), "choices": choices}))
+
+
 
 
 def refuse_response_format() -> Reply:
@@ -198,6 +213,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fake.stopping.wait(reply.delay_s):
             return
         auth = self.headers.get("Authorization", "")
+        if reply.body is not None:
+            self._send_bytes(200, reply.body, reply.content_type)
+            return
         if reply.status != 200:
             message = reply.message.replace(AUTHORIZATION, auth)
             self._send(reply.status, {"error": {"message": message, "type": "scripted",
@@ -217,10 +235,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, payload: dict[str, Any],
               headers: tuple[tuple[str, str], ...] = ()) -> None:
-        data = json.dumps(payload).encode()
+        self._send_bytes(status, json.dumps(payload).encode(), "application/json", headers)
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str,
+                    headers: tuple[tuple[str, str], ...] = ()) -> None:
         try:
             self.send_response(status)
-            for name, value in (("Content-Type", "application/json"),
+            for name, value in (("Content-Type", content_type),
                                 ("Content-Length", str(len(data))), *headers):
                 self.send_header(name, value)
             self.end_headers()
@@ -236,6 +257,29 @@ def _completion(model: str, content: str) -> dict[str, Any]:
                      "message": {"role": "assistant", "content": content}}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
+
+
+PROXY_PAGE = ("<!DOCTYPE html><html><head><title>Sign in</title></head><body><h1>Corporate "
+              "proxy</h1><p>Please sign in to continue.</p></body></html>")
+TOOL_CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function",
+     "function": {"name": "propose_edit", "arguments": json.dumps({"edit": GOOD_EDIT})}}]}
+
+NOT_A_COMPLETION: dict[str, Reply] = {
+    "html page": raw(PROXY_PAGE, "text/html; charset=utf-8"),
+    "json without choices": raw(json.dumps({"object": "chat.completion", "model": MODEL_ID})),
+    "empty choices": completion_with([]),
+    "choice without message": completion_with([{"index": 0, "finish_reason": "stop"}]),
+    "null content": completion_with([{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": None}}]),
+    "tool call": completion_with([{"index": 0, "finish_reason": "tool_calls",
+                                   "message": TOOL_CALL}]),
+    # cut short by a proxy, with a Content-Length that matches what is sent
+    "truncated json": raw(json.dumps(_completion(MODEL_ID, good().content))[:120]),
+    # a good completion, labelled as something else
+    "wrong content-type": raw(json.dumps(_completion(MODEL_ID, good().content)), "text/plain"),
+}
+"""Each kind of 200 answer that is not a chat completion with text, by name."""
 
 
 def unused_url() -> str:

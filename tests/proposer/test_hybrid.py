@@ -22,6 +22,7 @@ from recipelab.proposer.llm import LLMProposer, LLMUnavailable
 from recipelab.recipe import proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
 from tests.proposer.fake_openai import (
+    NOT_A_COMPLETION,
     FakeOpenAI,
     fake_openai_fixture,  # noqa: F401 - the `fake` fixture
     fast_config,
@@ -208,6 +209,38 @@ def test_a_real_llm_that_is_down_falls_back(fake: FakeOpenAI) -> None:
     llm.close()
     assert proposal.proposer == "classical-tpe"
     assert proposal.artifacts[FALLBACK_ARTIFACT].startswith(f"LLM endpoint {url}: not ready")
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_A_COMPLETION))
+def test_a_real_llm_that_keeps_answering_what_is_not_a_chat_completion_falls_back(
+        fake: FakeOpenAI, real_llm: LLMProposer, kind: str) -> None:
+    fake.default = NOT_A_COMPLETION[kind]
+    hybrid = HybridProposer(ClassicalProposer(BASELINE, BASELINE_ID, SPACE), real_llm,
+                            llm_share=1.0, retry_after=0)
+    hybrid.prefetch([])
+    [proposal] = hybrid.propose([], 1)
+    assert proposal.proposer == "classical-tpe"
+    assert "invalid replies: 3 in a row" in proposal.artifacts[FALLBACK_ARTIFACT]
+
+
+class Broken(Proposer):
+    """An LLM proposer with a bug: it raises what it should not."""
+
+    name = "broken"
+
+    def propose(self, history: list[Observation], n: int) -> list[Proposal]:
+        raise KeyError("choices")
+
+    def prefetch(self, history: list[Observation]) -> None:
+        raise AttributeError("'str' object has no attribute 'choices'")
+
+
+def test_any_failure_of_the_llm_falls_back_with_its_cause() -> None:
+    hybrid = HybridProposer(ClassicalProposer(BASELINE, BASELINE_ID, SPACE), Broken(),
+                            llm_share=1.0)
+    hybrid.prefetch([])
+    [proposal] = hybrid.propose([], 1)
+    assert proposal.artifacts[FALLBACK_ARTIFACT] == "KeyError: 'choices'"
 
 
 def test_a_batch_asks_the_llm_once_for_its_turns_among_the_slots_after_those_in_flight(

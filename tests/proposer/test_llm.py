@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +26,7 @@ from recipelab.proposer.llm import (
     extract_json_object,
     iteration,
     next_iteration,
+    redact_url,
 )
 from recipelab.recipe import Recipe, proxy_recipe
 from tests.proposer.conformance import (
@@ -35,6 +39,7 @@ from tests.proposer.fake_openai import (
     GOOD_EDIT,
     GOOD_HYPOTHESIS,
     MODEL_ID,
+    NOT_A_COMPLETION,
     TEST_API_KEY,
     FakeOpenAI,
     Reply,
@@ -396,6 +401,68 @@ def test_an_invalid_reply_is_asked_again_with_the_error_quoted(
     assert quoted in last_user_message(second)
 
 
+# What the client would have made of each: a str, an object missing attributes, a JSON error.
+UNREADABLE = {
+    "html page": "content-type 'text/html'",
+    "json without choices": "no 'choices' list",
+    "empty choices": "'choices' is empty",
+    "choice without message": "holds no 'message'",
+    "null content": "'content' is null",
+    "tool call": "called a tool instead of answering in text",
+    "truncated json": "not valid JSON",
+    "wrong content-type": "content-type 'text/plain'",
+}
+
+
+def test_every_kind_of_unreadable_answer_has_its_expected_problem() -> None:
+    assert set(UNREADABLE) == set(NOT_A_COMPLETION)
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_A_COMPLETION))
+def test_a_200_that_is_not_a_chat_completion_is_asked_again_with_the_problem_quoted(
+        fake: FakeOpenAI, make_llm: MakeLLM, kind: str) -> None:
+    fake.script(NOT_A_COMPLETION[kind], good())
+    [proposal] = make_llm().propose([], 1)
+    assert proposal.edit == GOOD_EDIT
+    first, second = (r.body for r in fake.chat_requests())
+    assert second["messages"][:2] == first["messages"]
+    assert "could not be read" in last_user_message(second)
+    assert UNREADABLE[kind] in last_user_message(second)
+    asks = exchange(proposal.artifacts)["asks"]
+    assert UNREADABLE[kind] in asks[0]["error"] and asks[0]["reply"] is None
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_A_COMPLETION))
+def test_a_server_that_keeps_answering_what_is_not_a_chat_completion_is_unavailable(
+        fake: FakeOpenAI, make_llm: MakeLLM, kind: str) -> None:
+    fake.default = NOT_A_COMPLETION[kind]
+    proposer = make_llm()
+    with pytest.raises(LLMUnavailable, match="invalid replies: 3 in a row") as caught:
+        proposer.propose([], 1)
+    assert UNREADABLE[kind] in str(caught.value)
+    assert len(fake.chat_requests()) == 3
+    proposer.prefetch([])  # a prefetch meets the same answers and keeps them to itself
+    with pytest.raises(LLMUnavailable) as again:
+        proposer.propose([], 1)
+    assert UNREADABLE[kind] in str(again.value)
+
+
+def test_an_unforeseen_error_inside_the_proposer_becomes_unavailable_with_its_cause(
+        fake: FakeOpenAI, make_llm: MakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A mock: no server reply makes the proposer's own code raise something unforeseen
+    # (that is the point), so a bug is planted where the reply is read.
+    def broken(_content_type: str, _body: bytes) -> str:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("recipelab.proposer.llm.reply_text", broken)
+    proposer = make_llm()
+    with pytest.raises(LLMUnavailable, match="failed unexpectedly: KeyError: 'a bug'"):
+        proposer.propose([], 1)
+    proposer.prefetch([])  # the same bug in a prefetch surfaces when the proposal is due
+    with pytest.raises(LLMUnavailable, match="KeyError"):
+        proposer.propose([], 1)
+
+
 def test_an_edit_that_changes_nothing_is_proposed_as_it_is_for_the_guardrails_to_judge(
         fake: FakeOpenAI, make_llm: MakeLLM) -> None:
     fake.script(text(json.dumps({"edit": {"optimizer.lr": 0.01}, "hypothesis": "same again"})))
@@ -694,3 +761,117 @@ def test_a_failed_prefetch_surfaces_when_its_proposal_is_asked_for(fake: FakeOpe
     with pytest.raises(LLMUnavailable, match="HTTP 401"):
         proposer.propose([complete("t0", 0.002, 2.4)], 1)
     assert len(fake.chat_requests()) == 1
+
+
+# --- closing while a call is in flight ---------------------------------------------------------
+
+HANG_S = 30.0
+
+
+def test_close_does_not_wait_for_a_prefetch_stuck_on_a_hung_server(fake: FakeOpenAI) -> None:
+    proposer = LLMProposer(fast_config(fake.base_url, request_timeout_s=HANG_S * 2),
+                           BASELINE, BASELINE_ID, SPACE, TARGET)
+    fake.default = Reply(content=good().content, delay_s=HANG_S)
+    proposer.prefetch([])
+    fake.wait_for_chat_requests(1)
+    started = time.monotonic()
+    proposer.close()
+    assert time.monotonic() - started < HANG_S / 3
+    stuck = [t for t in threading.enumerate() if t.name.startswith("recipelab-llm")]
+    assert stuck and all(t.daemon for t in stuck), "a stuck call must not hold up the exit"
+
+
+CLOSE_AND_EXIT = """
+import sys
+from recipelab.proposer import default_space
+from recipelab.proposer.llm import LLMConfig, LLMProposer
+from recipelab.recipe import proxy_recipe
+
+baseline = proxy_recipe("tiny")
+proposer = LLMProposer(LLMConfig(base_url=sys.argv[1], request_timeout_s=120, max_retries=0),
+                       baseline, None, default_space(baseline), "toy")
+proposer.prefetch([])
+sys.stdin.readline()  # the test says when the server holds the request
+proposer.close()
+"""
+
+
+def test_a_process_exits_at_once_after_close_while_its_prefetch_hangs(fake: FakeOpenAI) -> None:
+    fake.default = Reply(content=good().content, delay_s=HANG_S)
+    process = subprocess.Popen([sys.executable, "-c", CLOSE_AND_EXIT, fake.base_url],
+                               stdin=subprocess.PIPE, text=True)
+    try:
+        fake.wait_for_chat_requests(1, timeout_s=60)
+        started = time.monotonic()
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        assert process.wait(timeout=HANG_S / 3) == 0
+        assert time.monotonic() - started < HANG_S / 3
+    finally:
+        process.kill()
+        process.wait()
+
+
+# --- credentials in the base URL ---------------------------------------------------------------
+
+URL_PASSWORD = "s3cr3t-pa55word"  # noqa: S105 - a made-up password the tests hunt for
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    (f"http://user:{URL_PASSWORD}@spark:8000/v1", "http://user:[redacted]@spark:8000/v1"),
+    ("https://tok-9f8e7d6c@spark/v1", "https://[redacted]@spark/v1"),
+    ("http://localhost:8000/v1", "http://localhost:8000/v1"),
+    (f"http://u:{URL_PASSWORD}@[::1]:8000/v1", "http://u:[redacted]@[::1]:8000/v1"),
+])
+def test_redact_url_hides_the_credentials_of_a_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def with_credentials(base_url: str, password: str = URL_PASSWORD) -> str:
+    return base_url.replace("http://", f"http://user:{password}@")
+
+
+def test_credentials_in_the_base_url_appear_in_no_error(fake: FakeOpenAI) -> None:
+    fake.script(error(401, "who is user:" + URL_PASSWORD + "?"))
+    config = fast_config(with_credentials(fake.base_url))
+    proposer = LLMProposer(config, BASELINE, BASELINE_ID, SPACE, TARGET)
+    with pytest.raises(LLMUnavailable, match=r"user:\[redacted\]@127.0.0.1") as caught:
+        proposer.propose([], 1)
+    proposer.close()
+    assert URL_PASSWORD not in str(caught.value) + repr(caught.value)
+    assert URL_PASSWORD not in repr(config) + str(config)
+
+
+def test_credentials_in_an_unreachable_base_url_appear_in_no_error() -> None:
+    url = with_credentials(unused_url(), "p%40ss-w0rd")  # percent-encoded: '@' inside
+    proposer = LLMProposer(fast_config(url, readiness_timeout_s=0.1), BASELINE, BASELINE_ID,
+                           SPACE, TARGET)
+    with pytest.raises(LLMUnavailable, match="not ready") as caught:
+        proposer.propose([], 1)
+    proposer.close()
+    assert "p%40ss-w0rd" not in str(caught.value) and "p@ss-w0rd" not in str(caught.value)
+
+
+def test_credentials_the_server_echoes_as_basic_authorization_are_scrubbed(
+        fake: FakeOpenAI) -> None:
+    # The HTTP client sends a URL's credentials as Basic authorization: base64, not the text.
+    fake.script(good(hypothesis="I was told {authorization}"))
+    proposer = LLMProposer(fast_config(with_credentials(fake.base_url)), BASELINE, BASELINE_ID,
+                           SPACE, TARGET)
+    [proposal] = proposer.propose([], 1)
+    proposer.close()
+    sent = fake.chat_requests()[0].headers["authorization"]
+    assert sent.startswith("Basic ")
+    assert proposal.hypothesis == "I was told Basic [redacted]"
+    assert sent.split()[1] not in json.dumps(proposal.artifacts)
+
+
+def test_credentials_in_the_base_url_appear_in_no_proposal(fake: FakeOpenAI) -> None:
+    fake.script(good(hypothesis=f"the proxy said {URL_PASSWORD}"))
+    proposer = LLMProposer(fast_config(with_credentials(fake.base_url)), BASELINE, BASELINE_ID,
+                           SPACE, TARGET)
+    [proposal] = proposer.propose([], 1)
+    proposer.close()
+    assert proposal.hypothesis == "the proxy said [redacted]"
+    assert URL_PASSWORD not in json.dumps(proposal.artifacts) + repr(proposal)

@@ -71,9 +71,10 @@ def test_an_impossible_input_is_refused_with_its_name() -> None:
     assert "wrong_pick_rate" in result.output and "less than or equal to 1" in result.output
 
 
-def measured_campaign(directory: Path, *, energy: bool) -> None:
-    """A campaign of ten trained proxy trials of 36 s (one failed), 3,600 J each when measured,
-    plus a rejected candidate and a stress run that are not proxy iterations."""
+def measured_campaign(directory: Path, *, energy: bool, shared_by: int | None = None) -> None:
+    """A campaign of ten trained proxy trials of 36 s (one failed), 3,600 J each when measured
+    (the energy of a GPU ``shared_by`` processes at once, when given), plus a rejected
+    candidate and a stress run that are not proxy iterations."""
     save(CampaignSettings(name="measured", preset="tiny"), directory)
     recipe = proxy_recipe("tiny").model_dump(mode="json")
     with TrajectoryStore(directory, "measured") as store:
@@ -83,6 +84,9 @@ def measured_campaign(directory: Path, *, energy: bool) -> None:
             metrics: dict[str, Any] = {} if status == "rejected" else {"wall_s": 36.0}
             if energy and metrics:
                 metrics["telemetry"] = {"energy_j": 3600.0, "energy_source": "rapl"}
+                if shared_by is not None:
+                    metrics["telemetry"] |= {"energy_source": "nvml-energy-counter",
+                                             "energy_scope": "device", "gpu_shared_by": shared_by}
             store.append(TrialRecord(campaign="measured", trial_id=f"p{i:04d}", iteration=i, kind=kind,
                                      status=status, recipe=recipe, metrics=metrics,
                                      reason="crash" if status == "failed" else None))
@@ -104,6 +108,14 @@ def test_a_campaign_s_measured_iterations_time_and_energy_replace_the_defaults(t
 
 def test_without_telemetry_a_campaign_s_energy_is_power_times_time(tmp_path: Path) -> None:
     measured_campaign(tmp_path, energy=False)
+    printed = cost(str(tmp_path), "--spark-watts", "100")
+    assert printed["inputs"]["measured_energy_j"] is None
+    assert printed["spark_energy_kwh"] == 0.01  # 100 W for 0.1 h
+
+
+def test_the_energy_of_a_gpu_trials_shared_is_not_summed_as_theirs(tmp_path: Path) -> None:
+    # Trials overlapping on one GPU each recorded the device's energy: a sum counts it twice.
+    measured_campaign(tmp_path, energy=True, shared_by=2)
     printed = cost(str(tmp_path), "--spark-watts", "100")
     assert printed["inputs"]["measured_energy_j"] is None
     assert printed["spark_energy_kwh"] == 0.01  # 100 W for 0.1 h

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 import time
@@ -184,3 +185,184 @@ def test_a_real_trial_hands_its_telemetry_summary_to_its_record(
     assert telemetry["samples"] >= 2 and telemetry["duration_s"] > 0
     assert telemetry["rss_peak_bytes"] > 0 and telemetry["cpu_util_peak"] > 0
     assert telemetry["gpu_util_peak"] is None
+
+
+# --- which GPU, and whose energy ---------------------------------------------------------------
+
+
+class NVMLErrorInvalidArgument(NVMLError):
+    pass
+
+
+class NVMLErrorNotFound(NVMLError):
+    pass
+
+
+class Handle:
+    """An opaque NVML device handle: only the functions below can make or read one."""
+
+    def __init__(self, index: int, uuid: str) -> None:
+        self.index, self.uuid = index, uuid
+
+
+UUIDS = ("GPU-0a6b8c2d-1111-4e5f-8a9b-000000000000", "GPU-5f3e2d1c-2222-4e5f-8a9b-111111111111",
+         "GPU-9c8b7a6f-3333-4e5f-8a9b-222222222222")
+MIG_UUID = "MIG-7d1e2f3a-4444-5b6c-9d0e-333333333333"  # a MIG instance of physical GPU 2
+
+
+def gpu_power_w(index: int) -> int:
+    return 100 * (index + 1)  # tells the devices apart in a summary: GPU 0 → 100 W, ...
+
+
+def multi_gpu_pynvml(processes: dict[int, list[int]] | None = None) -> types.ModuleType:
+    """NVML on a three-GPU machine, keeping NVML's rules: handles only by physical index
+    (CUDA_VISIBLE_DEVICES means nothing to NVML) or by an exact, whole UUID string; an index
+    past the count is an error; every query takes a handle, never an index."""
+    module = types.ModuleType("pynvml")
+    handles = [Handle(i, uuid) for i, uuid in enumerate(UUIDS)]
+    mig = Handle(2, MIG_UUID)
+    on_gpu = processes or {}
+
+    def unsupported() -> Any:
+        raise NVMLErrorNotSupported("Not Supported")  # so the energy is integrated power
+
+    def handle_of(handle: Any) -> Handle:
+        if not isinstance(handle, Handle):
+            raise NVMLErrorInvalidArgument("Invalid Argument")
+        return handle
+
+    def by_index(index: int) -> Handle:
+        if not isinstance(index, int) or not 0 <= index < len(handles):
+            raise NVMLErrorInvalidArgument("Invalid Argument")
+        return handles[index]
+
+    def by_uuid(uuid: str) -> Handle:
+        found = [h for h in [*handles, mig] if h.uuid == uuid]
+        if not isinstance(uuid, str) or not found:
+            raise NVMLErrorNotFound("Not Found")
+        return found[0]
+
+    calls: dict[str, Any] = {
+        "NVMLError": NVMLError, "NVML_TEMPERATURE_GPU": 0,
+        "nvmlInit": lambda: None, "nvmlShutdown": lambda: None,
+        "nvmlDeviceGetCount": lambda: len(handles),
+        "nvmlDeviceGetHandleByIndex": by_index, "nvmlDeviceGetHandleByUUID": by_uuid,
+        "nvmlDeviceGetUUID": lambda h: handle_of(h).uuid,
+        "nvmlDeviceGetUtilizationRates": lambda h: types.SimpleNamespace(
+            gpu=10 * handle_of(h).index, memory=0),
+        "nvmlDeviceGetPowerUsage": lambda h: gpu_power_w(handle_of(h).index) * 1000,
+        "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(used=handle_of(h).index),
+        "nvmlDeviceGetTemperature": lambda h, sensor: 40 + handle_of(h).index,
+        "nvmlDeviceGetTotalEnergyConsumption": lambda h: handle_of(h) and unsupported(),
+        "nvmlDeviceGetComputeRunningProcesses": lambda h: [
+            types.SimpleNamespace(pid=pid, usedGpuMemory=1 << 20)
+            for pid in on_gpu.get(handle_of(h).index, [])],
+    }
+    for name, value in calls.items():
+        setattr(module, name, value)
+    return module
+
+
+def sampled(monkeypatch: pytest.MonkeyPatch, visible: str | None,
+            processes: dict[int, list[int]] | None = None) -> Any:
+    monkeypatch.setitem(sys.modules, "pynvml", multi_gpu_pynvml(processes))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.delenv("RECIPELAB_GPU_SHARERS", raising=False)
+    sampler = DeviceSampler(60.0)
+    with sampler:
+        pass
+    return sampler.summary()
+
+
+@pytest.mark.parametrize(("visible", "physical"), [
+    (None, 0),
+    ("1", 1),
+    ("2,0", 2),
+    (" 1 , 2", 1),
+    (UUIDS[1], 1),
+    (f"{UUIDS[2]},{UUIDS[0]}", 2),
+    ("GPU-5f3e2d1c", 1),  # a unique prefix, which CUDA accepts
+    (MIG_UUID, 2),
+])
+def test_the_sampler_reads_the_gpu_cuda_visible_devices_gives_the_trial(
+        monkeypatch: pytest.MonkeyPatch, visible: str | None, physical: int) -> None:
+    summary = sampled(monkeypatch, visible)
+    assert summary.gpu_unavailable is None
+    assert summary.gpu_power_w_peak == gpu_power_w(physical)
+    assert summary.gpu_device == (visible or "0").split(",")[0].strip()
+
+
+@pytest.mark.parametrize(("visible", "reason"), [
+    ("", "hides every GPU"),
+    ("-1", "hides every GPU"),
+    ("7", "names GPU 7, but NVML sees 3 GPU(s)"),
+    ("GPU-ffffffff", "matches 0 GPUs"),
+    ("GPU-", "matches 3 GPUs"),
+    ("gpu0", "neither an index nor a GPU-/MIG- UUID"),
+])
+def test_a_gpu_the_trial_cannot_see_is_not_sampled_and_the_summary_says_why(
+        monkeypatch: pytest.MonkeyPatch, visible: str, reason: str) -> None:
+    summary = sampled(monkeypatch, visible)
+    assert summary.gpu_unavailable is not None and reason in summary.gpu_unavailable
+    assert summary.gpu_power_w_peak is None and summary.cpu_util_peak is not None
+
+
+def test_a_gpu_the_trial_has_alone_gives_the_trials_energy(monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = sampled(monkeypatch, "1", processes={1: [4242], 0: [1, 2, 3]})
+    assert (summary.gpu_shared_by, summary.energy_scope) == (1, "trial")
+    assert summary.energy_source == "nvml-power-integral"
+
+
+def test_a_shared_gpu_gives_the_devices_energy_named_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    # two trials (or a trial and the LLM server) computing on physical GPU 1 at once
+    summary = sampled(monkeypatch, "1", processes={1: [4242, 4343]})
+    assert (summary.gpu_shared_by, summary.energy_scope) == (2, "device")
+
+
+def test_the_executors_count_of_sharers_counts_when_nvml_cannot_list_processes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    module = multi_gpu_pynvml()
+    del module.nvmlDeviceGetComputeRunningProcesses  # as on a device without the query
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("RECIPELAB_GPU_SHARERS", "3")
+    sampler = DeviceSampler(60.0)
+    with sampler:
+        pass
+    summary = sampler.summary()
+    assert (summary.gpu_shared_by, summary.energy_scope) == (3, "device")
+    monkeypatch.delenv("RECIPELAB_GPU_SHARERS")
+    with (sampler := DeviceSampler(60.0)):
+        pass
+    unknown = sampler.summary()
+    assert (unknown.gpu_shared_by, unknown.energy_scope) == (None, "device")
+
+
+def test_a_ray_task_given_a_gpu_samples_the_gpu_ray_assigned(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ray tells a task its GPU through CUDA_VISIBLE_DEVICES; a CPU machine can declare GPUs
+    # to Ray, so the variable a real Ray task receives is read here, then sampled.
+    ray = pytest.importorskip("ray")
+    ray.init(address="local", num_cpus=1, num_gpus=3, include_dashboard=False,
+             log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1")
+    try:
+        def gpu_given() -> tuple[str, list[Any]]:
+            return os.environ["CUDA_VISIBLE_DEVICES"], ray.get_gpu_ids()
+
+        one_gpu = {"num_gpus": 1, "num_cpus": 0}
+        another = ray.remote(**one_gpu)(gpu_given)
+
+        def assigned(others: int) -> list[tuple[str, list[Any]]]:
+            # holding its own GPU, so the others are given the next ones
+            found: list[tuple[str, list[Any]]] = ray.get([another.remote() for _ in range(others)])
+            return [*found, gpu_given()]
+
+        given = ray.get(ray.remote(**one_gpu)(assigned).remote(1))
+    finally:
+        ray.shutdown()
+    assert len({visible for visible, _ in given}) == 2, "two GPUs given at once"
+    for visible, ids in given:
+        summary = sampled(monkeypatch, visible)
+        assert summary.gpu_power_w_peak == gpu_power_w(int(ids[0]))

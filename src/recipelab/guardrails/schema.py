@@ -8,10 +8,12 @@ a person and the LLM on its next turn can both act on it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
-from pydantic_core import ErrorDetails
+
+if TYPE_CHECKING:  # pydantic's own dependency, for the annotation only
+    from pydantic_core import ErrorDetails
 
 from recipelab.recipe import Recipe
 

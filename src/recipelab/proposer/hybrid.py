@@ -7,14 +7,16 @@ trials so far) is the LLM's when ``floor((k+1)·share) > floor(k·share)``. Bein
 of the history alone, the schedule survives a restart. Both proposers receive the same
 full history, so the LLM sees every trial the sampler ran.
 
-When the LLM is unavailable the classical proposer takes the turn, the proposal says so in
-its ``fallback.txt`` artifact (the agent logs an ``llm_fallback`` event), and the LLM sits
-out the next ``retry_after`` iterations before it is tried again. That pause lives in
-memory only: a restarted campaign simply tries the LLM again.
+When the LLM is unavailable (or fails in any other way) the classical proposer takes the
+turn, the proposal says so in its ``fallback.txt`` artifact (the agent logs an
+``llm_fallback`` event), and the LLM sits out the next ``retry_after`` iterations before it
+is tried again. That pause lives in memory only: a restarted campaign simply tries the LLM
+again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from fractions import Fraction
@@ -67,9 +69,10 @@ class HybridProposer(Proposer):
             return self.classical.propose(history, n)
         try:
             llm = self.llm.propose(history, sum(turns))
-        except LLMUnavailable as exc:
+        except Exception as exc:  # LLMUnavailable above all; anything else must not stop us
             self._llm_paused_until = k + turns.index(True) + self.retry_after + 1
-            return [dataclasses.replace(p, artifacts={**p.artifacts, FALLBACK_ARTIFACT: str(exc)})
+            cause = str(exc) if isinstance(exc, LLMUnavailable) else f"{type(exc).__name__}: {exc}"
+            return [dataclasses.replace(p, artifacts={**p.artifacts, FALLBACK_ARTIFACT: cause})
                     for p in self.classical.propose(history, n)]
         classical = self.classical.propose(history, n - sum(turns)) if not all(turns) else []
         llm_left, classical_left = iter(llm), iter(classical)
@@ -79,7 +82,8 @@ class HybridProposer(Proposer):
     def prefetch(self, history: list[Observation]) -> None:
         """Let the LLM start early when the iteration after the running trial is its turn."""
         if self.is_llm_turn(next_iteration(history)):
-            self.llm.prefetch(history)
+            with contextlib.suppress(Exception):  # its turn asks again and reports the cause
+                self.llm.prefetch(history)
 
     def close(self) -> None:
         """Close both proposers (the LLM's HTTP client and prefetch thread)."""

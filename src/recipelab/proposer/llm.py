@@ -16,24 +16,36 @@ client's own retries are off so the two policies never multiply.
 
 The API key is a :class:`~pydantic.SecretStr`: it goes into the Authorization header and
 nowhere else, and is scrubbed from every error message and artifact in case a server
-echoes it back.
+echoes it back. Credentials written into the base URL (``http://user:secret@host/v1``) are
+scrubbed the same way; :func:`redact_url` is the one way to show such a URL.
+
+A 200 that is not a chat completion (a proxy's HTML page, a body without ``choices`` or
+``message``, a tool call instead of text, truncated JSON) is a bad reply like an invalid
+one: asked again with the problem quoted, then :class:`LLMUnavailable`. Nothing else
+escapes :meth:`LLMProposer.propose` or :meth:`LLMProposer.prefetch`: whatever goes wrong in
+talking to the model becomes :class:`LLMUnavailable` with its cause, so the hybrid falls
+back to its classical proposer.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar, cast
 
 import httpx2
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionMessageParam
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -90,6 +102,7 @@ CAUSE_CHARS = 300
 INPUT_CHARS = 60
 MIN_SECRET_CHARS = 4  # as in the agent's event redaction
 REDACTED = "[redacted]"
+_USERINFO = re.compile(r"(://)[^/@\s]+@")
 
 T = TypeVar("T")
 
@@ -128,6 +141,12 @@ class LLMConfig(BaseModel):
     # ~4 characters a token: the default fits a 4k-token context with room for the reply.
     prompt_budget_chars: int = Field(default=PROMPT_BUDGET_CHARS, ge=1_000)
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """As pydantic's, with the base URL's credentials redacted like the key."""
+        for name, value in super().__repr_args__():
+            yield name, (redact_url(value) if name == "base_url" and isinstance(value, str)
+                         else value)
+
     @classmethod
     def from_env(cls, **overrides: Any) -> LLMConfig:
         """A config from ``RECIPELAB_LLM_BASE_URL``, ``RECIPELAB_LLM_MODEL`` and
@@ -144,6 +163,43 @@ class LLMConfig(BaseModel):
 
 def _env(name: str) -> str | None:
     return os.environ.get(name, "").strip() or None
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit for a log, an error or a record: credentials in it replaced.
+
+    ``http://user:secret@host/v1`` becomes ``http://user:[redacted]@host/v1``; userinfo with
+    no password (``http://TOKEN@host``, a common way to pass a token) is redacted whole.
+    Anything that does not parse as a URL is returned with every ``...@`` userinfo redacted.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return _USERINFO.sub(rf"\1{REDACTED}@", url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url
+    user, colon, _password = userinfo.partition(":")
+    shown = f"{user}:{REDACTED}" if colon else REDACTED
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secrets written into ``url``: its password (or a lone userinfo token), as
+    written and percent-decoded, since an error may show either, and the Basic
+    authorization an HTTP client makes of them."""
+    try:
+        userinfo, at, _host = urllib.parse.urlsplit(url).netloc.rpartition("@")
+    except ValueError:
+        return []
+    if not at:
+        return []
+    user, colon, password = userinfo.partition(":")
+    secret = password if colon else user
+    # HTTP clients send URL credentials as Basic auth, which a server may echo back.
+    basic = base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode()
+    return sorted({form for form in (secret, urllib.parse.unquote(secret), basic)
+                   if len(form) >= MIN_SECRET_CHARS}, key=len, reverse=True)
 
 
 # --- the reply schema ----------------------------------------------------------------------
@@ -244,6 +300,47 @@ class ModeRefused(Exception):
     """The server rejected the structured-output parameters of the request."""
 
 
+class BadReply(ValueError):
+    """A 200 answer that is not a chat completion with text: asked again like an invalid
+    reply, since a proxy's error page or a model's tool call may well not happen twice."""
+
+
+def reply_text(content_type: str, body: bytes) -> str:
+    """The assistant's text from a chat completion's raw HTTP body.
+
+    Raises :class:`BadReply` naming the problem (with the start of the body) when the body
+    is not JSON, not a completion, has no choice or message, or carries no text.
+    """
+    start = clip(body[:200].decode("utf-8", errors="replace"), INPUT_CHARS)
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if not media_type.endswith("json"):
+        raise BadReply(f"the server answered 200 with content-type {media_type or 'none'!r}, "
+                       f"not a JSON chat completion (the body starts {start!r})")
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise BadReply(f"the body of the 200 answer is not valid JSON ({exc}; it starts "
+                       f"{start!r}): truncated or garbled on the way") from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list):
+        raise BadReply(f"the 200 answer is not a chat completion: no 'choices' list "
+                       f"(the body starts {start!r})")
+    if not choices:
+        raise BadReply("the chat completion holds no choice ('choices' is empty)")
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        raise BadReply("the chat completion's first choice holds no 'message'")
+    content = message.get("content")
+    if content is None and message.get("tool_calls"):
+        raise BadReply("the model called a tool instead of answering in text; reply with "
+                       "one JSON object as the message content")
+    if content is None:
+        raise BadReply("the chat completion's message has no text ('content' is null)")
+    if not isinstance(content, str):
+        raise BadReply(f"the message content is {type(content).__name__}, not text")
+    return content
+
+
 def is_transient(exc: BaseException) -> bool:
     """Worth retrying: the server may answer next time. 400/401/403/404/422 never are."""
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
@@ -323,12 +420,14 @@ class _Endpoint:
     def __init__(self, config: LLMConfig) -> None:
         self.config = config
         self.url = config.base_url.rstrip("/")
+        self.shown_url = redact_url(self.url)
         root = self.url.removesuffix("/v1")
         self.probes = (f"{root}/v1/health/ready", f"{root}/health", f"{self.url}/models")
         self._key = config.api_key.get_secret_value()
         # Placeholders are no secret, and scrubbing a common word would garble replies.
-        self._secret = (self._key if len(self._key) >= MIN_SECRET_CHARS
-                        and self._key != PLACEHOLDER_API_KEY else None)
+        key = ([self._key] if len(self._key) >= MIN_SECRET_CHARS
+               and self._key != PLACEHOLDER_API_KEY else [])
+        self._secrets = sorted({*key, *url_secrets(self.url)}, key=len, reverse=True)
         self._client = openai.OpenAI(base_url=self.url, api_key=self._key, max_retries=0,
                                      timeout=config.request_timeout_s)
         self._jitter = wait_random_exponential(multiplier=config.backoff_base_s,
@@ -336,10 +435,14 @@ class _Endpoint:
         self._model: str | None = None
 
     def redact(self, text: str) -> str:
-        return text.replace(self._secret, REDACTED) if self._secret else text
+        """``text`` without the API key or the base URL's credentials."""
+        text = text.replace(self.url, self.shown_url)
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
 
     def unavailable(self, cause: str) -> LLMUnavailable:
-        return LLMUnavailable(self.redact(f"LLM endpoint {self.url}: {cause}"))
+        return LLMUnavailable(self.redact(f"LLM endpoint {self.shown_url}: {cause}"))
 
     def model(self) -> str:
         """The served model's id; the first call waits for the server to be ready."""
@@ -352,21 +455,25 @@ class _Endpoint:
         """The assistant's reply text; raises ModeRefused or LLMUnavailable."""
         model = self.model()
 
-        def request() -> ChatCompletion:
+        def request() -> tuple[str, bytes]:
             try:
-                completion: ChatCompletion = self._client.chat.completions.create(
+                # The raw response: the client's own parsing would turn an HTML page into a
+                # str and a body without choices into an object missing attributes.
+                raw = self._client.chat.completions.with_raw_response.create(
                     model=model, messages=cast("list[ChatCompletionMessageParam]", messages),
                     temperature=self.config.temperature, max_tokens=self.config.max_tokens,
                     **_constraint(mode, schema))
+                return raw.headers.get("content-type", ""), raw.http_response.content
             except openai.APIStatusError as exc:
                 if mode != "prompt" and _refuses_structured_output(exc):
                     raise ModeRefused(self.redact(self._describe(exc))) from None
                 raise
-            return completion
 
-        completion = self._retried("chat completion", request)
-        choices = completion.choices or []
-        return clip((choices[0].message.content or "") if choices else "", REPLY_CHARS)
+        content_type, body = self._retried("chat completion", request)
+        try:
+            return clip(reply_text(content_type, body), REPLY_CHARS)
+        except BadReply as exc:
+            raise BadReply(self.redact(str(exc))) from None
 
     def close(self) -> None:
         self._client.close()
@@ -546,7 +653,7 @@ class LLMProposer(Proposer):
         self._call_lock = threading.Lock()
         self._prefetch_lock = threading.Lock()
         self._pending: _Prefetched | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
 
     @property
     def mode(self) -> Mode:
@@ -555,7 +662,22 @@ class LLMProposer(Proposer):
 
     def propose(self, history: list[Observation], n: int) -> list[Proposal]:
         """Up to ``n`` proposals, the first from :meth:`prefetch` when it is still current;
-        more than one more are asked for in one call (a reply with fewer gives fewer)."""
+        more than one more are asked for in one call (a reply with fewer gives fewer).
+
+        Raises only :class:`LLMUnavailable`: anything unforeseen in talking to the model
+        becomes one, with its cause, so a campaign falls back rather than stops."""
+        try:
+            return self._propose(history, n)
+        except LLMUnavailable:
+            raise
+        except Exception as exc:
+            raise self._unexpected("proposing", exc) from None
+
+    def _unexpected(self, what: str, exc: Exception) -> LLMUnavailable:
+        return self._endpoint.unavailable(
+            f"{what} failed unexpectedly: {type(exc).__name__}: {clip(str(exc), CAUSE_CHARS)}")
+
+    def _propose(self, history: list[Observation], n: int) -> list[Proposal]:
         proposals: list[Proposal] = []
         prefetched = self._take_prefetched(history) if n > 0 else None
         if prefetched is not None:
@@ -567,24 +689,48 @@ class LLMProposer(Proposer):
         return proposals
 
     def prefetch(self, history: list[Observation]) -> None:
-        """Start the proposal for the iteration after the running trial, in the background."""
+        """Start the proposal for the iteration after the running trial, in the background.
+
+        Never raises: a prefetch that cannot start is simply not there, and the proposal is
+        asked for when it is due (where a failure becomes :class:`LLMUnavailable`)."""
+        with contextlib.suppress(Exception):  # the due proposal asks again, with the cause
+            self._prefetch(history)
+
+    def _prefetch(self, history: list[Observation]) -> None:
         target, seen = next_iteration(history), frozenset(obs.trial_id for obs in history)
         with self._prefetch_lock:
+            if self._closed:
+                return
             if self._pending is not None:
                 if (self._pending.iteration, self._pending.seen) == (target, seen):
                     return
                 self._pending.future.cancel()
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1,
-                                                    thread_name_prefix="recipelab-llm")
-            future = self._executor.submit(self._propose_one, list(history))
+            future: Future[Proposal] = Future()
+            snapshot = list(history)
+
+            def work() -> None:
+                if not future.set_running_or_notify_cancel():
+                    return
+                try:
+                    future.set_result(self._propose_one(snapshot))
+                except BaseException as exc:  # handed to whoever takes the proposal
+                    future.set_exception(exc)
+
+            # A daemon thread, not a pool: a prefetch stuck on a hung server must hold up
+            # neither close() nor the interpreter's exit.
+            threading.Thread(target=work, name="recipelab-llm-prefetch", daemon=True).start()
             self._pending = _Prefetched(target, seen, future)
 
     def close(self) -> None:
-        """Stop the background worker and the HTTP client."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-        self._endpoint.close()
+        """Drop any prefetch and close the HTTP client, without waiting for a call in
+        flight: its daemon thread ends when the server answers or the timeout strikes."""
+        with self._prefetch_lock:
+            self._closed = True
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.future.cancel()
+        with contextlib.suppress(Exception):
+            self._endpoint.close()
 
     def _take_prefetched(self, history: list[Observation]) -> Future[Proposal] | None:
         with self._prefetch_lock:
@@ -650,7 +796,13 @@ class LLMProposer(Proposer):
         followup: list[Message] = []
         error = ""
         for _ in range(self.config.max_attempts):
-            reply = self._complete(exchange, followup, schema or self._schema)
+            try:
+                reply = self._complete(exchange, followup, schema or self._schema)
+            except BadReply as exc:  # no text to quote back: say what arrived instead
+                error = exchange.asks[-1].error = quote_error(exc)
+                followup = [{"role": "user", "content": f"Your last answer could not be read: "
+                             f"{error}. Reply again with one JSON object that follows the rules."}]
+                continue
             try:
                 return validate(reply, parent)
             except ValueError as exc:  # pydantic's ValidationError included

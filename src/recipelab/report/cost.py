@@ -143,8 +143,13 @@ def measured_inputs(records: Iterable[TrialRecord]) -> dict[str, float | int]:
 
 
 def _energy_j(record: TrialRecord) -> float | None:
+    """The trial's measured energy; None when unknown, or when it is a GPU's energy that
+    other processes shared (parallel trials overlap in time, so a sum counts it twice)."""
     telemetry = record.metrics.get("telemetry")
     if not isinstance(telemetry, dict):
+        return None
+    shared_by = telemetry.get("gpu_shared_by")
+    if isinstance(shared_by, int) and shared_by > 1:
         return None
     energy = telemetry.get("energy_j")
     return float(energy) if isinstance(energy, (int, float)) and not isinstance(energy, bool) else None

@@ -176,6 +176,15 @@ def _telemetry(record: TrialRecord) -> dict[str, object]:
     return found if isinstance(found, dict) else {}
 
 
+def _energy_source(telemetry: dict[str, object]) -> str:
+    """Where the energy came from, and whose it is when a shared GPU's (not the trial's)."""
+    source = str(telemetry.get("energy_source") or "")
+    shared_by = telemetry.get("gpu_shared_by")
+    if isinstance(shared_by, int) and shared_by > 1:
+        source += f" (the GPU's, shared by {shared_by} processes)"
+    return source
+
+
 def energy(records: Sequence[TrialRecord]) -> Section:
     trained = [r for r in records if r.status in ("complete", "failed")]
     measured = [r for r in trained if isinstance(_telemetry(r).get("energy_j"), (int, float))]
@@ -184,7 +193,7 @@ def energy(records: Sequence[TrialRecord]) -> Section:
             "Energy: not measured. No trial recorded an energy counter (NVML total energy on a GPU, "
             "RAPL on a CPU where readable); 'recipelab cost' estimates it from power × time."),))
     joules = [float(_telemetry(r)["energy_j"]) for r in measured]  # type: ignore[arg-type]
-    rows = tuple((r.trial_id, r.kind, f"{j:,.0f}", str(_telemetry(r).get("energy_source") or ""))
+    rows = tuple((r.trial_id, r.kind, f"{j:,.0f}", _energy_source(_telemetry(r)))
                  for r, j in zip(measured, joules, strict=True))
     blocks: list[Block] = [
         Paragraph(f"{sum(joules) / 3.6e6:.4f} kWh over {len(measured)} of {len(trained)} trained trials."),

@@ -9,6 +9,16 @@ shorter than the interval has a mean and a peak.
   memory used, temperature, and the total-energy counter. Every NVML call is guarded on its
   own: a call the device does not support (a GB10 has no memory info) records ``None`` for
   that quantity and the sampler goes on.
+- The GPU sampled is the trial's own: NVML numbers devices physically and ignores
+  ``CUDA_VISIBLE_DEVICES``, so the first visible entry (an index, or a ``GPU-``/``MIG-``
+  UUID, whole or a unique prefix as CUDA accepts) picks the NVML handle. Ray sets that
+  variable for a task it gives a GPU, so a Ray trial samples the GPU Ray assigned.
+- Everything NVML reports (power, energy, utilization, memory) is the device's, not a
+  process's. When other processes use the GPU at the same time (parallel trials, the LLM
+  server on the same GPU), the summary says so: ``gpu_shared_by`` is the most processes seen
+  on it at once (or the executor's count of trials sharing it, ``RECIPELAB_GPU_SHARERS``,
+  when larger), and ``energy_scope`` is ``device`` rather than ``trial``. The energy is not
+  divided by a guess: it is the device's energy over the trial's time, named as such.
 - Always, through psutil: CPU utilization and resident memory of this process and its
   children (the trainer subprocesses of a sweep).
 - On CPU, energy from the RAPL counters in ``/sys/class/powercap`` where they are readable
@@ -23,12 +33,14 @@ import contextlib
 import csv
 import importlib
 import itertools
+import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 
@@ -37,7 +49,10 @@ from recipelab.recipe import StrictModel
 DEFAULT_INTERVAL_S = 2.0
 POWERCAP = Path("/sys/class/powercap")
 CSV_COLUMNS = ("t_s", "cpu_util", "rss_bytes", "gpu_util", "gpu_power_w", "gpu_memory_bytes",
-               "gpu_temp_c", "gpu_energy_mj", "rapl_energy_uj")
+               "gpu_temp_c", "gpu_energy_mj", "gpu_processes", "rapl_energy_uj")
+VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+GPU_SHARERS_ENV = "RECIPELAB_GPU_SHARERS"  # trials an executor runs on this GPU at once
+EnergyScope = Literal["trial", "device"]
 
 
 class TelemetrySummary(StrictModel):
@@ -61,6 +76,11 @@ class TelemetrySummary(StrictModel):
     gpu_temp_c_peak: float | None = None
     energy_j: float | None = None
     energy_source: str | None = None
+    # "trial": the GPU was the trial's alone; "device": the whole device's energy over the
+    # trial's time (shared GPU, or RAPL's CPU package), not the trial's share of it.
+    energy_scope: EnergyScope | None = None
+    gpu_device: str | None = None  # the GPU sampled: its CUDA_VISIBLE_DEVICES entry, or "0"
+    gpu_shared_by: int | None = None  # the most processes on that GPU at once, when known
     gpu_unavailable: str | None = None  # why no GPU was sampled, when none was
 
 
@@ -102,19 +122,93 @@ def counter_delta(before: int, after: int, max_range: int) -> int:
 # --- NVML ------------------------------------------------------------------------------------
 
 
-def load_nvml() -> tuple[ModuleType | None, Any, str | None]:
-    """``(pynvml, handle of GPU 0, None)``, or ``(None, None, reason)`` when NVML is unusable."""
+class NoVisibleGpu(Exception):
+    """``CUDA_VISIBLE_DEVICES`` leaves the trial no GPU NVML can find; the message says why."""
+
+
+def visible_device(env: Mapping[str, str]) -> str:
+    """The trial's logical device 0 as ``CUDA_VISIBLE_DEVICES`` names it (``"0"`` when unset)."""
+    visible = env.get(VISIBLE_DEVICES_ENV)
+    if visible is None:
+        return "0"
+    first = visible.split(",", 1)[0].strip()
+    if not first or first.startswith("-"):
+        raise NoVisibleGpu(f"{VISIBLE_DEVICES_ENV}={visible!r} hides every GPU")
+    return first
+
+
+def _uuid(pynvml: ModuleType, handle: Any) -> str:
+    uuid = pynvml.nvmlDeviceGetUUID(handle)
+    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)  # bytes in old nvidia-ml-py
+
+
+def nvml_handle(pynvml: ModuleType, device: str) -> Any:
+    """The NVML handle of ``device``, an entry of ``CUDA_VISIBLE_DEVICES``.
+
+    An index is a physical index, as NVML's are (CUDA_DEVICE_ORDER=PCI_BUS_ID assumed, as
+    NVML orders by PCI bus). A UUID (``GPU-...`` or ``MIG-...``) is looked up by NVML; a
+    prefix of one, which CUDA also accepts, is matched against every device's UUID.
+    """
+    if device.isdigit():
+        count = pynvml.nvmlDeviceGetCount()
+        if int(device) >= count:
+            raise NoVisibleGpu(f"{VISIBLE_DEVICES_ENV} names GPU {device}, but NVML sees "
+                               f"{count} GPU(s)")
+        return pynvml.nvmlDeviceGetHandleByIndex(int(device))
+    if not device.startswith(("GPU-", "MIG-")):
+        raise NoVisibleGpu(f"{VISIBLE_DEVICES_ENV} entry {device!r} is neither an index nor a "
+                           "GPU-/MIG- UUID")
+    with contextlib.suppress(Exception):  # NVMLError_NotFound: perhaps a prefix
+        return pynvml.nvmlDeviceGetHandleByUUID(device)
+    matches = []
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        if _uuid(pynvml, handle).startswith(device):
+            matches.append(handle)
+    if len(matches) != 1:
+        raise NoVisibleGpu(f"{VISIBLE_DEVICES_ENV} entry {device!r} matches "
+                           f"{len(matches)} GPUs NVML sees, not one")
+    return matches[0]
+
+
+def load_nvml(env: Mapping[str, str] | None = None) -> tuple[ModuleType | None, Any, str | None]:
+    """``(pynvml, handle of the trial's GPU, None)``, or ``(None, None, reason)`` when NVML
+    is unusable or no GPU is visible to the trial."""
+    env = os.environ if env is None else env
     try:
         pynvml = importlib.import_module("pynvml")
     except ImportError:
         return None, None, "pynvml is not installed (pip install 'recipelab[gpu]')"
     try:
         pynvml.nvmlInit()
-        if pynvml.nvmlDeviceGetCount() < 1:
-            return None, None, "NVML sees no GPU"
-        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(0), None
     except Exception as error:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
         return None, None, f"NVML is unavailable: {type(error).__name__}: {error}"
+    try:
+        if pynvml.nvmlDeviceGetCount() < 1:
+            raise NoVisibleGpu("NVML sees no GPU")
+        return pynvml, nvml_handle(pynvml, visible_device(env)), None
+    except Exception as error:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+        if isinstance(error, NoVisibleGpu):
+            return None, None, str(error)
+        return None, None, f"NVML is unavailable: {type(error).__name__}: {error}"
+
+
+def gpu_sharers(env: Mapping[str, str]) -> int | None:
+    """The executor's count of trials sharing this GPU (``RECIPELAB_GPU_SHARERS``), if any."""
+    try:
+        value = int(env.get(GPU_SHARERS_ENV, ""))
+    except ValueError:
+        return None
+    return value if value >= 1 else None
+
+
+def _process_count(nvml: ModuleType, handle: Any) -> int | None:
+    """Distinct processes computing on the GPU now (the trial's own included)."""
+    query = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses", None)
+    processes = None if query is None else _guarded(query, handle)
+    return None if processes is None else len({p.pid for p in processes})
 
 
 def _guarded(call: Any, *args: Any) -> Any:
@@ -135,6 +229,7 @@ class Sample:
     gpu_memory_bytes: int | None = None
     gpu_temp_c: float | None = None
     gpu_energy_mj: int | None = None
+    gpu_processes: int | None = None
     rapl_energy_uj: int | None = None  # accumulated since start, wrap-around resolved
 
 
@@ -172,7 +267,7 @@ class DeviceSampler:
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, csv_path: Path | None = None,
                  *, gpu: bool = True, pid: int | None = None,
-                 powercap: Path = POWERCAP) -> None:
+                 powercap: Path = POWERCAP, env: Mapping[str, str] | None = None) -> None:
         if interval_s <= 0:
             raise ValueError(f"the sampling interval must be positive, got {interval_s} s")
         self.interval_s = interval_s
@@ -180,6 +275,8 @@ class DeviceSampler:
         self.gpu_wanted = gpu
         self.cpu = _CpuTree(psutil.Process(pid))
         self.powercap = powercap
+        self.env = os.environ if env is None else env
+        self.gpu_device: str | None = None
         self.samples: list[Sample] = []
         self.gpu_unavailable: str | None = None
         self._nvml: ModuleType | None = None
@@ -197,7 +294,9 @@ class DeviceSampler:
 
     def start(self) -> DeviceSampler:
         if self.gpu_wanted:
-            self._nvml, self._handle, self.gpu_unavailable = load_nvml()
+            self._nvml, self._handle, self.gpu_unavailable = load_nvml(self.env)
+            if self._nvml is not None:
+                self.gpu_device = visible_device(self.env)
         else:
             self.gpu_unavailable = "the work runs on the CPU"
         self._rapl = rapl_zones(self.powercap)
@@ -277,6 +376,7 @@ class DeviceSampler:
                                    getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
             sample.gpu_temp_c = None if temperature is None else float(temperature)
             sample.gpu_energy_mj = _guarded(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+            sample.gpu_processes = _process_count(nvml, handle)
         self.samples.append(sample)
 
     # -- results -----------------------------------------------------------------------------
@@ -294,6 +394,11 @@ class DeviceSampler:
         samples = self.samples
         end = self._stopped if self._stopped is not None else time.monotonic()
         energy, source = self._energy()
+        shared_by = self._shared_by()
+        scope: EnergyScope | None = None
+        if source is not None:
+            alone = source.startswith("nvml") and shared_by is not None and shared_by <= 1
+            scope = "trial" if alone else "device"
         return TelemetrySummary(
             samples=len(samples), duration_s=round(end - self._started, 3) if samples else 0.0,
             cpu_util_mean=_mean(s.cpu_util for s in samples),
@@ -305,8 +410,19 @@ class DeviceSampler:
             gpu_power_w_peak=_peak(s.gpu_power_w for s in samples),
             gpu_memory_peak_bytes=_int(_peak(s.gpu_memory_bytes for s in samples)),
             gpu_temp_c_peak=_peak(s.gpu_temp_c for s in samples),
-            energy_j=energy, energy_source=source, gpu_unavailable=self.gpu_unavailable,
+            energy_j=energy, energy_source=source, energy_scope=scope,
+            gpu_device=self.gpu_device, gpu_shared_by=shared_by,
+            gpu_unavailable=self.gpu_unavailable,
         )
+
+    def _shared_by(self) -> int | None:
+        """How many processes used the GPU at once: what NVML saw, or what the executor
+        says, whichever is more; None without a GPU or when neither is known."""
+        if self._nvml is None:
+            return None
+        seen = [s.gpu_processes for s in self.samples if s.gpu_processes is not None]
+        known = [n for n in (max(seen, default=None), gpu_sharers(self.env)) if n is not None]
+        return max(known) if known else None
 
     def _energy(self) -> tuple[float | None, str | None]:
         """Joules from the best source: NVML's counter, NVML power over time, then RAPL."""
