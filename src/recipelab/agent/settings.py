@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from recipelab.agent.events import redact
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import PROXY_PRESETS, Recipe, StrictModel, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
@@ -97,7 +98,13 @@ def default_campaign_dir(name: str) -> Path:
 
 
 def save(settings: CampaignSettings, directory: Path) -> None:
-    atomic_write_text(directory / SETTINGS_FILE, settings.model_dump_json(indent=2))
+    """Write ``settings.json``, with any password in the LLM base URL redacted: the file is
+    shared with the trajectory, and a resume that needs the password is given it again
+    (``--llm-base-url``, or better ``RECIPELAB_LLM_BASE_URL`` / the API key variables)."""
+    shown = settings
+    if settings.llm_base_url is not None:
+        shown = settings.model_copy(update={"llm_base_url": redact(settings.llm_base_url, [])})
+    atomic_write_text(directory / SETTINGS_FILE, shown.model_dump_json(indent=2))
 
 
 def load(directory: Path) -> CampaignSettings | None:
