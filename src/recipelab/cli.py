@@ -106,6 +106,11 @@ def train(
     seed: Annotated[int | None, typer.Option(help="random seed")] = None,
     out: Annotated[Path | None, typer.Option(help="trial directory (default: ./runs/<time>)")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads for the trial (default: torch's, one per core)")] = None,
+    compile_model: Annotated[bool, typer.Option(
+        "--compile", help="torch.compile the model (pays off on long runs; cache in "
+        "~/.cache/recipelab)")] = False,
     print_recipe: Annotated[bool, typer.Option(
         "--print-recipe", help="print the resolved recipe as JSON and exit")] = False,
 ) -> None:
@@ -118,7 +123,8 @@ def train(
     out_dir = out or Path("runs") / trial_id
     try:
         spec = TrialSpec(trial_id=trial_id, recipe=recipe, corpus=CorpusSpec(source=corpus),
-                         out_dir=str(out_dir.resolve()), device=device)
+                         out_dir=str(out_dir.resolve()), device=device, threads=threads,
+                         compile=compile_model)
     except ValidationError as error:
         fail(f"invalid trial settings:\n{error}")
     console.print(f"training {recipe.param_count():,} parameters for {recipe.steps} steps "
@@ -269,6 +275,9 @@ def run(
         help="Ray cluster: auto (the one 'ray start' set up here) or HOST:PORT "
         "(default: a new Ray instance on this machine)")] = None,
     parallel: Annotated[int | None, typer.Option(help="trials in flight at once (default 1)")] = None,
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads per trial (default: the cores divided among --parallel trials)")
+    ] = None,
     db: Annotated[str | None, typer.Option(
         help="trajectory database URL, e.g. postgresql+psycopg://user@host/db "
         "(default: SQLite in the campaign directory)")] = None,
@@ -288,7 +297,8 @@ def run(
         "calibrate_from": tuple(str(Path(p).resolve()) for p in calibrate_from)
         if calibrate_from else None,
         "noise_seeds": noise_seeds,
-        "executor": executor, "ray_address": ray_address, "parallel": parallel, "db": db,
+        "executor": executor, "ray_address": ray_address, "parallel": parallel, "threads": threads,
+        "db": db,
     }.items() if value is not None}
     settings = resolve_settings(directory, name, given)
     if settings.iterations is None and settings.hours is None and settings.until is None:
