@@ -25,7 +25,7 @@ from recipelab.trainer.device import (
     to_device,
 )
 from recipelab.trainer.loop import build_optimizer
-from recipelab.trainer.model import GPT
+from recipelab.trainer.model import GPT, Block
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 
 TINY = proxy_recipe("tiny")
@@ -122,3 +122,41 @@ def test_compile_is_off_unless_asked_and_caches_under_recipelabs_cache(
     monkeypatch.setenv("RECIPELAB_CACHE", str(tmp_path))
     assert compile_cache_dir() == tmp_path / "torch-compile"
     assert TrialSpec(trial_id="x", recipe=TINY, out_dir=str(tmp_path)).compile is False
+
+
+def _textbook_rope(x: torch.Tensor) -> torch.Tensor:
+    """RoPE of (B, heads, T, hd) by its definition: channel i and i + hd/2 of position t
+    rotated by the angle t / 10000^(2i/hd)."""
+    T, hd = x.size(-2), x.size(-1)
+    inv_freq = 1.0 / 10_000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+    angles = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)
+    cos, sin = angles.cos(), angles.sin()
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_attention_rotating_queries_and_keys_in_one_pass_equals_the_textbook_layer(
+    qk_norm: bool,
+) -> None:
+    shape = TINY.shape.model_copy(update={"n_head": 4, "n_kv_head": 2, "qk_norm": qk_norm})
+    torch.manual_seed(0)
+    block = GPT(shape, 32).blocks[0]
+    assert isinstance(block, Block)
+    attn = block.attn
+    for norm in (attn.q_norm, attn.k_norm):
+        if norm is not None:
+            torch.nn.init.normal_(norm.get_parameter("weight"))  # not all ones, so a misplaced norm shows
+    x = torch.randn(2, 32, shape.d_model)
+    H, KV, hd = shape.n_head, shape.n_kv_head, shape.head_dim
+    q, k, v = attn.qkv(x).split([H * hd, KV * hd, KV * hd], dim=-1)
+    q = q.view(2, 32, H, hd).transpose(1, 2)
+    k = k.view(2, 32, KV, hd).transpose(1, 2)
+    v = v.view(2, 32, KV, hd).transpose(1, 2)
+    if attn.q_norm is not None and attn.k_norm is not None:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = _textbook_rope(q), _textbook_rope(k)
+    k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = attn.out(y.transpose(1, 2).reshape(2, 32, H * hd))
+    torch.testing.assert_close(attn(x), expected, rtol=1e-5, atol=1e-6)
