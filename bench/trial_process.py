@@ -21,7 +21,8 @@ def start(recipe: Recipe, out_dir: Path, trial_id: str, *, threads: int | None =
     path = Path(spec.out_dir) / "spec.json"
     path.write_text(spec.model_dump_json())
     process = subprocess.Popen([sys.executable, "-m", "recipelab.trainer", "--spec", str(path)],
-                               env={**os.environ, **(env or {})})
+                               env={**os.environ, **(env or {})},
+                               stdout=subprocess.DEVNULL)  # the trial's log is in trial.log
     return process, spec
 
 
