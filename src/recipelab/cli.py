@@ -278,6 +278,9 @@ def run(
     threads: Annotated[int | None, typer.Option(
         help="CPU threads per trial (default: the cores divided among --parallel trials)")
     ] = None,
+    compile_stress: Annotated[bool | None, typer.Option(
+        "--compile-stress", help="torch.compile stress runs (cache in ~/.cache/recipelab)")
+    ] = None,
     db: Annotated[str | None, typer.Option(
         help="trajectory database URL, e.g. postgresql+psycopg://user@host/db "
         "(default: SQLite in the campaign directory)")] = None,
@@ -298,7 +301,7 @@ def run(
         if calibrate_from else None,
         "noise_seeds": noise_seeds,
         "executor": executor, "ray_address": ray_address, "parallel": parallel, "threads": threads,
-        "db": db,
+        "compile_stress": compile_stress, "db": db,
     }.items() if value is not None}
     settings = resolve_settings(directory, name, given)
     if settings.iterations is None and settings.hours is None and settings.until is None:

@@ -78,6 +78,12 @@ def test_explicit_threads_win_and_ray_tasks_keep_their_own() -> None:
     assert ray.trial_threads(2) is None
 
 
+def test_only_stress_runs_are_compiled_and_only_when_asked() -> None:
+    asked = CampaignSettings(name="t", iterations=1, compile_stress=True)
+    assert asked.trial_compile("stress") and not asked.trial_compile("proxy")
+    assert not CampaignSettings(name="t", iterations=1).trial_compile("stress")
+
+
 def test_configure_threads_sets_torch_and_refuses_zero(restore_threads: None) -> None:
     assert configure_threads(1) == 1 == torch.get_num_threads()
     assert configure_threads(None) == 1, "None leaves the count as it is"

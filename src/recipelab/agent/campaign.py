@@ -273,7 +273,8 @@ class Campaign:
                          recipe=recipe, corpus=self.settings.corpus, out_dir=str(out_dir),
                          device=self.settings.device, log_every=log_every,
                          checkpoint_every=checkpoint_every,
-                         threads=self.settings.trial_threads())
+                         threads=self.settings.trial_threads(),
+                         compile=self.settings.trial_compile(record.kind))
         record.artifacts = {**record.artifacts, "dir": str(out_dir.relative_to(self.directory))}
         record.started_at = utc_now()
         record.status = "running"

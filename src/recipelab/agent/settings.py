@@ -63,6 +63,8 @@ class CampaignSettings(StrictModel):
     parallel: int = Field(default=1, ge=1, le=1024)  # trials in flight at once
     # CPU threads per trial; None: the cores shared out among the trials in flight
     threads: int | None = Field(default=None, ge=1, le=1024)
+    # torch.compile stress runs: they run long enough to win back the compile time
+    compile_stress: bool = False
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None  # None: a local Ray instance; "auto": the running cluster
     db: str | None = None  # None: SQLite in the campaign directory; else a SQLAlchemy URL
@@ -88,6 +90,11 @@ class CampaignSettings(StrictModel):
         if self.threads is not None or self.executor == "ray":
             return self.threads
         return max(1, (cores or os.cpu_count() or 1) // self.parallel)
+
+    def trial_compile(self, kind: str) -> bool:
+        """Whether a trial of ``kind`` is compiled: stress runs when ``compile_stress`` is
+        set; never a 60-step proxy, which ends before compiling pays for itself."""
+        return self.compile_stress and kind == "stress"
 
     def deadline(self, started: datetime) -> datetime | None:
         """When launching must stop: ``--hours`` after start, or the next ``--until`` time."""
