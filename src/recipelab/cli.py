@@ -129,6 +129,11 @@ def train(
     seed: Annotated[int | None, typer.Option(help="random seed")] = None,
     out: Annotated[Path | None, typer.Option(help="trial directory (default: ./runs/<time>)")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads for the trial (default: torch's, one per core)")] = None,
+    compile_model: Annotated[bool, typer.Option(
+        "--compile", help="torch.compile the model (pays off on long runs; cache in "
+        "~/.cache/recipelab)")] = False,
     print_recipe: Annotated[bool, typer.Option(
         "--print-recipe", help="print the resolved recipe as JSON and exit")] = False,
 ) -> None:
@@ -142,7 +147,8 @@ def train(
     try:
         spec = TrialSpec(trial_id=trial_id, recipe=recipe,
                          corpus=CorpusSpec(source=corpus, max_bytes=corpus_max_bytes),
-                         out_dir=str(out_dir.resolve()), device=device)
+                         out_dir=str(out_dir.resolve()), device=device, threads=threads,
+                         compile=compile_model)
     except ValidationError as error:
         fail(f"invalid trial settings:\n{error}")
     console.print(f"training {recipe.param_count():,} parameters for {recipe.steps} steps "
@@ -324,7 +330,8 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
             "target", "preset", "budget", "iterations", "hours", "until", "promote",
             "max_consecutive_failures", "stress_steps", "fidelity", "proposer", "sampler",
             "seed", "llm_base_url", "llm_model", "llm_share", "llm_structured_output",
-            "device", "memory_reserve_gib", "noise_seeds", "executor", "ray_address", "parallel", "db")},
+            "device", "memory_reserve_gib", "noise_seeds", "executor", "ray_address", "parallel",
+            "threads", "compile_stress", "db")},
         "corpus": given_corpus(options["corpus"], options["corpus_max_bytes"]),
         "trial_timeout_s": options["trial_timeout"],
         "searchable": tuple(options["searchable"]) if options["searchable"] else None,
@@ -415,6 +422,12 @@ def run(
         help="Ray cluster: auto (the one 'ray start' set up here) or HOST:PORT "
         "(default: a new Ray instance on this machine)")] = None,
     parallel: Annotated[int | None, typer.Option(help="trials in flight at once (default 1)")] = None,
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads per trial (default: the cores divided among --parallel trials)")
+    ] = None,
+    compile_stress: Annotated[bool | None, typer.Option(
+        "--compile-stress", help="torch.compile stress runs (cache in ~/.cache/recipelab)")
+    ] = None,
     db: Annotated[str | None, typer.Option(
         help="trajectory database URL, e.g. postgresql+psycopg://user@host/db "
         "(default: SQLite in the campaign directory)")] = None,

@@ -370,7 +370,9 @@ class Campaign:
         spec = TrialSpec(trial_id=record.trial_id, kind=record.kind,
                          recipe=recipe, corpus=self.settings.corpus, out_dir=str(out_dir),
                          device=self.settings.device, log_every=log_every,
-                         checkpoint_every=checkpoint_every)
+                         checkpoint_every=checkpoint_every,
+                         threads=self.settings.trial_threads(),
+                         compile=self.settings.trial_compile(record.kind))
         record.artifacts = {**record.artifacts, "dir": str(out_dir.relative_to(self.directory))}
         record.started_at = utc_now()
         record.status = "running"

@@ -8,6 +8,7 @@ proposer, promotion) may.
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime, time, timedelta
 from pathlib import Path
@@ -63,6 +64,10 @@ class CampaignSettings(StrictModel):
     noise_seeds: int = Field(default=3, ge=1, le=20)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     parallel: int = Field(default=1, ge=1, le=1024)  # trials in flight at once
+    # CPU threads per trial; None: the cores shared out among the trials in flight
+    threads: int | None = Field(default=None, ge=1, le=1024)
+    # torch.compile stress runs: they run long enough to win back the compile time
+    compile_stress: bool = False
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None  # None: a local Ray instance; "auto": the running cluster
     db: str | None = None  # None: SQLite in the campaign directory; else a SQLAlchemy URL
@@ -80,6 +85,19 @@ class CampaignSettings(StrictModel):
     def baseline(self) -> Recipe:
         """The unedited proxy recipe: the campaign's first trial and every edit's reference."""
         return proxy_recipe(self.preset, self.target, self.budget).apply({"seed": self.seed})
+
+    def trial_threads(self, cores: int | None = None) -> int | None:
+        """Threads each trial gets: ``threads`` if set; for local trials, this machine's
+        cores shared out among the ``parallel`` trials in flight (at least one each), since
+        trials that all use every core spin against each other; for Ray, the task's own."""
+        if self.threads is not None or self.executor == "ray":
+            return self.threads
+        return max(1, (cores or os.cpu_count() or 1) // self.parallel)
+
+    def trial_compile(self, kind: str) -> bool:
+        """Whether a trial of ``kind`` is compiled: stress runs when ``compile_stress`` is
+        set; never a 60-step proxy, which ends before compiling pays for itself."""
+        return self.compile_stress and kind == "stress"
 
     def deadline(self, started: datetime) -> datetime | None:
         """When launching must stop: ``--hours`` after start, or the next ``--until`` time."""

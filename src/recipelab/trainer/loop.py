@@ -29,13 +29,18 @@ from recipelab.trainer.device import (
     UnsupportedPrecision,
     autocast,
     check_precision,
+    configure_device,
+    configure_threads,
     is_out_of_memory,
     linear_factory,
+    maybe_compile,
+    optimizer_options,
     peak_memory_bytes,
     provenance,
     reset_peak_memory,
     resolve_device,
     synchronize,
+    to_device,
 )
 from recipelab.trainer.evaluate import bits_per_byte
 from recipelab.trainer.model import GPT
@@ -94,7 +99,8 @@ class Interval:
 
 
 def build_optimizer(model: nn.Module, recipe: Recipe, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not norms), fused kernels where available."""
+    """AdamW with weight decay on matrices only (not norms), in the implementation that is
+    fastest on ``device`` (:func:`~recipelab.trainer.device.optimizer_options`)."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
@@ -103,7 +109,7 @@ def build_optimizer(model: nn.Module, recipe: Recipe, device: torch.device) -> t
         [{"params": decay, "weight_decay": opt.weight_decay},
          {"params": no_decay, "weight_decay": 0.0}],
         lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
-        fused=device.type in ("cpu", "cuda"),
+        **optimizer_options(device),
     )
 
 
@@ -159,6 +165,7 @@ class TrialRunner:
         """Run the optimizer steps; returns the mean train loss of the last interval."""
         recipe, spec, progress = self.recipe, self.spec, self.progress
         optimizer = build_optimizer(model, recipe, device)
+        forward = maybe_compile(model, spec.compile)
         interval = Interval.zeros(device)
         start = self._restore(model, optimizer, interval)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -178,9 +185,9 @@ class TrialRunner:
             for micro in range(recipe.grad_accum):
                 x, y = sample_batch(data.train, recipe.batch_size, recipe.seq_len, recipe.seed,
                                     step * recipe.grad_accum + micro)
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                x, y = to_device(x, device), to_device(y, device)
                 with context():
-                    logits = model(x)
+                    logits = forward(x)
                 loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
                 (loss / recipe.grad_accum).backward()  # type: ignore[no-untyped-call]
                 interval.loss_sum += loss.detach() / recipe.grad_accum
@@ -210,8 +217,10 @@ class TrialRunner:
     def run(self) -> TrialResult:
         recipe, spec = self.recipe, self.spec
         begin = time.perf_counter()
+        configure_threads(spec.threads)
         torch.manual_seed(recipe.seed)
         device = resolve_device(spec.device)
+        configure_device(device)
         reset_peak_memory(device)
         check_precision(recipe.precision, device)
         data = load_dataset(spec.corpus, tokenizer=recipe.tokenizer,

@@ -59,6 +59,14 @@ class TrialSpec(StrictModel):
         description="first steps left out of tokens_per_s and step_ms (default: min(5, steps // 5))",
     )
     telemetry_interval_s: float = Field(default=DEFAULT_INTERVAL_S, gt=0.0)
+    threads: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="intra-op CPU threads of this trial (default: torch's, all cores)",
+    )
+    compile: bool = Field(
+        default=False,
+        description="torch.compile the model, with the compile cache under ~/.cache/recipelab",
+    )
 
     @property
     def result_path(self) -> Path:

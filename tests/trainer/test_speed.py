@@ -1,0 +1,168 @@
+"""Specification of the trainer's speed settings: threads per trial, the optimizer
+implementation per device, the CUDA-only fast paths and the optional torch.compile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from recipelab.agent.settings import CampaignSettings
+from recipelab.cli import app
+from recipelab.recipe import proxy_recipe
+from recipelab.trainer.device import (
+    compile_cache_dir,
+    configure_device,
+    configure_threads,
+    maybe_compile,
+    optimizer_options,
+    to_device,
+)
+from recipelab.trainer.loop import build_optimizer
+from recipelab.trainer.model import GPT, Block
+from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
+
+TINY = proxy_recipe("tiny")
+
+
+@pytest.fixture
+def restore_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_trial_runs_on_the_threads_its_spec_asks_for_whatever_the_environment_says(
+    tmp_path: Path, corpus: CorpusSpec, trainer_env: dict[str, str],
+) -> None:
+    spec = TrialSpec(trial_id="threads", recipe=TINY.apply({"steps": 2}), corpus=corpus,
+                     out_dir=str(tmp_path / "out"), device="cpu", threads=3)
+    path = tmp_path / "spec.json"
+    path.write_text(spec.model_dump_json())
+    done = subprocess.run([sys.executable, "-m", "recipelab.trainer", "--spec", str(path)],
+                          capture_output=True, text=True, env=trainer_env,  # OMP_NUM_THREADS=1
+                          timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    result = TrialResult.model_validate_json(spec.result_path.read_text())
+    assert result.status == "complete"
+    assert result.provenance is not None and result.provenance.threads == 3
+
+
+def test_train_threads_option_reaches_the_trainer_process(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    result = CliRunner().invoke(app, ["train", "--preset", "tiny", "--steps", "2",
+                                      "--threads", "3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "result.json").read_text())
+    assert record["provenance"]["threads"] == 3
+
+
+@pytest.mark.parametrize(("parallel", "cores", "expected"),
+                         [(1, 2, 2), (2, 2, 1), (3, 2, 1), (2, 8, 4), (1, 1, 1)])
+def test_local_trials_share_the_cores_among_the_trials_in_flight(
+    parallel: int, cores: int, expected: int,
+) -> None:
+    settings = CampaignSettings(name="t", iterations=1, parallel=parallel)
+    assert settings.trial_threads(cores) == expected
+
+
+def test_explicit_threads_win_and_ray_tasks_keep_their_own() -> None:
+    assert CampaignSettings(name="t", iterations=1, parallel=2, threads=3).trial_threads(2) == 3
+    ray = CampaignSettings(name="t", iterations=1, parallel=2, executor="ray")
+    assert ray.trial_threads(2) is None
+
+
+def test_only_stress_runs_are_compiled_and_only_when_asked() -> None:
+    asked = CampaignSettings(name="t", iterations=1, compile_stress=True)
+    assert asked.trial_compile("stress") and not asked.trial_compile("proxy")
+    assert not CampaignSettings(name="t", iterations=1).trial_compile("stress")
+
+
+def test_configure_threads_sets_torch_and_refuses_zero(restore_threads: None) -> None:
+    assert configure_threads(1) == 1 == torch.get_num_threads()
+    assert configure_threads(None) == 1, "None leaves the count as it is"
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        configure_threads(0)
+
+
+def test_adamw_is_fused_on_cuda_and_on_the_cpu() -> None:
+    assert optimizer_options(torch.device("cuda")) == {"fused": True}
+    assert optimizer_options(torch.device("cpu")) == {"fused": True}
+    assert optimizer_options(torch.device("meta")) == {}, "no fused kernel elsewhere"
+    optimizer = build_optimizer(GPT(TINY.shape, TINY.seq_len), TINY, torch.device("cpu"))
+    assert optimizer.defaults["fused"] is True
+
+
+def test_a_cpu_batch_is_used_as_it_is_without_a_copy() -> None:
+    batch = torch.zeros(2, 3, dtype=torch.long)
+    assert to_device(batch, torch.device("cpu")) is batch
+
+
+def test_tf32_is_enabled_for_cuda_devices_only() -> None:
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        configure_device(torch.device("cpu"))
+        assert torch.get_float32_matmul_precision() == "highest"
+        configure_device(torch.device("cuda"))  # sets flags only; needs no GPU
+        assert torch.get_float32_matmul_precision() == "high"
+        assert torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.set_float32_matmul_precision(before)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = False
+
+
+def test_compile_is_off_unless_asked_and_caches_under_recipelabs_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = GPT(TINY.shape, TINY.seq_len)
+    assert maybe_compile(model, False) is model
+    monkeypatch.setenv("RECIPELAB_CACHE", str(tmp_path))
+    assert compile_cache_dir() == tmp_path / "torch-compile"
+    assert TrialSpec(trial_id="x", recipe=TINY, out_dir=str(tmp_path)).compile is False
+
+
+def _textbook_rope(x: torch.Tensor) -> torch.Tensor:
+    """RoPE of (B, heads, T, hd) by its definition: channel i and i + hd/2 of position t
+    rotated by the angle t / 10000^(2i/hd)."""
+    T, hd = x.size(-2), x.size(-1)
+    inv_freq = 1.0 / 10_000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+    angles = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)
+    cos, sin = angles.cos(), angles.sin()
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_attention_rotating_queries_and_keys_in_one_pass_equals_the_textbook_layer(
+    qk_norm: bool,
+) -> None:
+    shape = TINY.shape.model_copy(update={"n_head": 4, "n_kv_head": 2, "qk_norm": qk_norm})
+    torch.manual_seed(0)
+    block = GPT(shape, 32).blocks[0]
+    assert isinstance(block, Block)
+    attn = block.attn
+    for norm in (attn.q_norm, attn.k_norm):
+        if norm is not None:
+            torch.nn.init.normal_(norm.get_parameter("weight"))  # not all ones, so a misplaced norm shows
+    x = torch.randn(2, 32, shape.d_model)
+    H, KV, hd = shape.n_head, shape.n_kv_head, shape.head_dim
+    q, k, v = attn.qkv(x).split([H * hd, KV * hd, KV * hd], dim=-1)
+    q = q.view(2, 32, H, hd).transpose(1, 2)
+    k = k.view(2, 32, KV, hd).transpose(1, 2)
+    v = v.view(2, 32, KV, hd).transpose(1, 2)
+    if attn.q_norm is not None and attn.k_norm is not None:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = _textbook_rope(q), _textbook_rope(k)
+    k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = attn.out(y.transpose(1, 2).reshape(2, 32, H * hd))
+    torch.testing.assert_close(attn(x), expected, rtol=1e-5, atol=1e-6)
