@@ -193,6 +193,7 @@ def hostile_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSpe
     """
     server = FakeOpenAI().start()
     server.script(
+        good({"optimizer.lr": 0.003}, hypothesis=HOSTILE),  # the preflight's one proposal
         good({"optimizer.lr": 0.004}, hypothesis=HOSTILE),
         text(json.dumps({"edit": {"schedule.kind": "../../outside",
                                   "optimizer.lr": "__import__('os')"}, "hypothesis": HOSTILE})),

@@ -33,7 +33,7 @@ def proxy(trial_id: str, status: str = "complete", **metrics: Any) -> TrialRecor
                        metrics=metrics)
 
 
-def test_measured_times_separate_the_fixed_part_from_the_per_step_part() -> None:
+def test_measured_times_separate_the_fixed_part_from_the_per_step_part_at_the_high_end() -> None:
     records = [proxy("p0", wall_s=10.0, train_s=6.0, steps_done=60, steps=60),
                proxy("p1", wall_s=12.0, train_s=6.0, steps_done=60, steps=60),
                proxy("p2", wall_s=14.0, train_s=12.0, steps_done=60, steps=60),
@@ -42,8 +42,18 @@ def test_measured_times_separate_the_fixed_part_from_the_per_step_part() -> None
 
     times = measured_times(records)
 
-    assert times == TrialTimes(fixed_s=4.0, per_step_s=0.1)
-    assert times.seconds(1000) == pytest.approx(104.0)  # not 1000/60 whole proxy trials (200 s)
+    # the slowest trial's parts: a large-batch candidate or finalist costs that much
+    assert times == TrialTimes(fixed_s=6.0, per_step_s=0.2)
+    assert times.seconds(1000) == pytest.approx(206.0)  # not 1000/60 of the slowest trial (233 s)
+
+
+def test_one_slow_outlier_among_many_does_not_set_the_plan() -> None:
+    records = [proxy(f"p{i}", wall_s=11.0, train_s=6.0, steps_done=60) for i in range(10)]
+    records.append(proxy("slow", wall_s=125.0, train_s=120.0, steps_done=60))
+
+    times = measured_times(records)
+
+    assert times is not None and times.per_step_s < 0.5
 
 
 def test_only_failed_trials_scale_their_whole_wall_time_and_nothing_measured_is_none() -> None:

@@ -13,6 +13,7 @@ import pytest
 from matplotlib.image import imread
 from typer.testing import CliRunner
 
+from recipelab.agent.seeds import is_extra_seed
 from recipelab.cli import app
 from recipelab.recipe import get_target
 from recipelab.report import ReportContext, write_report
@@ -69,7 +70,7 @@ def test_the_report_of_a_finished_campaign_has_every_section(finished_campaign: 
     assert "within noise" in text  # the noise floor marks gains the seeds could explain
     assert "| s0000 | p0" in text and "stable" in text
     assert "over 3 trials" in text  # two finalists and one mid-ranked trial were stress-run
-    assert "Chinchilla-optimal budget: 20 tokens per parameter = 116,782,080 tokens" in text
+    assert "Chinchilla-optimal budget: 20 tokens per parameter = 117,396,480 tokens" in text
     assert "GPU-hours" in text and "L(t) = " in text
     assert "shape.activation is 'gelu'" in text  # the rejection, by its reason
 
@@ -147,7 +148,7 @@ def test_recipelab_report_refuses_impossible_rates_and_names_them(
 def test_the_fidelity_option_stress_runs_a_mid_ranked_trial(finished_campaign: Path) -> None:
     records = records_of(finished_campaign)
     ranked = sorted((r for r in records if r.kind == "proxy" and r.status == "complete"
-                     and r.proposer != "seed-rerun" and r.val_bpb is not None),
+                     and not is_extra_seed(r) and r.val_bpb is not None),
                     key=lambda r: (r.val_bpb, r.trial_id))
     stressed = {r.parent for r in records if r.kind == "stress"}
     assert len(stressed) == 3

@@ -76,20 +76,21 @@ interrupted may itself be what brings the orchestrator down."""
 POLL_INTERVAL_S = 0.02
 ERROR_TEXT_LIMIT = 500
 
-FAILURE_HINTS = {
-    "oom": "the trials run out of memory: lower batch_size or seq_len (or the preset's "
-           "--budget), lower --memory-reserve-gib, or free memory on the device",
-    "timeout": "the trials run past --trial-timeout (now {timeout:g} s): raise it, or use a "
-               "smaller --preset",
-    "crash": "the trainer crashes: read {log} for the traceback",
-    "disk_full": "the disk is full: free space where the campaign directory and the corpus "
-                 "cache live, then run the same command again",
-    "nan": "the losses become NaN: lower the learning rates (optimizer.lr) or raise the "
-           "warmup; check the baseline trains with 'recipelab train --preset {preset}'",
-    "diverged": "the losses diverge: lower the learning rates (optimizer.lr) or raise the "
-                "warmup; check the baseline trains with 'recipelab train --preset {preset}'",
-}
-"""What to do when every recent trial fails with the same reason, by reason."""
+def failure_hint(reason: str, *, timeout_s: float, log: str, preset: str) -> str:
+    """What to do when every recent trial fails with the same ``reason``."""
+    diverging = ("lower the learning rates (optimizer.lr) or raise the warmup; check the "
+                 f"baseline trains with 'recipelab train --preset {preset}'")
+    hints = {
+        "oom": "the trials run out of memory: lower batch_size or seq_len (or the preset's "
+               "--budget), lower --memory-reserve-gib, or free memory on the device",
+        "timeout": f"the trials run past --trial-timeout (now {timeout_s:g} s): raise it, or use "
+                   "a smaller --preset",
+        "disk_full": "the disk is full: free space where the campaign directory and the corpus "
+                     "cache live, then run the same command again",
+        "nan": f"the losses become NaN: {diverging}",
+        "diverged": f"the losses diverge: {diverging}",
+    }
+    return hints.get(reason, f"the trainer crashes: read {log} for the traceback")
 
 
 @dataclass
@@ -517,8 +518,8 @@ class Campaign:
         if len(self._failure_run) >= limit and self.failing is None:
             self.failing = record.reason or "crash"
             log = record.artifacts.get("dir", f"{TRIALS_DIR}/{record.trial_id}") + "/trial.log"
-            hint = FAILURE_HINTS.get(self.failing, FAILURE_HINTS["crash"]).format(
-                timeout=self.settings.trial_timeout_s, log=log, preset=self.settings.preset)
+            hint = failure_hint(self.failing, timeout_s=self.settings.trial_timeout_s, log=log,
+                                preset=self.settings.preset)
             self.log.error("too_many_failures", trial_id=record.trial_id, count=limit,
                            reason=self.failing, message=record.message, hint=hint,
                            trials=[r.trial_id for r in self._failure_run[-limit:]])

@@ -48,8 +48,19 @@ class TrialTimes:
         return self.fixed_s + self.per_step_s * steps
 
 
+def upper(values: Sequence[float]) -> float:
+    """A high but robust value: the 90th percentile of ten or more, else the largest.
+
+    A window is planned on what trials may cost, not on what they usually cost: a candidate
+    with four times the baseline's batch takes four times as long per step, and a stress run
+    of a large-batch finalist likewise. One slow outlier among many does not inflate it.
+    """
+    return statistics.quantiles(values, n=10, method="inclusive")[-1] if len(values) >= 10 else max(values)
+
+
 def measured_times(records: Sequence[TrialRecord]) -> TrialTimes | None:
-    """The median costs of the trained proxy trials, or None before any is measured.
+    """What the trained proxy trials cost, at the high end (see :func:`upper`), or None
+    before any is measured.
 
     Complete trials report ``train_s`` and ``steps_done``, which separate the per-step time
     from the rest; failed ones (a timeout) only a wall time, which then scales as a whole.
@@ -60,10 +71,10 @@ def measured_times(records: Sequence[TrialRecord]) -> TrialTimes | None:
              for r in trained if (m := r.metrics).get("train_s") is not None
              and m.get("steps_done")]
     if split:
-        return TrialTimes(fixed_s=statistics.median(max(0.0, w - t) for w, t, _ in split),
-                          per_step_s=statistics.median(t / n for _, t, n in split))
+        return TrialTimes(fixed_s=upper([max(0.0, w - t) for w, t, _ in split]),
+                          per_step_s=upper([t / n for _, t, n in split]))
     if trained:
-        per_trial = statistics.median(float(r.metrics["wall_s"]) for r in trained)
+        per_trial = upper([float(r.metrics["wall_s"]) for r in trained])
         steps = statistics.median(int(r.metrics.get("steps") or 1) for r in trained)
         return TrialTimes(fixed_s=0.0, per_step_s=per_trial / max(1.0, steps))
     return None
