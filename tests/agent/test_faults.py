@@ -158,5 +158,7 @@ def test_a_campaign_directory_on_a_full_disk_is_refused_before_any_trial(tmp_pat
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))
 
     assert child.returncode == 2, child.stderr
-    assert "campaigns/full" in child.stderr and "free some space" in child.stderr.lower()
-    assert not list((tmp_path / "campaigns" / "full").glob("trials/*"))
+    assert "cannot write in campaign directory campaigns/full" in child.stderr
+    assert "free some space on the disk holding campaigns/full" in child.stderr
+    assert "(disk" in child.stderr  # the preflight's summary line names the failed check
+    assert not (tmp_path / "campaigns").exists()

@@ -32,7 +32,7 @@ from recipelab.agent.preflight import (
 from recipelab.agent.settings import CampaignSettings
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.trainer.spec import CorpusSpec
-from tests.proposer.fake_openai import FakeOpenAI, text
+from tests.proposer.fake_openai import FakeOpenAI, Reply, text
 
 GIB = 2**30
 
@@ -178,29 +178,25 @@ def test_an_llm_endpoint_that_is_down_is_a_warning_in_seconds() -> None:
     assert "classical-only" in result.what and "nothing answers" in result.what
 
 
-def test_an_llm_endpoint_that_answers_one_valid_proposal_is_ok() -> None:
+@pytest.mark.parametrize(("reply", "status", "said"), [
+    (None, "ok", "schema-valid proposal"),
+    (text("I cannot help with recipes."), "warning", "classical-only"),
+])
+def test_an_llm_endpoint_is_ok_when_it_answers_one_valid_proposal_and_a_warning_otherwise(
+        reply: Reply | None, status: str, said: str) -> None:
     server = FakeOpenAI().start()  # a real HTTP server speaking the OpenAI API
+    if reply is not None:
+        server.default = reply
     try:
         settings = CampaignSettings(name="c", preset="tiny", iterations=1,
                                     llm_base_url=server.base_url)
         result = check_llm(settings, settings.baseline())
     finally:
         server.stop()
-    assert result is not None and result.status == "ok", result
-    assert "schema-valid proposal" in result.what and len(server.chat_requests()) == 1
-
-
-def test_an_llm_that_only_replies_nonsense_is_a_warning() -> None:
-    server = FakeOpenAI().start()
-    server.default = text("I cannot help with recipes.")
-    try:
-        settings = CampaignSettings(name="c", preset="tiny", iterations=1,
-                                    llm_base_url=server.base_url)
-        result = check_llm(settings, settings.baseline())
-    finally:
-        server.stop()
-    assert result is not None and result.status == "warning", result
-    assert "classical-only" in result.what
+    assert result is not None and result.status == status, result
+    assert said in result.what
+    if reply is None:
+        assert len(server.chat_requests()) == 1  # one proposal asked for, no conversation
 
 
 def test_no_llm_configured_means_no_llm_check(monkeypatch: pytest.MonkeyPatch) -> None:
