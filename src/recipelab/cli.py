@@ -181,7 +181,7 @@ def envelope(
 ) -> None:
     """Sweep batch x sequence x precision: throughput, step time, peak memory, plateau, and
     the fitted memory line the guardrail then uses."""
-    from recipelab.agent import envelope as env
+    from recipelab import envelope as env
     from recipelab.agent.events import campaign_logger
     from recipelab.agent.executor import LocalExecutor
     from recipelab.guardrails import detect_device

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from recipelab.agent.envelope import EnvelopePoint, SweepAxes, run_points
 from recipelab.agent.executor import LocalExecutor
+from recipelab.envelope import EnvelopePoint, SweepAxes, run_points
 from recipelab.guardrails import DeviceInfo, check_memory, detect_device
 from recipelab.guardrails.memory import analytic_peak_bytes
 from recipelab.guardrails.memory_fit import (
