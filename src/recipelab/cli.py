@@ -26,6 +26,7 @@ from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, p
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory import StoreError, TrajectoryStore
 from recipelab.trajectory.record import TrialRecord
+from recipelab.units import MIB
 
 if TYPE_CHECKING:
     from recipelab.agent.preflight import CheckResult, Preflight
@@ -90,7 +91,7 @@ def summarize(result: TrialResult, out_dir: Path) -> Table:
     if result.step_ms is not None:
         rows.append(("step", f"{result.step_ms:.1f} ms"))
     if result.peak_memory_bytes is not None:
-        rows.append(("peak memory", f"{result.peak_memory_bytes / 2**20:,.0f} MiB"))
+        rows.append(("peak memory", f"{result.peak_memory_bytes / MIB:,.0f} MiB"))
     if result.params is not None:
         rows.append(("parameters", f"{result.params:,}"))
     if result.train_s is not None and result.setup_s is not None and result.eval_s is not None:

@@ -59,14 +59,13 @@ from recipelab.agent.window import (
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, Verdict, judge
 from recipelab.guardrails.hardware import resolve_device
 from recipelab.proposer import ClassicalProposer, Observation, Proposal, Proposer, default_space
-from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
+from recipelab.recipe import BASELINE_PROPOSER, PROXY_PRESETS, Recipe, get_target
 from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.noise import NoiseFloor, noise_floor
 from recipelab.trajectory.record import TrialRecord, utc_now
 
-BASELINE_PROPOSER = "baseline"
 TRIALS_DIR = "trials"
 PROXY_LOG_EVERY = 10
 STRESS_ATTEMPTS = 5

@@ -47,6 +47,7 @@ from recipelab.fsutil import is_disk_full
 from recipelab.guardrails.base import DeviceInfo, gib
 from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, get_target
 from recipelab.trajectory.store import TrajectoryStore
+from recipelab.units import GIB, MIB
 
 Status = Literal["ok", "warning", "error"]
 
@@ -315,7 +316,7 @@ def check_guardrails(settings: CampaignSettings, baseline: Recipe,
         target=get_target(settings.target or preset.default_target), baseline=baseline,
         device=device, param_budget=settings.budget or preset.budget,
         searchable=frozenset(settings.searchable),
-        memory_reserve_bytes=int(settings.memory_reserve_gib * 2**30),
+        memory_reserve_bytes=int(settings.memory_reserve_gib * GIB),
         timeout_s=settings.trial_timeout_s)
     verdict = judge(baseline, context, checks=[c for c in CHECKS if c not in settings.skip_checks])
     if verdict.accepted:
@@ -335,14 +336,14 @@ def check_memory(settings: CampaignSettings, baseline: Recipe, device: DeviceInf
     from recipelab.guardrails.memory import predict_with_model
 
     predicted, model = predict_with_model(baseline, device)
-    reserve = int(settings.memory_reserve_gib * 2**30)
+    reserve = int(settings.memory_reserve_gib * GIB)
     unified = is_unified_memory(device, psutil.virtual_memory().total)
     what = (f"baseline peak predicted {gib(predicted)} by {model}; {gib(device.memory_bytes)} on "
             f"{device.name}, {gib(reserve)} of it kept free for an LLM server")
     if unified:
         what += (f" (unified memory: the default reserve is {UNIFIED_MEMORY_RESERVE_GIB:g} GiB, "
                  "an 8B model in bf16 with 32k tokens of KV cache)")
-        if reserve < UNIFIED_MEMORY_RESERVE_GIB * 2**30 and llm_configured(settings):
+        if reserve < UNIFIED_MEMORY_RESERVE_GIB * GIB and llm_configured(settings):
             return CheckResult(
                 "memory", "warning", what,
                 "raise --memory-reserve-gib to what the LLM server takes, or trials may push "
@@ -354,7 +355,7 @@ def check_memory(settings: CampaignSettings, baseline: Recipe, device: DeviceInf
 
 def size(n_bytes: float) -> str:
     """A byte count for the table: MiB below a GiB, GiB above."""
-    return f"{n_bytes / 2**20:,.1f} MiB" if n_bytes < 2**30 else gib(n_bytes)
+    return f"{n_bytes / MIB:,.1f} MiB" if n_bytes < GIB else gib(n_bytes)
 
 
 def _existing_ancestor(path: Path) -> Path:

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipelab.proposer import Proposal
-from recipelab.recipe import Recipe
+from recipelab.recipe import BASELINE_PROPOSER, Recipe
 from recipelab.trajectory.noise import (
-    BASELINE_PROPOSER,
     SEED_RERUN_PROPOSER,
     NoiseFloor,
     seed_family,

@@ -12,8 +12,8 @@ from recipelab.agent.events import EVENTS_FILE, read_events
 from recipelab.agent.seeds import Winner, name_winner, rank_finalists, search_trials
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import split_text
+from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.trajectory.noise import (
-    BASELINE_PROPOSER,
     SEED_RERUN_PROPOSER,
     NoiseFloor,
     noise_floor,

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from recipelab.recipe import Recipe, Target
-
-GIB = 1024**3
+from recipelab.units import GIB
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from recipelab.guardrails.base import DeviceInfo, GuardContext, Measurement, gib
 from recipelab.guardrails.memory_fit import MemoryModelError, fitted_line, micro_batch_tokens
 from recipelab.recipe import Recipe, Shape
+from recipelab.units import MIB
 
-MIB = 1024**2
 PROCESS_OVERHEAD_BYTES = {"cpu": 400 * MIB, "cuda": 500 * MIB}
 STATE_BYTES_PER_PARAM = 16
 CAST_BYTES_PER_PARAM = 2

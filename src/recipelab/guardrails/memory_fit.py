@@ -32,12 +32,12 @@ from pydantic import Field, ValidationError
 from recipelab.fsutil import atomic_write_text
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.recipe import Recipe, StrictModel
+from recipelab.units import KIB, MIB
 
 MEMORY_MODEL_FILE = "memory-model.json"
 MAX_POINTS = 256
 """Points kept per fit, the most recent: enough for any sweep plus a few campaigns."""
 
-KIB, MIB = 1024, 1024**2
 
 
 class MemoryModelError(Exception):

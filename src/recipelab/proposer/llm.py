@@ -65,7 +65,6 @@ from tenacity import (
 
 from recipelab.proposer.base import Observation, Proposal, Proposer
 from recipelab.proposer.prompt import (
-    BASELINE_PROPOSER,
     HYPOTHESIS_CHARS,
     PROMPT_BUDGET_CHARS,
     Message,
@@ -74,7 +73,7 @@ from recipelab.proposer.prompt import (
     clip,
 )
 from recipelab.proposer.space import Knob, SearchSpace
-from recipelab.recipe import Recipe
+from recipelab.recipe import BASELINE_PROPOSER, Recipe
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", "nvext", "prompt"]
 Mode = Literal["json_schema", "json_object", "guided_json", "nvext", "prompt"]

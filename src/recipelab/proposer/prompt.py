@@ -18,7 +18,7 @@ from typing import Any
 
 from recipelab.proposer.base import Observation
 from recipelab.proposer.space import SearchSpace
-from recipelab.recipe import Recipe
+from recipelab.recipe import BASELINE_PROPOSER, Recipe
 
 PROMPT_BUDGET_CHARS = 12_000
 BEST_SHOWN = 5
@@ -32,10 +32,6 @@ TARGET_CHARS = 400
 CALIBRATION_CHARS = 1_500
 HYPOTHESIS_CHARS = 200
 ELLIPSIS = "…"
-
-# The agent's name for the baseline trial's proposer; the proposer package cannot import
-# the agent (it sits to the agent's right), so the name is repeated here.
-BASELINE_PROPOSER = "baseline"
 
 Message = dict[str, str]
 

@@ -20,9 +20,9 @@ from recipelab.report.recommend import recommend
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
 from recipelab.trajectory.noise import NoiseFloor, noise_floor
 from recipelab.trajectory.record import TrialRecord
+from recipelab.units import MIB
 
 TOP_N = 10
-MIB = 2**20
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
