@@ -504,7 +504,7 @@ class Campaign:
     def _note_outcome(self, record: TrialRecord) -> None:
         """Count a finished proxy trial towards a run of failures with the same reason; at
         ``max_consecutive_failures`` stop launching: the campaign would only repeat them."""
-        if record.kind != "proxy" or record.status not in ("complete", "failed"):
+        if record.kind != "proxy" or not record.trained:
             return
         if record.status == "complete":
             self._failure_run = []
@@ -540,7 +540,7 @@ class Campaign:
 
     def _stress(self, finalist: TrialRecord, deadline: datetime | None) -> None:
         stress = [r for r in self._records("stress") if r.parent == finalist.trial_id]
-        if any(r.status in ("complete", "failed") for r in stress):
+        if any(r.trained for r in stress):
             return
         interrupted = [r for r in stress if r.status == "interrupted"]
         if len(interrupted) >= STRESS_ATTEMPTS:
@@ -723,7 +723,7 @@ class Campaign:
         return CampaignSummary(
             proxy_trials=len(search_trials(proxies)),
             rejected=sum(r.status == "rejected" for r in proxies),
-            stress_runs=sum(r.status in ("complete", "failed") for r in self._records("stress")),
+            stress_runs=sum(r.trained for r in self._records("stress")),
             best=min(complete, key=lambda r: r.val_bpb or 0.0) if complete else None,
             stopped_early=stopped_early, noise=self._noise(),
             winner=name_winner(self.finalists(), proxies, self._noise()), failing=self.failing)

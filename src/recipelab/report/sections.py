@@ -42,7 +42,7 @@ def _stress_of(records: Sequence[TrialRecord]) -> dict[str, TrialRecord]:
     """Each proxy trial's latest terminal stress run."""
     found: dict[str, TrialRecord] = {}
     for record in records:
-        if record.kind == "stress" and record.parent and record.status in ("complete", "failed"):
+        if record.kind == "stress" and record.parent and record.trained:
             found[record.parent] = record
     return found
 
@@ -154,7 +154,7 @@ def reasons(records: Sequence[TrialRecord]) -> list[Section]:
 
 
 def resources(records: Sequence[TrialRecord]) -> Section:
-    trained = [r for r in records if r.status in ("complete", "failed")
+    trained = [r for r in records if r.trained
                and (r.metrics.get("tokens_per_s") is not None or r.metrics.get("peak_memory_bytes"))]
     if not trained:
         return Section("Throughput and peak memory", (Paragraph("No trial has reported figures yet."),))
@@ -186,7 +186,7 @@ def _energy_source(telemetry: dict[str, object]) -> str:
 
 
 def energy(records: Sequence[TrialRecord]) -> Section:
-    trained = [r for r in records if r.status in ("complete", "failed")]
+    trained = [r for r in records if r.trained]
     measured = [r for r in trained if isinstance(_telemetry(r).get("energy_j"), (int, float))]
     if not measured:
         return Section("Energy", (Paragraph(
