@@ -23,6 +23,7 @@ from recipelab.agent.settings import CampaignSettings, SettingsError, default_ca
 from recipelab.agent.status import campaign_status, latest_window
 from recipelab.fsutil import is_disk_full
 from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
+from recipelab.text import edit_text
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory import StoreError, TrajectoryStore
 from recipelab.trajectory.record import TrialRecord
@@ -571,10 +572,6 @@ def read_campaign(campaign: str) -> tuple[CampaignSettings, list[TrialRecord]]:
     return settings, records
 
 
-def edit_text(edit: dict[str, Any]) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in edit.items()) or "(baseline)"
-
-
 @app.command()
 def status(campaign: Annotated[str, typer.Argument(help="campaign name or directory")] = "default"
            ) -> None:
@@ -594,7 +591,7 @@ def status(campaign: Annotated[str, typer.Argument(help="campaign name or direct
         table.add_column(column)
     for row in view.best:
         table.add_row(row.trial_id, f"{row.val_bpb:.4f}", view.marks.get(row.trial_id, ""),
-                      row.proposer, edit_text(row.edit),
+                      row.proposer, edit_text(row.edit, short_names=True),
                       view.stress_verdicts.get(row.trial_id, ""))
     console.print(table)
 

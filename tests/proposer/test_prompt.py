@@ -14,9 +14,9 @@ from recipelab.proposer.prompt import (
     REJECTIONS_SHOWN,
     best_complete,
     build_messages,
-    clip,
 )
 from recipelab.recipe import BASELINE_PROPOSER, proxy_recipe
+from recipelab.text import clip
 from tests.proposer.conformance import synthetic_history
 
 BASELINE = proxy_recipe("tiny")

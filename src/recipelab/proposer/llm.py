@@ -70,10 +70,10 @@ from recipelab.proposer.prompt import (
     Message,
     best_complete,
     build_messages,
-    clip,
 )
 from recipelab.proposer.space import Knob, SearchSpace
 from recipelab.recipe import BASELINE_PROPOSER, Recipe
+from recipelab.text import clip
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", "nvext", "prompt"]
 Mode = Literal["json_schema", "json_object", "guided_json", "nvext", "prompt"]
