@@ -34,7 +34,7 @@ from recipelab.envelope import (
 )
 from recipelab.guardrails import detect_device
 from recipelab.guardrails.memory import analytic_peak_bytes
-from recipelab.guardrails.memory_fit import fitted_line
+from recipelab.guardrails.memory_fit import fitted_line, load_memory_model
 from recipelab.recipe import get_target, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 from tests.agent.conftest import run_cli
@@ -108,7 +108,7 @@ def test_recipelab_envelope_prints_the_table_writes_the_plot_and_saves_the_memor
     assert "throughput envelope" in output and "tokens/s" in output
     assert "fp32: peak memory = " in output and "KiB per token" in output
     assert (out / PLOT_PNG).read_bytes().startswith(PNG_SIGNATURE)
-    assert fitted_line(TINY, detect_device(), model) is not None
+    assert fitted_line(load_memory_model(model), TINY, detect_device()) is not None
 
 
 def test_bad_sweep_axes_are_refused_with_what_to_type_instead(

@@ -58,6 +58,7 @@ from recipelab.agent.window import (
 )
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, Verdict, judge
 from recipelab.guardrails.hardware import resolve_device
+from recipelab.guardrails.memory_fit import memory_model_path, read_for_guardrail
 from recipelab.proposer import ClassicalProposer, Observation, Proposal, Proposer, default_space
 from recipelab.recipe import BASELINE_PROPOSER, PROXY_PRESETS, Recipe, get_target
 from recipelab.report import CloudRates, ReportContext, write_report
@@ -157,6 +158,8 @@ class Campaign:
                                                    self.target, self.priors.summary,
                                                    self.priors.observations)
         self.device = device or self._resolve_device(settings)
+        self.memory_model_path = memory_model_path()  # read once here, then after each peak learnt
+        self.memory_model, self.memory_model_problem = read_for_guardrail(self.memory_model_path)
         self.console = console or Console(stderr=True)
         self.progress = CampaignProgress(self.console, settings.iterations)
         self.stops = StopRequests()
@@ -238,7 +241,8 @@ class Campaign:
             target=self.target, baseline=self.baseline, device=self.device,
             param_budget=self.param_budget, searchable=frozenset(self.settings.searchable),
             seen=frozenset(seen), memory_reserve_bytes=int(self.settings.memory_reserve_gib * 2**30),
-            timeout_s=self.settings.trial_timeout_s, measurements=measurements)
+            timeout_s=self.settings.trial_timeout_s, measurements=measurements,
+            memory_model=self.memory_model, memory_model_problem=self.memory_model_problem)
 
     # -- budget ----------------------------------------------------------------------------
 
@@ -433,7 +437,8 @@ class Campaign:
         final = record.model_copy(update={**fields, "finished_at": utc_now()})
         final = TrialRecord.model_validate(final.model_dump())
         self._write(final)
-        learn_peak(final, self.device, self.log)
+        if (learnt := learn_peak(final, self.device, self.log, self.memory_model_path)) is not None:
+            self.memory_model, self.memory_model_problem = learnt, None
         self._show(current=self._running())
         self.log.info("trial_finished", trial_id=final.trial_id, kind=final.kind,
                       status=final.status, reason=final.reason, val_bpb=final.val_bpb,
