@@ -81,7 +81,7 @@ def quiet() -> Console:
 def records(directory: Path, name: str) -> list[tuple[int, float | None, str]]:
     with TrajectoryStore(directory, name, readonly=True) as store:
         return [(r.iteration, r.val_bpb, r.status) for r in store.records()
-                if r.kind == "proxy" and r.status in ("complete", "failed")]
+                if r.kind == "proxy" and r.trained]
 
 
 def run_until(directory: Path, config: CampaignSettings, mark: float,

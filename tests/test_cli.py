@@ -219,3 +219,26 @@ def test_check_takes_the_options_of_run_with_their_help() -> None:
     for text in ("--dir", "campaign directory", "--corpus-max-bytes", "--llm-base-url"):
         assert text in result.output
     assert "--skip-preflight" not in result.output
+
+
+SHOW_IMPORTS = """
+import sys
+from recipelab.cli import main
+try:
+    main()
+finally:
+    heavy = sorted(m for m in ("torch", "optuna", "matplotlib") if m in sys.modules)
+    print("imported:" + ",".join(heavy), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("command", ["status", "logs"])
+def test_status_and_logs_import_neither_torch_nor_optuna_nor_matplotlib(
+        finished_campaign: Path, command: str) -> None:
+    """Checking on a campaign from another terminal is instant: neither command pays for
+    torch (seconds to import) nor the proposers' Optuna nor matplotlib."""
+    done = subprocess.run([sys.executable, "-c", SHOW_IMPORTS, command, str(finished_campaign)],
+                          text=True, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "p0000" in done.stdout
+    assert done.stderr.splitlines()[-1] == "imported:", done.stderr

@@ -7,7 +7,7 @@ import io
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -17,28 +17,23 @@ from rich.table import Table
 from rich.text import Text
 
 from recipelab.agent import settings as settings_store
-from recipelab.agent.campaign import Campaign
 from recipelab.agent.events import EVENTS_FILE, read_events, render_event
-from recipelab.agent.executor import LocalExecutor
-from recipelab.agent.executor_ray import RayUnavailable
 from recipelab.agent.lock import CampaignLock, CampaignLocked
-from recipelab.agent.preflight import (
-    CheckResult,
-    InputError,
-    Preflight,
-    absolute_corpus,
-    check_input,
-    corpus_bytes_needed,
-    default_memory_reserve_gib,
-    run_preflight,
-)
 from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
 from recipelab.agent.status import campaign_status, latest_window
 from recipelab.fsutil import is_disk_full
 from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
+from recipelab.text import edit_text
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory import StoreError, TrajectoryStore
 from recipelab.trajectory.record import TrialRecord
+from recipelab.units import MIB
+
+if TYPE_CHECKING:
+    from recipelab.agent.preflight import CheckResult, Preflight
+
+# The campaign, its preflight and the executors import torch (and the proposers Optuna), so
+# the commands that need them import them; ``status`` and ``logs`` never do.
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="An autonomous recipe lab for pretraining campaigns.")
@@ -97,7 +92,7 @@ def summarize(result: TrialResult, out_dir: Path) -> Table:
     if result.step_ms is not None:
         rows.append(("step", f"{result.step_ms:.1f} ms"))
     if result.peak_memory_bytes is not None:
-        rows.append(("peak memory", f"{result.peak_memory_bytes / 2**20:,.0f} MiB"))
+        rows.append(("peak memory", f"{result.peak_memory_bytes / MIB:,.0f} MiB"))
     if result.params is not None:
         rows.append(("parameters", f"{result.params:,}"))
     if result.train_s is not None and result.setup_s is not None and result.eval_s is not None:
@@ -138,6 +133,8 @@ def train(
         "--print-recipe", help="print the resolved recipe as JSON and exit")] = False,
 ) -> None:
     """Train one recipe in a subprocess and print val_bpb, throughput and peak memory."""
+    from recipelab.agent.executor import LocalExecutor
+
     recipe = resolve_recipe(preset, recipe_file, target, budget, steps, seed)
     if print_recipe:
         console.print_json(recipe.model_dump_json())
@@ -186,8 +183,9 @@ def envelope(
 ) -> None:
     """Sweep batch x sequence x precision: throughput, step time, peak memory, plateau, and
     the fitted memory line the guardrail then uses."""
-    from recipelab.agent import envelope as env
+    from recipelab import envelope as env
     from recipelab.agent.events import campaign_logger
+    from recipelab.agent.executor import LocalExecutor
     from recipelab.guardrails import detect_device
     from recipelab.recipe import get_target
 
@@ -271,6 +269,12 @@ def given_corpus(corpus: str | None, max_bytes: int | None) -> dict[str, Any] | 
 def new_campaign_defaults(settings: CampaignSettings, given: dict[str, Any]) -> CampaignSettings:
     """Defaults a new campaign decides from its plan and this machine: the corpus read only as
     far as its longest run needs, and memory kept free for an LLM server on unified memory."""
+    from recipelab.agent.preflight import (
+        absolute_corpus,
+        corpus_bytes_needed,
+        default_memory_reserve_gib,
+    )
+
     settings = absolute_corpus(settings, cap=corpus_bytes_needed(settings))
     if "memory_reserve_gib" not in given:
         from recipelab.guardrails import detect_device
@@ -317,6 +321,8 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
     """``run`` and ``check``: validate what was typed, resolve the settings, run the
     preflight, then (for ``run``) the campaign. Nothing is written before the input is valid
     and the preflight passed."""
+    from recipelab.agent.preflight import InputError, Preflight, check_input, run_preflight
+
     try:
         check_input(preset=options["preset"], target=options["target"], until=options["until"],
                     llm_base_url=options["llm_base_url"])
@@ -506,6 +512,9 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
     """Run the campaign. ``settings`` are saved; the preflight's settings for tonight (a
     classical proposer when the LLM is down) are what runs, so the next resume tries the
     LLM again."""
+    from recipelab.agent.campaign import Campaign
+    from recipelab.agent.executor_ray import RayUnavailable
+
     tonight = preflight.settings if preflight and preflight.settings else settings
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -563,10 +572,6 @@ def read_campaign(campaign: str) -> tuple[CampaignSettings, list[TrialRecord]]:
     return settings, records
 
 
-def edit_text(edit: dict[str, Any]) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in edit.items()) or "(baseline)"
-
-
 @app.command()
 def status(campaign: Annotated[str, typer.Argument(help="campaign name or directory")] = "default"
            ) -> None:
@@ -586,7 +591,7 @@ def status(campaign: Annotated[str, typer.Argument(help="campaign name or direct
         table.add_column(column)
     for row in view.best:
         table.add_row(row.trial_id, f"{row.val_bpb:.4f}", view.marks.get(row.trial_id, ""),
-                      row.proposer, edit_text(row.edit),
+                      row.proposer, edit_text(row.edit, short_names=True),
                       view.stress_verdicts.get(row.trial_id, ""))
     console.print(table)
 

@@ -32,6 +32,11 @@ TokenizerKind = Literal["byte", "bpe"]
 
 BYTE_VOCAB = 256
 
+BASELINE_PROPOSER = "baseline"
+"""The proposer name of a campaign's baseline trials: the preset's recipe unedited, trained
+first (with several seeds, which measure the noise floor) as what every edit is judged
+against. Here, below the proposer, the trajectory and the agent, so all three read one name."""
+
 FP8_WIDTH_MULTIPLE = 16
 """TransformerEngine runs a GEMM in FP8 only when the last dimension of each operand is
 divisible by 16 (``assert_dim_for_fp8_exec`` in the forward pass; cuBLASLt's leading-dimension

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from recipelab.agent.envelope import EnvelopePoint, SweepAxes, run_points
 from recipelab.agent.executor import LocalExecutor
+from recipelab.envelope import EnvelopePoint, SweepAxes, run_points
 from recipelab.guardrails import DeviceInfo, check_memory, detect_device
 from recipelab.guardrails.memory import analytic_peak_bytes
 from recipelab.guardrails.memory_fit import (
@@ -21,6 +21,7 @@ from recipelab.guardrails.memory_fit import (
     load_memory_model,
     memory_model_path,
     micro_batch_tokens,
+    read_for_guardrail,
     recipe_family,
     record_peaks,
 )
@@ -84,12 +85,14 @@ def test_the_guardrail_rejects_above_the_budget_and_accepts_below_by_the_saved_l
     assert entry["machine"]["name"] == device.name and entry["machine"]["host"]
     assert entry["family"] == recipe_family(TINY) and len(entry["points"]) == 4
 
-    line = fitted_line(TINY, device)
+    model = load_memory_model()
+    line = fitted_line(model, TINY, device)
     assert line is not None
     fits = TINY.apply({"batch_size": 256})
     too_big = TINY.apply({"batch_size": 2048})
     budget = (line.predict(micro_batch_tokens(fits)) + line.predict(micro_batch_tokens(too_big))) // 2
-    ctx = context(device=device, memory_reserve_bytes=device.memory_bytes - budget)
+    ctx = context(device=device, memory_reserve_bytes=device.memory_bytes - budget,
+                  memory_model=model)
 
     assert check_memory(fits, ctx) == []
     (reason,) = check_memory(too_big, ctx)
@@ -101,10 +104,11 @@ def test_the_guardrail_rejects_above_the_budget_and_accepts_below_by_the_saved_l
 def test_without_a_line_for_the_device_and_family_the_guardrail_uses_the_analytic_model(
         private_cache: Path) -> None:
     big = TINY.apply({"batch_size": 512})
-    record_peaks(big, CPU, [(256, 400 * 2**20), (8192, 500 * 2**20)])  # fp32 on Test Xeon
+    model = record_peaks(big, CPU, [(256, 400 * 2**20), (8192, 500 * 2**20)])  # fp32 on Test Xeon
     bf16 = big.apply({"precision": "bf16"})
-    assert fitted_line(bf16, CPU) is None
-    ctx = context(memory_reserve_bytes=CPU.memory_bytes - analytic_peak_bytes(bf16, CPU) + 1)
+    assert fitted_line(model, bf16, CPU) is None
+    ctx = context(memory_reserve_bytes=CPU.memory_bytes - analytic_peak_bytes(bf16, CPU) + 1,
+                  memory_model=model)
     (reason,) = check_memory(bf16, ctx)
     assert "Predicted by the analytic memory model (calibration factor 1.00)" in reason
 
@@ -144,7 +148,22 @@ def test_an_unusable_memory_model_is_reported_left_untouched_and_the_analytic_mo
     assert path.read_text() == '{"fits": "not a mapping"}'
     with pytest.raises(MemoryModelError):
         load_memory_model()
+    model, problem = read_for_guardrail()
+    assert model is None and problem and "is not valid" in problem
     big = TINY.apply({"batch_size": 512})
-    ctx = context(memory_reserve_bytes=CPU.memory_bytes - analytic_peak_bytes(big, CPU) + 1)
+    ctx = context(memory_reserve_bytes=CPU.memory_bytes - analytic_peak_bytes(big, CPU) + 1,
+                  memory_model_problem=problem)
     (reason,) = check_memory(big, ctx)
     assert "analytic memory model" in reason and "the fitted model is unusable" in reason
+
+
+def test_the_guardrail_uses_the_memory_model_it_is_given_and_reads_no_file(
+        private_cache: Path) -> None:
+    """A check's inputs are its arguments: a line saved on disk predicts nothing until the
+    caller hands the model over, so two contexts in one process never share a hidden one."""
+    big = TINY.apply({"batch_size": 512})
+    model = record_peaks(big, CPU, [(256, 400 * 2**20), (8192, 500 * 2**20)])
+    reserve = CPU.memory_bytes - analytic_peak_bytes(big, CPU) + 1  # the analytic model: too big
+    (reason,) = check_memory(big, context(memory_reserve_bytes=reserve))
+    assert "Predicted by the analytic memory model" in reason
+    assert check_memory(big, context(memory_reserve_bytes=reserve, memory_model=model)) == []

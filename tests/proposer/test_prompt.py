@@ -10,14 +10,13 @@ import pytest
 
 from recipelab.proposer import Observation, default_space
 from recipelab.proposer.prompt import (
-    BASELINE_PROPOSER,
     PROMPT_BUDGET_CHARS,
     REJECTIONS_SHOWN,
     best_complete,
     build_messages,
-    clip,
 )
-from recipelab.recipe import proxy_recipe
+from recipelab.recipe import BASELINE_PROPOSER, proxy_recipe
+from recipelab.text import clip
 from tests.proposer.conformance import synthetic_history
 
 BASELINE = proxy_recipe("tiny")

@@ -58,15 +58,15 @@ from recipelab.agent.window import (
 )
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, Verdict, judge
 from recipelab.guardrails.hardware import resolve_device
+from recipelab.guardrails.memory_fit import memory_model_path, read_for_guardrail
 from recipelab.proposer import ClassicalProposer, Observation, Proposal, Proposer, default_space
-from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
+from recipelab.recipe import BASELINE_PROPOSER, PROXY_PRESETS, Recipe, get_target
 from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.noise import NoiseFloor, noise_floor
 from recipelab.trajectory.record import TrialRecord, utc_now
 
-BASELINE_PROPOSER = "baseline"
 TRIALS_DIR = "trials"
 PROXY_LOG_EVERY = 10
 STRESS_ATTEMPTS = 5
@@ -159,6 +159,8 @@ class Campaign:
                                                    self.target, self.priors.summary,
                                                    self.priors.observations)
         self.device = device or self._resolve_device(settings)
+        self.memory_model_path = memory_model_path()  # read once here, then after each peak learnt
+        self.memory_model, self.memory_model_problem = read_for_guardrail(self.memory_model_path)
         self.console = console or Console(stderr=True)
         self.progress = CampaignProgress(self.console, settings.iterations)
         self.stops = StopRequests()
@@ -240,7 +242,8 @@ class Campaign:
             target=self.target, baseline=self.baseline, device=self.device,
             param_budget=self.param_budget, searchable=frozenset(self.settings.searchable),
             seen=frozenset(seen), memory_reserve_bytes=int(self.settings.memory_reserve_gib * 2**30),
-            timeout_s=self.settings.trial_timeout_s, measurements=measurements)
+            timeout_s=self.settings.trial_timeout_s, measurements=measurements,
+            memory_model=self.memory_model, memory_model_problem=self.memory_model_problem)
 
     # -- budget ----------------------------------------------------------------------------
 
@@ -435,7 +438,8 @@ class Campaign:
         final = record.model_copy(update={**fields, "finished_at": utc_now()})
         final = TrialRecord.model_validate(final.model_dump())
         self._write(final)
-        learn_peak(final, self.device, self.log)
+        if (learnt := learn_peak(final, self.device, self.log, self.memory_model_path)) is not None:
+            self.memory_model, self.memory_model_problem = learnt, None
         self._show(current=self._running())
         self.log.info("trial_finished", trial_id=final.trial_id, kind=final.kind,
                       status=final.status, reason=final.reason, val_bpb=final.val_bpb,
@@ -506,7 +510,7 @@ class Campaign:
     def _note_outcome(self, record: TrialRecord) -> None:
         """Count a finished proxy trial towards a run of failures with the same reason; at
         ``max_consecutive_failures`` stop launching: the campaign would only repeat them."""
-        if record.kind != "proxy" or record.status not in ("complete", "failed"):
+        if record.kind != "proxy" or not record.trained:
             return
         if record.status == "complete":
             self._failure_run = []
@@ -542,7 +546,7 @@ class Campaign:
 
     def _stress(self, finalist: TrialRecord, deadline: datetime | None) -> None:
         stress = [r for r in self._records("stress") if r.parent == finalist.trial_id]
-        if any(r.status in ("complete", "failed") for r in stress):
+        if any(r.trained for r in stress):
             return
         interrupted = [r for r in stress if r.status == "interrupted"]
         if len(interrupted) >= STRESS_ATTEMPTS:
@@ -725,7 +729,7 @@ class Campaign:
         return CampaignSummary(
             proxy_trials=len(search_trials(proxies)),
             rejected=sum(r.status == "rejected" for r in proxies),
-            stress_runs=sum(r.status in ("complete", "failed") for r in self._records("stress")),
+            stress_runs=sum(r.trained for r in self._records("stress")),
             best=min(complete, key=lambda r: r.val_bpb or 0.0) if complete else None,
             stopped_early=stopped_early, noise=self._noise(),
             winner=name_winner(self.finalists(), proxies, self._noise()), failing=self.failing)

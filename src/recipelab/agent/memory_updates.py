@@ -7,23 +7,33 @@ predicts their OOMs without trying them. A failure to update costs a warning, ne
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from recipelab.guardrails import DeviceInfo
-from recipelab.guardrails.memory_fit import MemoryModelError, micro_batch_tokens, record_peaks
+from recipelab.guardrails.memory_fit import (
+    MemoryModel,
+    MemoryModelError,
+    micro_batch_tokens,
+    record_peaks,
+)
 from recipelab.recipe import Recipe
 from recipelab.trajectory.record import TrialRecord
 
 
-def learn_peak(record: TrialRecord, device: DeviceInfo, log: Any) -> None:
-    """Add ``record``'s measured peak memory to ``device``'s memory model, if it has one."""
+def learn_peak(record: TrialRecord, device: DeviceInfo, log: Any,
+               path: Path | None = None) -> MemoryModel | None:
+    """Add ``record``'s measured peak memory to ``device``'s memory model (the file at
+    ``path``, default :func:`~recipelab.guardrails.memory_fit.memory_model_path`), if it has
+    one; the model as written, for the guardrail, or None when nothing was written."""
     peak = record.metrics.get("peak_memory_bytes")
     if record.status != "complete" or not peak:
-        return
+        return None
     try:
         recipe = Recipe.model_validate(record.recipe)
-        record_peaks(recipe, device, [(micro_batch_tokens(recipe), int(peak))])
+        return record_peaks(recipe, device, [(micro_batch_tokens(recipe), int(peak))], path)
     except (MemoryModelError, OSError, ValidationError) as error:
         log.warning("memory_model_not_updated", trial_id=record.trial_id, error=str(error))
+        return None

@@ -44,9 +44,11 @@ from urllib.parse import urlsplit
 from recipelab.agent.proposers import LLM_ENV, llm_configured, proposer_name
 from recipelab.agent.settings import CampaignSettings
 from recipelab.fsutil import is_disk_full
-from recipelab.guardrails.base import DeviceInfo, gib
+from recipelab.guardrails.base import DeviceInfo, GuardContext, gib
+from recipelab.guardrails.memory_fit import memory_model_path, read_for_guardrail
 from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, get_target
 from recipelab.trajectory.store import TrajectoryStore
+from recipelab.units import GIB, MIB
 
 Status = Literal["ok", "warning", "error"]
 
@@ -305,18 +307,25 @@ def check_corpus(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
     return CheckResult("corpus", "ok", what)
 
 
-def check_guardrails(settings: CampaignSettings, baseline: Recipe,
-                     device: DeviceInfo) -> CheckResult:
-    """The baseline recipe itself passes the guardrails (or no candidate near it will)."""
-    from recipelab.guardrails import CHECKS, GuardContext, judge
-
+def guard_context(settings: CampaignSettings, baseline: Recipe, device: DeviceInfo) -> GuardContext:
+    """What the campaign's guardrails will know before its first trial, the memory model
+    read from where the campaign will read it."""
     preset = PROXY_PRESETS[settings.preset]
-    context = GuardContext(
+    memory_model, problem = read_for_guardrail(memory_model_path())
+    return GuardContext(
         target=get_target(settings.target or preset.default_target), baseline=baseline,
         device=device, param_budget=settings.budget or preset.budget,
         searchable=frozenset(settings.searchable),
-        memory_reserve_bytes=int(settings.memory_reserve_gib * 2**30),
-        timeout_s=settings.trial_timeout_s)
+        memory_reserve_bytes=int(settings.memory_reserve_gib * GIB),
+        timeout_s=settings.trial_timeout_s, memory_model=memory_model,
+        memory_model_problem=problem)
+
+
+def check_guardrails(settings: CampaignSettings, baseline: Recipe,
+                     context: GuardContext) -> CheckResult:
+    """The baseline recipe itself passes the guardrails (or no candidate near it will)."""
+    from recipelab.guardrails import CHECKS, judge
+
     verdict = judge(baseline, context, checks=[c for c in CHECKS if c not in settings.skip_checks])
     if verdict.accepted:
         return CheckResult("guardrails", "ok",
@@ -328,21 +337,23 @@ def check_guardrails(settings: CampaignSettings, baseline: Recipe,
                        "--memory-reserve-gib)")
 
 
-def check_memory(settings: CampaignSettings, baseline: Recipe, device: DeviceInfo) -> CheckResult:
+def check_memory(settings: CampaignSettings, baseline: Recipe,
+                 context: GuardContext) -> CheckResult:
     """Which memory model the guardrail uses, and the memory kept for the LLM server."""
     import psutil
 
     from recipelab.guardrails.memory import predict_with_model
 
-    predicted, model = predict_with_model(baseline, device)
-    reserve = int(settings.memory_reserve_gib * 2**30)
+    device = context.device
+    predicted, model = predict_with_model(baseline, context)
+    reserve = int(settings.memory_reserve_gib * GIB)
     unified = is_unified_memory(device, psutil.virtual_memory().total)
     what = (f"baseline peak predicted {gib(predicted)} by {model}; {gib(device.memory_bytes)} on "
             f"{device.name}, {gib(reserve)} of it kept free for an LLM server")
     if unified:
         what += (f" (unified memory: the default reserve is {UNIFIED_MEMORY_RESERVE_GIB:g} GiB, "
                  "an 8B model in bf16 with 32k tokens of KV cache)")
-        if reserve < UNIFIED_MEMORY_RESERVE_GIB * 2**30 and llm_configured(settings):
+        if reserve < UNIFIED_MEMORY_RESERVE_GIB * GIB and llm_configured(settings):
             return CheckResult(
                 "memory", "warning", what,
                 "raise --memory-reserve-gib to what the LLM server takes, or trials may push "
@@ -354,7 +365,7 @@ def check_memory(settings: CampaignSettings, baseline: Recipe, device: DeviceInf
 
 def size(n_bytes: float) -> str:
     """A byte count for the table: MiB below a GiB, GiB above."""
-    return f"{n_bytes / 2**20:,.1f} MiB" if n_bytes < 2**30 else gib(n_bytes)
+    return f"{n_bytes / MIB:,.1f} MiB" if n_bytes < GIB else gib(n_bytes)
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -526,8 +537,9 @@ def run_preflight(settings: CampaignSettings, directory: Path, *,
     add(device_result)
     add(check_disk(settings, baseline, directory))
     if device is not None:
-        add(check_memory(settings, baseline, device))
-        add(check_guardrails(settings, baseline, device))
+        context = guard_context(settings, baseline, device)
+        add(check_memory(settings, baseline, context))
+        add(check_guardrails(settings, baseline, context))
     add(check_corpus(settings, baseline))
     proven = proven_trial(settings, directory)
     if proven is not None:

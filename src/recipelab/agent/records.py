@@ -9,8 +9,7 @@ from typing import Any
 from recipelab.guardrails import DeviceInfo, Measurement
 from recipelab.proposer import Observation, Proposal
 from recipelab.recipe import Recipe, flatten
-from recipelab.trainer.device import code_version
-from recipelab.trainer.spec import TrialResult
+from recipelab.trainer.spec import TrialResult, code_version
 from recipelab.trajectory.record import TrialRecord
 
 RESULT_METRICS = ("train_loss", "tokens_per_s", "step_ms", "peak_memory_bytes", "params",

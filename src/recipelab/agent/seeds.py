@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipelab.proposer import Proposal
-from recipelab.recipe import Recipe
+from recipelab.recipe import BASELINE_PROPOSER, Recipe
 from recipelab.trajectory.noise import (
-    BASELINE_PROPOSER,
     SEED_RERUN_PROPOSER,
     NoiseFloor,
     seed_family,
@@ -34,8 +33,6 @@ from recipelab.trajectory.noise import (
 from recipelab.trajectory.record import TrialRecord
 
 RERUN_SEEDS = 2  # extra seeds per finalist in a close call
-TRAINED = ("complete", "failed")
-STARTED = (*TRAINED, "running")
 
 
 def is_extra_seed(record: TrialRecord) -> bool:
@@ -50,7 +47,7 @@ def search_trials(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """The trained proxy trials that count toward ``--iterations``: the baseline's seeds and
     every proposal, but not a finalist's seed re-run (part of promotion, like stress runs).
     An interrupted trial is not trained; its one re-run is what counts."""
-    return [r for r in records if r.kind == "proxy" and r.status in TRAINED
+    return [r for r in records if r.kind == "proxy" and r.trained
             and r.proposer != SEED_RERUN_PROPOSER]
 
 
@@ -76,7 +73,7 @@ def baseline_proposals(baseline: Recipe, records: Sequence[TrialRecord], noise_s
     The first is the unedited baseline; each later one the baseline with an unused seed.
     """
     proxies = [r for r in records if r.kind == "proxy" and r.proposer == BASELINE_PROPOSER]
-    started = [r for r in proxies if r.status in STARTED]
+    started = [r for r in proxies if r.trained or r.status == "running"]
     used = {int(r.recipe.get("seed", 0)) for r in proxies if r.recipe}
     first = next((r.trial_id for r in started if not r.edit and r.status == "complete"), None)
     proposals: list[Proposal] = []
@@ -116,7 +113,7 @@ def rerun_proposals(finalists: Sequence[TrialRecord], records: Sequence[TrialRec
     for finalist in sorted(close.values(), key=lambda r: (r.val_bpb, r.trial_id)):
         reruns = [r for r in records if r.proposer == SEED_RERUN_PROPOSER
                   and r.parent == finalist.trial_id]
-        tried = [r for r in reruns if r.status in (*TRAINED, "rejected")]
+        tried = [r for r in reruns if r.trained or r.status == "rejected"]
         family = seed_family(finalist, records)  # e.g. the baseline's noise-floor seeds
         used = {int(r.recipe.get("seed", 0)) for r in [*family, *reruns] if r.recipe}
         recipe = Recipe.model_validate(finalist.recipe)

@@ -12,8 +12,8 @@ from recipelab.agent.events import EVENTS_FILE, read_events
 from recipelab.agent.seeds import Winner, name_winner, rank_finalists, search_trials
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import split_text
+from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.trajectory.noise import (
-    BASELINE_PROPOSER,
     SEED_RERUN_PROPOSER,
     NoiseFloor,
     noise_floor,
@@ -60,7 +60,7 @@ def progress_line(settings: CampaignSettings, records: list[TrialRecord]) -> str
     """
     proxies = [r for r in records if r.kind == "proxy"]
     trained = search_trials(proxies)
-    reruns = sum(r.proposer == SEED_RERUN_PROPOSER and r.status in ("complete", "failed")
+    reruns = sum(r.proposer == SEED_RERUN_PROPOSER and r.trained
                  for r in proxies)
     retried = {r.retry_of for r in records if r.retry_of}
     lost = [r for r in proxies if r.status == "interrupted"]
@@ -74,7 +74,7 @@ def progress_line(settings: CampaignSettings, records: list[TrialRecord]) -> str
     line += f" ({', '.join(details)})" if details else ""
     rejected = sum(r.status == "rejected" for r in proxies)
     stress = [r for r in records if r.kind == "stress"]
-    stress_done = sum(r.status in ("complete", "failed") for r in stress)
+    stress_done = sum(r.trained for r in stress)
     running = sum(r.status == "running" for r in records)
     line += f", {rejected} rejected" if rejected else ""
     line += f", {stress_done} stress run{'s' if stress_done != 1 else ''}" if stress else ""

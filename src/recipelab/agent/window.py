@@ -65,7 +65,7 @@ def measured_times(records: Sequence[TrialRecord]) -> TrialTimes | None:
     Complete trials report ``train_s`` and ``steps_done``, which separate the per-step time
     from the rest; failed ones (a timeout) only a wall time, which then scales as a whole.
     """
-    trained = [r for r in records if r.kind == "proxy" and r.status in ("complete", "failed")
+    trained = [r for r in records if r.kind == "proxy" and r.trained
                and r.metrics.get("wall_s") is not None]
     split = [(float(m["wall_s"]), float(m["train_s"]), int(m["steps_done"]))
              for r in trained if (m := r.metrics).get("train_s") is not None

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from recipelab.guardrails.base import (
-    GIB,
     Check,
     DeviceInfo,
     GuardContext,
@@ -39,6 +38,7 @@ from recipelab.guardrails.memory import (
 from recipelab.guardrails.schema import parse_candidate, show
 from recipelab.guardrails.timing import check_time, predict_trial_seconds
 from recipelab.recipe import Recipe
+from recipelab.units import GIB
 
 SCHEMA = "schema"
 """The name :attr:`Verdict.checks` carries when the candidate is not a valid Recipe."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from recipelab.recipe import Recipe, Target
+from recipelab.units import GIB
 
-GIB = 1024**3
+if TYPE_CHECKING:
+    from recipelab.guardrails.memory_fit import MemoryModel
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ class GuardContext:
     memory_reserve_bytes: int = 0  # kept free for an LLM server sharing the device
     timeout_s: float | None = None  # per-trial timeout
     measurements: tuple[Measurement, ...] = ()
+    # The fitted memory lines (guardrails.memory_fit), read by the caller; None: the analytic
+    # memory model only, and ``memory_model_problem`` says why when the file was unusable.
+    memory_model: MemoryModel | None = None
+    memory_model_problem: str | None = None
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,10 @@ import statistics
 from collections.abc import Sequence
 
 from recipelab.guardrails.base import DeviceInfo, GuardContext, Measurement, gib
-from recipelab.guardrails.memory_fit import MemoryModelError, fitted_line, micro_batch_tokens
+from recipelab.guardrails.memory_fit import fitted_line, micro_batch_tokens
 from recipelab.recipe import Recipe, Shape
+from recipelab.units import MIB
 
-MIB = 1024**2
 PROCESS_OVERHEAD_BYTES = {"cpu": 400 * MIB, "cuda": 500 * MIB}
 STATE_BYTES_PER_PARAM = 16
 CAST_BYTES_PER_PARAM = 2
@@ -95,20 +95,18 @@ def predict_peak_bytes(recipe: Recipe, device: DeviceInfo,
     return round(analytic_peak_bytes(recipe, device) * calibration_factor(measurements, device))
 
 
-def predict_with_model(recipe: Recipe, device: DeviceInfo,
-                       measurements: Sequence[Measurement] = ()) -> tuple[int, str]:
+def predict_with_model(recipe: Recipe, ctx: GuardContext) -> tuple[int, str]:
     """The peak-memory prediction and which model made it: the line fitted to this device's
-    measured peaks for the recipe's family when there is one, else the calibrated analytic
-    model."""
-    note = ""
-    try:
-        line = fitted_line(recipe, device)
-    except MemoryModelError as error:
-        line, note = None, f"; the fitted model is unusable: {error}"
+    measured peaks for the recipe's family when ``ctx`` has one, else the analytic model
+    calibrated by ``ctx``'s measurements."""
+    device = ctx.device
+    line = fitted_line(ctx.memory_model, recipe, device) if ctx.memory_model else None
     if line is not None:
         return (line.predict(micro_batch_tokens(recipe)),
                 f"the memory line fitted on this device ({line.describe()})")
-    factor = calibration_factor(measurements, device)
+    factor = calibration_factor(ctx.measurements, device)
+    note = (f"; the fitted model is unusable: {ctx.memory_model_problem}"
+            if ctx.memory_model_problem else "")
     return (round(analytic_peak_bytes(recipe, device) * factor),
             f"the analytic memory model (calibration factor {factor:.2f}){note}")
 
@@ -116,7 +114,7 @@ def predict_with_model(recipe: Recipe, device: DeviceInfo,
 def check_memory(recipe: Recipe, ctx: GuardContext) -> list[str]:
     """Reject a candidate predicted to need more memory than the device has left for trials."""
     device = ctx.device
-    predicted, model = predict_with_model(recipe, device, ctx.measurements)
+    predicted, model = predict_with_model(recipe, ctx)
     available = device.memory_bytes - ctx.memory_reserve_bytes
     if predicted <= available:
         return []

@@ -12,6 +12,11 @@ A *family* is what shape and precision determine: the recipe without its batch, 
 step, seed, optimizer and schedule knobs. Fits are kept per device (kind, name, memory) and
 family in one JSON file, ``memory-model.json`` under ``$RECIPELAB_CACHE`` (default
 ``~/.cache/recipelab``); ``$RECIPELAB_MEMORY_MODEL`` names another file.
+
+The guardrail never reads that file: whoever judges candidates (a campaign, the preflight)
+reads it with :func:`read_for_guardrail` and hands the model over in the
+:class:`~recipelab.guardrails.base.GuardContext`, so a check's every input is in its
+arguments.
 """
 
 from __future__ import annotations
@@ -32,12 +37,12 @@ from pydantic import Field, ValidationError
 from recipelab.fsutil import atomic_write_text
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.recipe import Recipe, StrictModel
+from recipelab.units import KIB, MIB
 
 MEMORY_MODEL_FILE = "memory-model.json"
 MAX_POINTS = 256
 """Points kept per fit, the most recent: enough for any sweep plus a few campaigns."""
 
-KIB, MIB = 1024, 1024**2
 
 
 class MemoryModelError(Exception):
@@ -170,29 +175,19 @@ def load_memory_model(path: Path | None = None) -> MemoryModel:
         ) from None
 
 
-_loaded: dict[Path, tuple[tuple[int, int], MemoryModel]] = {}
-
-
-def cached_memory_model(path: Path | None = None) -> MemoryModel:
-    """:func:`load_memory_model`, re-read only when the file changed (the guardrail asks once
-    per candidate)."""
-    path = path or memory_model_path()
+def read_for_guardrail(path: Path | None = None) -> tuple[MemoryModel | None, str | None]:
+    """The memory model for a :class:`~recipelab.guardrails.base.GuardContext`, and None;
+    or, when the file is unusable, None and why (the guardrail then says so and falls back to
+    the analytic model)."""
     try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return MemoryModel()
-    stamp = (stat.st_mtime_ns, stat.st_size)
-    hit = _loaded.get(path)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]
-    model = load_memory_model(path)
-    _loaded[path] = (stamp, model)
-    return model
+        return load_memory_model(path), None
+    except MemoryModelError as error:
+        return None, str(error)
 
 
-def fitted_line(recipe: Recipe, device: DeviceInfo, path: Path | None = None) -> LinearFit | None:
-    """This device's fitted line for ``recipe``'s family, if one has been measured."""
-    entry = cached_memory_model(path).fits.get(fit_key(device, recipe_family(recipe)))
+def fitted_line(model: MemoryModel, recipe: Recipe, device: DeviceInfo) -> LinearFit | None:
+    """This device's fitted line for ``recipe``'s family in ``model``, if one was measured."""
+    entry = model.fits.get(fit_key(device, recipe_family(recipe)))
     return entry.line() if entry is not None else None
 
 
@@ -209,8 +204,9 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def record_peaks(recipe: Recipe, device: DeviceInfo, peaks: Sequence[tuple[int, int]],
-                 path: Path | None = None) -> FamilyFit:
-    """Add measured ``(tokens, peak_bytes)`` of ``recipe``'s family on ``device`` and refit.
+                 path: Path | None = None) -> MemoryModel:
+    """Add measured ``(tokens, peak_bytes)`` of ``recipe``'s family on ``device``, refit, and
+    return the whole model as written (other processes' fits included).
 
     Raises :class:`MemoryModelError` (and writes nothing) when the existing file is unusable.
     """
@@ -229,6 +225,6 @@ def record_peaks(recipe: Recipe, device: DeviceInfo, peaks: Sequence[tuple[int, 
             "points": points, "updated_at": datetime.now(timezone.utc).isoformat(),
             "a_bytes_per_token": line.a_bytes_per_token if line else None,
             "b_bytes": line.b_bytes if line else None})
-        fits = {**model.fits, key: entry}
-        atomic_write_text(path, MemoryModel(fits=fits).model_dump_json(indent=2))
-    return entry
+        model = MemoryModel(fits={**model.fits, key: entry})
+        atomic_write_text(path, model.model_dump_json(indent=2))
+    return model

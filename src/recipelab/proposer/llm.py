@@ -65,16 +65,15 @@ from tenacity import (
 
 from recipelab.proposer.base import Observation, Proposal, Proposer
 from recipelab.proposer.prompt import (
-    BASELINE_PROPOSER,
     HYPOTHESIS_CHARS,
     PROMPT_BUDGET_CHARS,
     Message,
     best_complete,
     build_messages,
-    clip,
 )
 from recipelab.proposer.space import Knob, SearchSpace
-from recipelab.recipe import Recipe
+from recipelab.recipe import BASELINE_PROPOSER, Recipe
+from recipelab.text import clip
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", "nvext", "prompt"]
 Mode = Literal["json_schema", "json_object", "guided_json", "nvext", "prompt"]

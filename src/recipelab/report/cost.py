@@ -128,7 +128,7 @@ def measured_inputs(records: Iterable[TrialRecord]) -> dict[str, float | int]:
     trained trial has it; with only some measured it stays unset (power x time is used),
     since a partial sum would understate the night.
     """
-    trained = [r for r in records if r.kind == "proxy" and r.status in ("complete", "failed")]
+    trained = [r for r in records if r.kind == "proxy" and r.trained]
     walls = [float(r.metrics["wall_s"]) for r in trained if r.metrics.get("wall_s") is not None]
     found: dict[str, float | int] = {}
     if not trained:

@@ -21,7 +21,6 @@ from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
 
 DPI = 100
-MIB = 2**20
 
 
 def _png(figure: Figure) -> bytes:

@@ -17,12 +17,13 @@ from recipelab.report.context import ReportContext
 from recipelab.report.document import Block, Bullets, Document, Image, Paragraph, Section, Table
 from recipelab.report.powerlaw import fit_power_law
 from recipelab.report.recommend import recommend
+from recipelab.text import edit_text
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
 from recipelab.trajectory.noise import NoiseFloor, noise_floor
 from recipelab.trajectory.record import TrialRecord
+from recipelab.units import MIB
 
 TOP_N = 10
-MIB = 2**20
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -34,15 +35,11 @@ def _about(value: float) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
 
 
-def _edit_text(edit: dict[str, object]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in edit.items()) or "(baseline)"
-
-
 def _stress_of(records: Sequence[TrialRecord]) -> dict[str, TrialRecord]:
     """Each proxy trial's latest terminal stress run."""
     found: dict[str, TrialRecord] = {}
     for record in records:
-        if record.kind == "stress" and record.parent and record.status in ("complete", "failed"):
+        if record.kind == "stress" and record.parent and record.trained:
             found[record.parent] = record
     return found
 
@@ -57,7 +54,7 @@ def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloo
     if scored:
         best = scored[0]
         items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "
-                     f"{_edit_text(best.edit)})")
+                     f"{edit_text(best.edit)})")
     if noise is not None:
         items.append(f"noise floor: baseline val_bpb {noise.mean:.4f} ± {noise.spread:.4f} over seeds "
                      f"{', '.join(map(str, noise.seeds))}; a gain within it is marked as noise")
@@ -88,7 +85,7 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
                                          else f"{noise.gain(r.val_bpb):+.4f}")
         run = stress.get(r.trial_id)
         rows.append((str(rank), r.trial_id, _fmt(r.val_bpb), mark or "—", r.proposer,
-                     _edit_text(r.edit), r.hypothesis, (run.verdict or run.status) if run else ""))
+                     edit_text(r.edit), r.hypothesis, (run.verdict or run.status) if run else ""))
     blocks: list[Block] = [Table(("rank", "trial", "val_bpb", "gain vs baseline", "proposer", "edit",
                                   "hypothesis", "stress"), tuple(rows))]
     if noise is None:
@@ -154,7 +151,7 @@ def reasons(records: Sequence[TrialRecord]) -> list[Section]:
 
 
 def resources(records: Sequence[TrialRecord]) -> Section:
-    trained = [r for r in records if r.status in ("complete", "failed")
+    trained = [r for r in records if r.trained
                and (r.metrics.get("tokens_per_s") is not None or r.metrics.get("peak_memory_bytes"))]
     if not trained:
         return Section("Throughput and peak memory", (Paragraph("No trial has reported figures yet."),))
@@ -186,7 +183,7 @@ def _energy_source(telemetry: dict[str, object]) -> str:
 
 
 def energy(records: Sequence[TrialRecord]) -> Section:
-    trained = [r for r in records if r.status in ("complete", "failed")]
+    trained = [r for r in records if r.trained]
     measured = [r for r in trained if isinstance(_telemetry(r).get("energy_j"), (int, float))]
     if not measured:
         return Section("Energy", (Paragraph(

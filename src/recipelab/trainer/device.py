@@ -11,7 +11,6 @@ import os
 import platform
 import resource
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -25,7 +24,7 @@ from torch import nn
 from recipelab import __version__
 from recipelab.recipe import Precision
 from recipelab.trainer.model import LinearFactory, plain_linear
-from recipelab.trainer.spec import Provenance
+from recipelab.trainer.spec import Provenance, code_version
 
 FP8_MIN_CAPABILITY = (8, 9)
 
@@ -231,17 +230,6 @@ def _library_versions() -> dict[str, str]:
 
 
 @functools.cache
-def code_version() -> str:
-    """The git commit of the source tree when it is a checkout, else the package version."""
-    source = Path(__file__).resolve().parents[3]
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        out = subprocess.run(["git", "-C", str(source), "describe", "--always", "--dirty"],
-                             capture_output=True, text=True, timeout=5, check=False)
-        if out.returncode == 0 and out.stdout.strip():
-            return f"{__version__}+{out.stdout.strip()}"
-    return __version__
-
-
 def provenance(device: torch.device, seed: int) -> Provenance:
     return Provenance(
         device=device_name(device),

@@ -6,11 +6,14 @@ atomically. Nothing else crosses the process boundary, so the launcher never nee
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
+from recipelab import __version__
 from recipelab.recipe import Recipe, StrictModel
 from recipelab.trainer.telemetry import DEFAULT_INTERVAL_S, TelemetrySummary
 
@@ -92,6 +95,20 @@ class Provenance(StrictModel):
     libraries: dict[str, str]
     seed: int
     threads: int
+
+
+def code_version() -> str:
+    """The git commit of the source tree when it is a checkout, else the package version.
+
+    Here rather than beside the trainer's device code, so that the orchestrator records it
+    without importing torch."""
+    source = Path(__file__).resolve().parents[3]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["git", "-C", str(source), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=5, check=False)
+        if out.returncode == 0 and out.stdout.strip():
+            return f"{__version__}+{out.stdout.strip()}"
+    return __version__
 
 
 class TrialResult(StrictModel):

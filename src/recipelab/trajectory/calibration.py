@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from recipelab.recipe import flatten
+from recipelab.text import clip, edit_json
 from recipelab.trajectory.analysis import knob_importance
 from recipelab.trajectory.noise import SEED_RERUN_PROPOSER, baseline_seed_trials
 from recipelab.trajectory.record import TrialRecord
@@ -199,15 +200,6 @@ def load_calibration(paths: Iterable[str | Path]) -> Calibration:
 # -- the summary an LLM proposer reads ---------------------------------------------------------
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
-
-
-def _edit_text(edit: dict[str, Any]) -> str:
-    text = json.dumps(edit, default=str, ensure_ascii=False, separators=(", ", ": "))
-    return _clip(text if edit else "(the baseline)", EDIT_CHARS)
-
-
 def relative_importance(trials: Sequence[PriorTrial],
                         knobs: Collection[str] | None = None) -> dict[str, float]:
     """Knob importance over the prior trials' relative val_bpb, restricted to ``knobs``."""
@@ -241,17 +233,17 @@ def calibration_summary(calibration: Calibration, knobs: Collection[str] | None 
     best = [t for t in complete if t.edit][:SUMMARY_BEST]
     if best:
         lines.append("Best prior edits from the baseline:")
-        lines += [f"- {_edit_text(t.edit)} → {t.relative:.3f}x baseline "
+        lines += [f"- {edit_json(t.edit, EDIT_CHARS)} → {t.relative:.3f}x baseline "
                   f"({100 * (1 - (t.relative or 1.0)):+.1f}% gain)" for t in best]
     failed = [t for t in trials if t.status == "failed"][-SUMMARY_FAILURES:]
     if failed:
         lines.append("Prior failures to avoid:")
-        lines += [f"- {_edit_text(t.edit)} → failed ({t.reason or 'no reason given'})"
+        lines += [f"- {edit_json(t.edit, EDIT_CHARS)} → failed ({t.reason or 'no reason given'})"
                   for t in failed]
     rejected = [t for t in trials if t.status == "rejected"][-SUMMARY_REJECTIONS:]
     if rejected:
         lines.append("Prior edits the guardrails rejected:")
-        lines += [f"- {_edit_text(t.edit)} → "
-                  + _clip("; ".join(t.reasons) or "no reason given", REASON_CHARS)
+        lines += [f"- {edit_json(t.edit, EDIT_CHARS)} → "
+                  + clip("; ".join(t.reasons) or "no reason given", REASON_CHARS)
                   for t in rejected]
-    return _clip("\n".join(lines), limit)
+    return clip("\n".join(lines), limit)

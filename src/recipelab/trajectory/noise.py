@@ -15,9 +15,9 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.trajectory.record import TrialRecord
 
-BASELINE_PROPOSER = "baseline"  # the proposer name the campaign gives its baseline trials
 SEED_RERUN_PROPOSER = "seed-rerun"  # a finalist trained again with another seed
 
 

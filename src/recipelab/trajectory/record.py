@@ -15,6 +15,7 @@ from sqlmodel import Field, SQLModel
 
 Status = Literal["rejected", "queued", "running", "complete", "failed", "interrupted"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"rejected", "complete", "failed", "interrupted"})
+TRAINED_STATUSES: frozenset[str] = frozenset({"complete", "failed"})
 
 
 def utc_now() -> str:
@@ -59,6 +60,13 @@ class TrialRecord(SQLModel):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def trained(self) -> bool:
+        """The trial trained to an outcome, ``complete`` or ``failed``: what a budget counts
+        and what a stress run done means (a rejected trial never trained, an interrupted one
+        did not finish, a running one has not yet)."""
+        return self.status in TRAINED_STATUSES
 
     def to_json_line(self) -> str:
         """The record as one compact JSON line (no trailing newline)."""

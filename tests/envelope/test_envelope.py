@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 from typer.testing import CliRunner
 
-from recipelab.agent.envelope import (
+from recipelab.agent.executor import LocalExecutor
+from recipelab.cli import app
+from recipelab.envelope import (
     PLOT_PNG,
     TABLE_CSV,
     TABLE_JSON,
@@ -27,11 +32,9 @@ from recipelab.agent.envelope import (
     with_gains,
     write_outputs,
 )
-from recipelab.agent.executor import LocalExecutor
-from recipelab.cli import app
 from recipelab.guardrails import detect_device
 from recipelab.guardrails.memory import analytic_peak_bytes
-from recipelab.guardrails.memory_fit import fitted_line
+from recipelab.guardrails.memory_fit import fitted_line, load_memory_model
 from recipelab.recipe import get_target, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 from tests.agent.conftest import run_cli
@@ -105,7 +108,7 @@ def test_recipelab_envelope_prints_the_table_writes_the_plot_and_saves_the_memor
     assert "throughput envelope" in output and "tokens/s" in output
     assert "fp32: peak memory = " in output and "KiB per token" in output
     assert (out / PLOT_PNG).read_bytes().startswith(PNG_SIGNATURE)
-    assert fitted_line(TINY, detect_device(), model) is not None
+    assert fitted_line(load_memory_model(model), TINY, detect_device()) is not None
 
 
 def test_bad_sweep_axes_are_refused_with_what_to_type_instead(
@@ -151,3 +154,30 @@ def test_each_precision_gains_relative_to_the_first_at_the_same_geometry() -> No
                         ["bf16", "fp8"])
     assert [p.gain for p in points] == [1.0, 1.6, None, None]
 
+
+
+WRITE_A_REPORT = """
+import sys
+from pathlib import Path
+import recipelab.envelope as env
+swept = "matplotlib" in sys.modules
+report = env.EnvelopeReport(
+    device={"kind": "cpu", "name": "cpu"}, recipe={}, params=1, steps=4, warmup=1,
+    memory_limit_bytes=None, plateaus={"fp32": None}, fits=[], points=[env.EnvelopePoint(
+        precision="fp32", batch_size=4, seq_len=64, tokens_per_step=256, status="complete",
+        tokens_per_s=1000.0, step_ms=10.0, peak_memory_bytes=2**28)])
+env.write_outputs(report, Path(sys.argv[1]))
+print(swept, "matplotlib.pyplot" in sys.modules)
+"""
+
+
+def test_the_sweep_never_imports_matplotlib_and_the_plot_never_touches_pyplot(
+        tmp_path: Path) -> None:
+    """A plot drawn with pyplot joins its global figure registry and the user's backend; the
+    envelope draws on a Figure of its own, and only once it writes."""
+    done = subprocess.run([sys.executable, "-c", WRITE_A_REPORT, str(tmp_path)], text=True,
+                          capture_output=True, timeout=120, check=False,
+                          env={**os.environ, "MPLBACKEND": "module://no.such.backend"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+    assert (tmp_path / PLOT_PNG).read_bytes().startswith(PNG_SIGNATURE)

@@ -1,0 +1,38 @@
+"""Text recipelab writes for people and for the LLM: clipping, and the renderings of an edit.
+
+An edit is rendered two ways on purpose. People (``recipelab status``, the report) read
+``optimizer.lr=0.003, batch_size=16``. The LLM (its prompt, and the calibration from earlier
+campaigns it is shown) reads compact JSON: the knob names and values are spelt as in the
+JSON it answers with, and every string, a model's own included, stays quoted data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+ELLIPSIS = "…"
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + ELLIPSIS
+
+
+def compact_json(value: Any) -> str:
+    """``value`` as one line of JSON, with a space after each separator for readability."""
+    return json.dumps(value, default=str, ensure_ascii=False, separators=(", ", ": "))
+
+
+def edit_text(edit: Mapping[str, Any], *, short_names: bool = False) -> str:
+    """An edit for a person, ``(baseline)`` when nothing changed. ``short_names`` keeps only
+    the last part of each knob's dotted name, for a narrow table column."""
+    return ", ".join(f"{k.split('.')[-1] if short_names else k}={v}"
+                     for k, v in edit.items()) or "(baseline)"
+
+
+def edit_json(edit: Mapping[str, Any], limit: int) -> str:
+    """An edit for the LLM, clipped to ``limit`` characters; ``(the baseline)`` when nothing
+    changed."""
+    return clip(compact_json(dict(edit)), limit) if edit else "(the baseline)"
