@@ -12,7 +12,6 @@ httpx, which ``recipelab status`` and ``logs`` (readers of records that mention 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from recipelab.proposer.base import Observation, Proposal, Proposer
@@ -25,23 +24,24 @@ if TYPE_CHECKING:
 
     PROPOSERS: dict[str, type[Proposer]]
 
-_LAZY = {"ClassicalProposer": "classical", "HybridProposer": "hybrid", "LLMConfig": "llm",
-         "LLMProposer": "llm", "LLMUnavailable": "llm", "Knob": "space",
-         "SearchSpace": "space", "default_space": "space"}
+_LAZY = frozenset({"PROPOSERS", "ClassicalProposer", "HybridProposer", "Knob", "LLMConfig",
+                   "LLMProposer", "LLMUnavailable", "SearchSpace", "default_space"})
 
 
 def __getattr__(name: str) -> Any:
-    """The lazily loaded names, imported from their module on first use and kept."""
-    if name == "PROPOSERS":
-        value: Any = {proposer.name: proposer for proposer in (
-            __getattr__("ClassicalProposer"), __getattr__("LLMProposer"),
-            __getattr__("HybridProposer"))}
-    elif name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    else:
+    """The space and the proposers, imported on first use of any of their names."""
+    if name not in _LAZY:  # submodules too: the import system asks for them here first
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    from recipelab.proposer import classical, hybrid, llm, space
+
+    proposers = (classical.ClassicalProposer, llm.LLMProposer, hybrid.HybridProposer)
+    globals().update({
+        "PROPOSERS": {proposer.name: proposer for proposer in proposers},
+        "ClassicalProposer": classical.ClassicalProposer, "HybridProposer": hybrid.HybridProposer,
+        "LLMConfig": llm.LLMConfig, "LLMProposer": llm.LLMProposer,
+        "LLMUnavailable": llm.LLMUnavailable, "Knob": space.Knob,
+        "SearchSpace": space.SearchSpace, "default_space": space.default_space})
+    return globals()[name]
 
 
 __all__ = [
