@@ -55,6 +55,15 @@ def test_train_with_an_invalid_recipe_file_names_the_bad_knob(tmp_path: Path) ->
     assert "optimizr" in result.output and "d_model" in result.output
 
 
+def test_train_with_a_missing_corpus_is_refused_before_any_trial(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-corpus.txt"
+    result = runner.invoke(app, ["train", "--preset", "tiny", "--corpus", str(missing),
+                                 "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output and "python-docs" in result.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_run_without_a_budget_asks_for_one(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--dir", str(tmp_path / "c"), "--preset", "tiny"])
     assert result.exit_code == 2

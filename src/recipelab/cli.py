@@ -136,6 +136,11 @@ def train(
     from recipelab.agent.executor import LocalExecutor
 
     recipe = resolve_recipe(preset, recipe_file, target, budget, steps, seed)
+    from recipelab.agent.preflight import BUILTIN_CORPORA
+
+    if corpus not in BUILTIN_CORPORA and not Path(corpus).exists():
+        fail(f"--corpus {corpus!r} does not exist: give a text file, a directory of .txt/.md "
+             f"or Parquet files, or a built-in corpus ({', '.join(BUILTIN_CORPORA)})")
     if print_recipe:
         console.print_json(recipe.model_dump_json())
         return
