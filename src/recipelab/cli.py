@@ -133,7 +133,7 @@ def train(
         "--print-recipe", help="print the resolved recipe as JSON and exit")] = False,
 ) -> None:
     """Train one recipe in a subprocess and print val_bpb, throughput and peak memory."""
-    from recipelab.agent.executor import LocalExecutor
+    from recipelab.runner import LocalExecutor
 
     recipe = resolve_recipe(preset, recipe_file, target, budget, steps, seed)
     from recipelab.agent.preflight import BUILTIN_CORPORA
@@ -190,9 +190,9 @@ def envelope(
     the fitted memory line the guardrail then uses."""
     from recipelab import envelope as env
     from recipelab.agent.events import campaign_logger
-    from recipelab.agent.executor import LocalExecutor
     from recipelab.guardrails import detect_device
     from recipelab.recipe import get_target
+    from recipelab.runner import LocalExecutor
 
     if device not in ("auto", "cpu", "cuda"):
         fail(f"--device takes auto, cpu or cuda; got {device!r}")
@@ -518,7 +518,7 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
     classical proposer when the LLM is down) are what runs, so the next resume tries the
     LLM again."""
     from recipelab.agent.campaign import Campaign
-    from recipelab.agent.executor_ray import RayUnavailable
+    from recipelab.runner.ray import RayUnavailable
 
     tonight = preflight.settings if preflight and preflight.settings else settings
     try:

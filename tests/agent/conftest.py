@@ -16,6 +16,7 @@ import pytest
 from recipelab.agent.settings import CampaignSettings
 from recipelab.proposer import Observation, Proposal, Proposer
 from recipelab.recipe import Recipe
+from recipelab.runner import FakeExecutor
 from recipelab.trainer.spec import CorpusSpec
 
 
@@ -24,6 +25,17 @@ def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
     return CampaignSettings(name="tiny", preset="tiny", iterations=3, promote=1,
                             stress_steps=30, stress_log_every=10, stress_checkpoint_every=10,
                             corpus=corpus, trial_timeout_s=120, noise_seeds=1)
+
+
+FAKE_STEP_S = 2e-3
+"""Seconds per step of a fake trial: a tiny proxy trial (20 steps) takes 50 ms."""
+
+
+def fake_executor(**options: Any) -> FakeExecutor:
+    """An in-memory executor whose trials take time in proportion to their steps: for the
+    specifications of scheduling, which need no real trainer (see recipelab.runner.fake)."""
+    options.setdefault("duration", lambda spec: 0.01 + spec.recipe.steps * FAKE_STEP_S)
+    return FakeExecutor(**options)
 
 
 class ScriptedProposer(Proposer):

@@ -1,4 +1,5 @@
-"""Specifications of the campaign loop, on real small campaigns of the tiny preset."""
+"""Specifications of the campaign loop: end to end on real small campaigns of the tiny
+preset, and its scheduling on the in-memory fake executor."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
 from recipelab.trajectory import TrajectoryStore
 
-from .conftest import ScriptedProposer, events, read_jsonl
+from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
 
 
 def test_a_campaign_runs_baseline_then_proposals_then_stress_runs(
@@ -40,10 +41,10 @@ def test_a_campaign_runs_baseline_then_proposals_then_stress_runs(
 def test_running_the_same_campaign_again_adds_nothing_when_its_budget_is_spent(
         tmp_path: Path, tiny_settings: CampaignSettings) -> None:
     settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0})
-    Campaign(settings, tmp_path).run()
+    Campaign(settings, tmp_path, executor=fake_executor()).run()
     before = (tmp_path / "trajectory.jsonl").read_text()
 
-    summary = Campaign(settings, tmp_path).run()
+    summary = Campaign(settings, tmp_path, executor=fake_executor()).run()
 
     assert (tmp_path / "trajectory.jsonl").read_text() == before
     assert summary.proxy_trials == 2
@@ -59,7 +60,7 @@ def test_a_rejected_candidate_is_recorded_with_its_reasons_and_costs_no_training
         {"optimizer.lr": baseline.optimizer.lr / 2},
     ])
 
-    Campaign(settings, tmp_path, proposer=proposer).run()
+    Campaign(settings, tmp_path, proposer=proposer, executor=fake_executor()).run()
 
     lines = read_jsonl(tmp_path / "trajectory.jsonl")
     rejected = [r for r in lines if r["status"] == "rejected"]
@@ -110,6 +111,6 @@ def test_a_campaign_out_of_time_launches_nothing_more(
         tmp_path: Path, tiny_settings: CampaignSettings, hours: float) -> None:
     settings = tiny_settings.model_copy(update={"iterations": None, "hours": hours})
 
-    summary = Campaign(settings, tmp_path).run()
+    summary = Campaign(settings, tmp_path, executor=fake_executor()).run()
 
     assert summary.proxy_trials == 0

@@ -14,7 +14,7 @@ from recipelab.agent.settings import CampaignSettings, save
 from recipelab.cli import app
 from recipelab.proposer import Observation, Proposal, Proposer
 
-from .conftest import events, read_jsonl
+from .conftest import events, fake_executor, read_jsonl
 
 SECRET = "sk-test-0123456789abcdef"  # noqa: S105 - a fake key the test hunts for
 
@@ -44,7 +44,7 @@ def test_a_proposer_that_raises_is_replaced_by_the_classical_one_for_the_turn(
     settings = tiny_settings.model_copy(update={"iterations": 3, "promote": 0})
     proposer = RaisingProposer()
 
-    summary = Campaign(settings, tmp_path, proposer=proposer).run()
+    summary = Campaign(settings, tmp_path, proposer=proposer, executor=fake_executor()).run()
 
     assert summary.proxy_trials == 3
     lines = read_jsonl(tmp_path / "trajectory.jsonl")

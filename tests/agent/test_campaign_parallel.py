@@ -12,7 +12,7 @@ from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
 from recipelab.trajectory import TrajectoryStore
 
-from .conftest import ScriptedProposer, events, read_jsonl, run_cli, wait_for
+from .conftest import ScriptedProposer, events, fake_executor, read_jsonl, run_cli, wait_for
 
 
 def test_a_batch_repeating_a_candidate_in_flight_is_rejected_as_a_duplicate(
@@ -21,7 +21,7 @@ def test_a_batch_repeating_a_candidate_in_flight_is_rejected_as_a_duplicate(
                                                 "noise_seeds": 1})
     same = {"optimizer.lr": 0.002}
     proposer = ScriptedProposer(settings.baseline(), [same, same, {"optimizer.lr": 0.004}])
-    summary = Campaign(settings, tmp_path, proposer=proposer).run()
+    summary = Campaign(settings, tmp_path, proposer=proposer, executor=fake_executor()).run()
 
     lines = read_jsonl(tmp_path / "trajectory.jsonl")
     by_edit = [(r["edit"], r["status"]) for r in lines if r["proposer"] == "scripted"]

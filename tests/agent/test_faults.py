@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.executor import LocalExecutor
 from recipelab.agent.settings import CampaignSettings
 from recipelab.recipe import proxy_recipe
+from recipelab.runner import LocalExecutor
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
 from .audit import audit

@@ -17,7 +17,7 @@ from recipelab.agent.lock import CampaignLock
 from recipelab.agent.settings import CampaignSettings, save
 from recipelab.trajectory import TrajectoryStore
 
-from .conftest import events, read_jsonl, run_cli, wait_for
+from .conftest import events, fake_executor, read_jsonl, run_cli, wait_for
 from .processes import kill_orchestrator, open_paths, trainer_children
 
 TINY_RUN = ("run", "--name", "kill", "--preset", "tiny", "--iterations", "3", "--promote", "1",
@@ -88,13 +88,14 @@ def test_a_crashing_trainer_is_recorded_as_crash_and_the_loop_goes_on(tmp_path: 
 def test_a_torn_last_jsonl_line_is_set_aside_and_the_campaign_resumes(
         tmp_path: Path, tiny_settings: CampaignSettings) -> None:
     settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0})
-    Campaign(settings, tmp_path).run()
+    Campaign(settings, tmp_path, executor=fake_executor()).run()
     jsonl = tmp_path / "trajectory.jsonl"
     complete_line = jsonl.read_text().splitlines()[-1]
     with jsonl.open("a") as handle:
         handle.write(complete_line[: len(complete_line) // 2])
 
-    summary = Campaign(settings.model_copy(update={"iterations": 3}), tmp_path).run()
+    summary = Campaign(settings.model_copy(update={"iterations": 3}), tmp_path,
+                       executor=fake_executor()).run()
 
     assert summary.proxy_trials == 3
     assert events(tmp_path, "jsonl_line_set_aside")
@@ -107,10 +108,10 @@ def test_a_torn_last_jsonl_line_is_set_aside_and_the_campaign_resumes(
 def test_a_deleted_sqlite_index_is_rebuilt_from_the_jsonl_on_start(
         tmp_path: Path, tiny_settings: CampaignSettings) -> None:
     settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0})
-    Campaign(settings, tmp_path).run()
+    Campaign(settings, tmp_path, executor=fake_executor()).run()
     (tmp_path / "trajectory.sqlite").unlink()
 
-    Campaign(settings, tmp_path).run()
+    Campaign(settings, tmp_path, executor=fake_executor()).run()
 
     assert events(tmp_path, "sqlite_rebuilt")
     rows = sqlite3.connect(tmp_path / "trajectory.sqlite").execute(

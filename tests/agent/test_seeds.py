@@ -16,7 +16,7 @@ from recipelab.recipe import proxy_recipe
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
 
-from .conftest import ScriptedProposer, events, read_jsonl
+from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
 
 BASELINE = proxy_recipe("tiny")
 
@@ -75,7 +75,8 @@ def test_a_campaign_measures_the_noise_floor_and_marks_a_within_noise_gain(
     baseline = settings.baseline()
     # A change far too small to matter in 60 steps: whatever it scores is seed luck.
     negligible = {"schedule.min_lr_ratio": baseline.schedule.min_lr_ratio + 1e-6}
-    summary = Campaign(settings, tmp_path, proposer=ScriptedProposer(baseline, [negligible])).run()
+    summary = Campaign(settings, tmp_path, proposer=ScriptedProposer(baseline, [negligible]),
+                       executor=fake_executor()).run()
 
     lines = read_jsonl(tmp_path / "trajectory.jsonl")
     proxies = [r for r in lines if r["kind"] == "proxy"]

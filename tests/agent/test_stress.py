@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from recipelab.agent.stress import judge_stress, mid_ranked
+from recipelab.agent.stress import judge_stress
+from recipelab.trajectory.ledger import mid_ranked
 
 
 def curve(losses: list[float], grads: list[float] | None = None) -> list[dict[str, float]]:

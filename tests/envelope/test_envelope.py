@@ -14,7 +14,6 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from recipelab.agent.executor import LocalExecutor
 from recipelab.cli import app
 from recipelab.envelope import (
     PLOT_PNG,
@@ -36,6 +35,7 @@ from recipelab.guardrails import detect_device
 from recipelab.guardrails.memory import analytic_peak_bytes
 from recipelab.guardrails.memory_fit import fitted_line, load_memory_model
 from recipelab.recipe import get_target, proxy_recipe
+from recipelab.runner import LocalExecutor
 from recipelab.trainer.spec import CorpusSpec
 from tests.agent.conftest import run_cli
 

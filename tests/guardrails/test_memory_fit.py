@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from recipelab.agent.executor import LocalExecutor
 from recipelab.envelope import EnvelopePoint, SweepAxes, run_points
 from recipelab.guardrails import DeviceInfo, check_memory, detect_device
 from recipelab.guardrails.memory import analytic_peak_bytes
@@ -26,6 +25,7 @@ from recipelab.guardrails.memory_fit import (
     record_peaks,
 )
 from recipelab.recipe import get_target, proxy_recipe
+from recipelab.runner import LocalExecutor
 from recipelab.trainer.spec import CorpusSpec
 from tests.guardrails.factories import CPU, context
 

@@ -13,11 +13,11 @@ import pytest
 from matplotlib.image import imread
 from typer.testing import CliRunner
 
-from recipelab.agent.seeds import is_extra_seed
 from recipelab.cli import app
 from recipelab.recipe import get_target
 from recipelab.report import ReportContext, write_report
 from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.ledger import is_extra_seed
 from recipelab.trajectory.record import TrialRecord
 
 SECTIONS = ("Summary", "val_bpb by iteration", "Top 10 proxy trials", "Stress runs", "Knob importance",

@@ -14,9 +14,9 @@ from typing import Any
 import psutil
 import pytest
 
-from recipelab.agent.executor import LocalExecutor
 from recipelab.agent.records import result_fields
 from recipelab.recipe import proxy_recipe
+from recipelab.runner import LocalExecutor
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 from recipelab.trainer.telemetry import CSV_COLUMNS, DeviceSampler, counter_delta
 

@@ -403,7 +403,7 @@ def check_disk(settings: CampaignSettings, baseline: Recipe, directory: Path) ->
 def check_trial(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
     """The baseline trains :data:`PREFLIGHT_STEPS` steps and is evaluated in full, in a real
     trainer subprocess with the real device and precision."""
-    from recipelab.agent.executor import LocalExecutor
+    from recipelab.runner import LocalExecutor
     from recipelab.trainer.spec import TrialSpec
 
     recipe = baseline.apply({"steps": PREFLIGHT_STEPS,

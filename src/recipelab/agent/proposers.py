@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
+from recipelab.agent.events import redact
 from recipelab.agent.settings import CampaignSettings, SettingsError
-from recipelab.proposer import ClassicalProposer, Observation, Proposer, SearchSpace
+from recipelab.proposer import ClassicalProposer, Observation, Proposal, Proposer, SearchSpace
 from recipelab.recipe import Recipe, Target
 
 LLM_ENV = "RECIPELAB_LLM_BASE_URL"
@@ -27,14 +29,19 @@ def proposer_name(settings: CampaignSettings) -> str:
     return "hybrid" if llm_configured(settings) else "classical"
 
 
+def classical_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSpace,
+                       priors: Sequence[Observation] = ()) -> ClassicalProposer:
+    return ClassicalProposer(baseline, None, space, sampler=settings.sampler, seed=settings.seed,
+                             priors=priors)
+
+
 def build_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSpace,
                    target: Target, calibration: str | None = None,
                    priors: Sequence[Observation] = ()) -> Proposer:
     """The campaign's proposer; ``priors`` (trials of earlier campaigns, val_bpb relative to
     their baseline) warm-start the classical sampler and ``calibration`` (their summary) goes
     into the LLM's prompt."""
-    classical = ClassicalProposer(baseline, None, space, sampler=settings.sampler,
-                                  seed=settings.seed, priors=priors)
+    classical = classical_proposer(settings, baseline, space, priors)
     name = proposer_name(settings)
     if name == "classical":
         return classical
@@ -55,3 +62,51 @@ def build_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSp
     if name == "llm":
         return HybridProposer(classical, llm, llm_share=1.0, retry_after=0)
     return HybridProposer(classical, llm, llm_share=settings.llm_share)
+
+
+ERROR_TEXT_LIMIT = 500
+
+
+class GuardedProposer:
+    """The campaign's proposer, made safe to call: a proposer's fault is never the
+    campaign's end. When ``propose`` raises, the classical proposer takes the turn; when
+    ``prefetch`` or ``close`` raise, nothing is lost. Each fault is logged as
+    ``proposer_failed`` (type and message, secrets redacted, cut short)."""
+
+    def __init__(self, proposer: Proposer, settings: CampaignSettings, baseline: Recipe,
+                 space: SearchSpace, priors: Sequence[Observation], log: Any) -> None:
+        self.proposer = proposer
+        self.log = log
+        self._fallback_inputs = (settings, baseline, space, priors)
+        self._fallback: Proposer | None = None
+
+    def propose(self, history: list[Observation], n: int) -> list[Proposal]:
+        try:
+            return self.proposer.propose(history, n)
+        except Exception as error:
+            self._failed("propose", error)
+        if self._fallback is None:
+            self._fallback = classical_proposer(*self._fallback_inputs)
+        try:
+            return self._fallback.propose(history, n)
+        except Exception as error:
+            self._failed("fallback", error)
+            return []
+
+    def prefetch(self, history: list[Observation]) -> None:
+        try:
+            self.proposer.prefetch(history)
+        except Exception as error:
+            self._failed("prefetch", error)
+
+    def close(self) -> None:
+        try:  # e.g. an LLM proposer's HTTP client and prefetch thread
+            self.proposer.close()
+        except Exception as error:
+            self._failed("close", error)
+
+    def _failed(self, call: str, error: Exception) -> None:
+        text = f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT]
+        self.log.warning("proposer_failed", proposer=self.proposer.name, call=call,
+                         error_type=type(error).__name__, error=redact(text, []),
+                         fallback="classical" if call == "propose" else None)

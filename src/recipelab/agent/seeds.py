@@ -8,8 +8,8 @@ The campaign's first ``noise_seeds`` trained proxy trials are the baseline with 
 After the search, finalists whose lead over the next finalist is within the noise floor are
 trained again with ``RERUN_SEEDS`` more seeds each (proposer ``seed-rerun``, ``parent`` the
 finalist), before stress runs; these re-runs are part of promotion and are not limited by
-``--iterations``, like the stress runs. The winner is then the finalist with the lowest mean
-val_bpb over its seeds.
+``--iterations``, like the stress runs. Which trials count where, and which finalist wins,
+is defined once in :mod:`recipelab.trajectory.ledger`.
 
 Everything here is a pure function of the records, so a resumed campaign makes the same
 decisions.
@@ -19,43 +19,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from recipelab.proposer import Proposal
 from recipelab.recipe import BASELINE_PROPOSER, Recipe
-from recipelab.trajectory.noise import (
-    SEED_RERUN_PROPOSER,
-    NoiseFloor,
-    seed_family,
-    seed_mean,
-)
+from recipelab.trajectory.noise import SEED_RERUN_PROPOSER, NoiseFloor, seed_family
 from recipelab.trajectory.record import TrialRecord
 
 RERUN_SEEDS = 2  # extra seeds per finalist in a close call
-
-
-def is_extra_seed(record: TrialRecord) -> bool:
-    """A trial that only repeats another with a new seed: a baseline seed after the first,
-    or a finalist's seed re-run. These are evidence about noise, never candidates."""
-    if record.proposer == SEED_RERUN_PROPOSER:
-        return True
-    return record.proposer == BASELINE_PROPOSER and set(record.edit) == {"seed"}
-
-
-def search_trials(records: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """The trained proxy trials that count toward ``--iterations``: the baseline's seeds and
-    every proposal, but not a finalist's seed re-run (part of promotion, like stress runs).
-    An interrupted trial is not trained; its one re-run is what counts."""
-    return [r for r in records if r.kind == "proxy" and r.trained
-            and r.proposer != SEED_RERUN_PROPOSER]
-
-
-def rank_finalists(records: Sequence[TrialRecord], promote: int) -> list[TrialRecord]:
-    """The best ``promote`` complete proxy trials by val_bpb, leaving out seed repeats."""
-    complete = [r for r in records if r.kind == "proxy" and r.status == "complete"
-                and r.val_bpb is not None and not is_extra_seed(r)]
-    return sorted(complete, key=lambda r: (r.val_bpb, r.trial_id))[:promote]
 
 
 def _free_seed(start: int, used: set[int]) -> int:
@@ -128,25 +99,6 @@ def rerun_proposals(finalists: Sequence[TrialRecord], records: Sequence[TrialRec
                 f"from {rivals[finalist.trial_id]} is within the noise floor ({floor.spread:.4f})"
                 if floor else "seed re-run", SEED_RERUN_PROPOSER))
     return owed
-
-
-@dataclass(frozen=True)
-class Winner:
-    record: TrialRecord
-    mean_val_bpb: float
-    seeds: int
-    within_noise: bool | None  # None without a noise floor
-
-
-def name_winner(finalists: Sequence[TrialRecord], records: Sequence[TrialRecord],
-                floor: NoiseFloor | None) -> Winner | None:
-    """The finalist with the lowest mean val_bpb over its seeds."""
-    scored = [(mean, f) for f in finalists if (mean := seed_mean(f, records)) is not None]
-    if not scored:
-        return None
-    mean, best = min(scored, key=lambda item: (item[0], item[1].trial_id))
-    return Winner(record=best, mean_val_bpb=mean, seeds=len(seed_family(best, records)),
-                  within_noise=floor.is_noise(mean) if floor else None)
 
 
 def noise_marks(val_bpb: float | None, floor: NoiseFloor | None) -> dict[str, Any]:

@@ -9,15 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from recipelab.agent.events import EVENTS_FILE, read_events
-from recipelab.agent.seeds import Winner, name_winner, rank_finalists, search_trials
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import split_text
 from recipelab.recipe import BASELINE_PROPOSER
-from recipelab.trajectory.noise import (
-    SEED_RERUN_PROPOSER,
-    NoiseFloor,
-    noise_floor,
-)
+from recipelab.trajectory.ledger import Ledger, Winner
+from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
 
 BEST_SHOWN = 10
@@ -47,38 +43,32 @@ class StatusView:
             return None
         w = self.winner
         mark = " (within noise of the baseline)" if w.within_noise else ""
+        evidence = (f"; its stress run {w.stress.trial_id} stayed stable at val_bpb "
+                    f"{w.stress.val_bpb:.4f}" if w.stress is not None and w.stress.val_bpb is not None
+                    else "; no stable stress run yet (provisional)")
         return (f"winner: {w.record.trial_id}, mean val_bpb {w.mean_val_bpb:.4f} over "
-                f"{w.seeds} seed{'s' if w.seeds != 1 else ''}{mark}")
+                f"{w.seeds} seed{'s' if w.seeds != 1 else ''}{mark}{evidence}")
 
 
-def progress_line(settings: CampaignSettings, records: list[TrialRecord]) -> str:
+def progress_line(settings: CampaignSettings, ledger: Ledger) -> str:
     """Trained proxy trials against ``--iterations``, each counted once and where it belongs.
 
     A finalist's seed re-runs are part of promotion, so they are shown apart and never
     against the budget; an interrupted trial is counted as interrupted, and its one re-run
     (when trained) among the trained; stress runs are counted on their own.
     """
-    proxies = [r for r in records if r.kind == "proxy"]
-    trained = search_trials(proxies)
-    reruns = sum(r.proposer == SEED_RERUN_PROPOSER and r.trained
-                 for r in proxies)
-    retried = {r.retry_of for r in records if r.retry_of}
-    lost = [r for r in proxies if r.status == "interrupted"]
-    requeued = sum(r.trial_id in retried for r in lost)
-    details = [f"{n} failed" for n in [sum(r.status == "failed" for r in trained)] if n]
-    details += [f"+{reruns} seed re-run{'s' if reruns != 1 else ''}"] if reruns else []
-    details += [f"{requeued} interrupted and re-run"] if requeued else []
-    details += [f"{len(lost) - requeued} interrupted, to re-run"] if len(lost) > requeued else []
+    c = ledger.counts()
+    details = [f"{c.failed} failed"] if c.failed else []
+    details += [f"+{c.seed_reruns} seed re-run{'s' if c.seed_reruns != 1 else ''}"] if c.seed_reruns else []
+    details += [f"{c.interrupted_rerun} interrupted and re-run"] if c.interrupted_rerun else []
+    details += [f"{c.interrupted_pending} interrupted, to re-run"] if c.interrupted_pending else []
     budget = f"/{settings.iterations}" if settings.iterations is not None else ""
-    line = f"{len(trained)}{budget} proxy trials trained"
+    line = f"{c.trained}{budget} proxy trials trained"
     line += f" ({', '.join(details)})" if details else ""
-    rejected = sum(r.status == "rejected" for r in proxies)
-    stress = [r for r in records if r.kind == "stress"]
-    stress_done = sum(r.trained for r in stress)
-    running = sum(r.status == "running" for r in records)
-    line += f", {rejected} rejected" if rejected else ""
-    line += f", {stress_done} stress run{'s' if stress_done != 1 else ''}" if stress else ""
-    line += f", {running} running" if running else ""
+    line += f", {c.rejected} rejected" if c.rejected else ""
+    line += (f", {c.stress_trained} stress run{'s' if c.stress_trained != 1 else ''}"
+             if c.stress_total else "")
+    line += f", {c.running} running" if c.running else ""
     return line
 
 
@@ -108,25 +98,22 @@ def _plan_text(event: dict[str, Any]) -> str | None:
 
 def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
                     window: str | None = None) -> StatusView:
-    proxies = [r for r in records if r.kind == "proxy"]
-    trained = search_trials(proxies)
-    complete = sorted((r for r in proxies if r.status == "complete" and r.val_bpb is not None),
-                      key=lambda r: (r.val_bpb, r.trial_id))
-    walls = [r.metrics["wall_s"] for r in trained if r.metrics.get("wall_s") is not None]
+    ledger = Ledger(records, promote=settings.promote, fidelity=settings.fidelity)
+    walls = [r.metrics["wall_s"] for r in ledger.search_trials if r.metrics.get("wall_s") is not None]
     eta = ""
-    left = max(0, (settings.iterations or 0) - len(trained))
+    left = max(0, (settings.iterations or 0) - len(ledger.search_trials))
     if left and walls:
         minutes = left * statistics.median(walls) / 60 / settings.parallel
         eta = f", ETA {minutes:.1f} min for the proxy trials"
-    headline = f"campaign {settings.name}: {progress_line(settings, records)}{eta}"
+    headline = f"campaign {settings.name}: {progress_line(settings, ledger)}{eta}"
     running = "; ".join(f"{r.trial_id} ({r.kind}, started {r.started_at})"
                         for r in records if r.status == "running") or None
-    verdicts = {r.parent: r.verdict for r in records
-                if r.kind == "stress" and r.parent and r.verdict}
-    floor = noise_floor(proxies)
+    verdicts = {r.parent: r.verdict for r in ledger.stress if r.parent and r.verdict}
+    floor = ledger.noise
+    complete = sorted((r for r in ledger.proxies if r.status == "complete" and r.val_bpb is not None),
+                      key=lambda r: (r.val_bpb, r.trial_id))
     marks = {r.trial_id: floor.describe(r.val_bpb) for r in complete
              if floor is not None and r.val_bpb is not None and r.proposer != BASELINE_PROPOSER}
-    winner = name_winner(rank_finalists(proxies, settings.promote), proxies, floor)
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],
-                      stress_verdicts=verdicts, noise=floor, marks=marks, winner=winner,
+                      stress_verdicts=verdicts, noise=floor, marks=marks, winner=ledger.winner,
                       window=window)

@@ -11,10 +11,9 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 Verdict = Literal["stable", "diverged", "flat", "grad-spike"]
-T = TypeVar("T")
 
 BLOWUP_FACTOR = 1.5  # a loss this many times its best so far has blown up
 SPIKE_FACTOR = 10.0  # a grad norm this many times its running median is a spike
@@ -61,11 +60,3 @@ def judge_stress(curve: Sequence[Mapping[str, Any]], failure: str | None = None)
                 "flat", f"loss moved from {before:.4f} to {after:.4f} over the last "
                 f"{steps[-1] - steps[-tail - 1]} steps ({100 * gain:.2f}% gain)")
     return StressVerdict("stable", f"final loss {losses[-1]:.4f}, no blow-up or spike")
-
-
-def mid_ranked(ranked: Sequence[T], k: int) -> list[T]:
-    """``k`` items spread evenly over ``ranked`` (the centre of each of ``k`` equal slices),
-    or all of them when there are no more than ``k``."""
-    if k >= len(ranked):
-        return list(ranked)
-    return [ranked[math.floor((i + 0.5) * len(ranked) / k)] for i in range(k)]

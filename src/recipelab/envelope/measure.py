@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from recipelab.agent.executor import Executor
 from recipelab.envelope.analysis import fit_memory, plateau_tokens, with_gains
 from recipelab.envelope.points import (
     PRECISIONS,
@@ -24,6 +23,7 @@ from recipelab.envelope.points import (
 )
 from recipelab.guardrails import DeviceInfo, GuardContext, check_hardware
 from recipelab.recipe import Precision, Recipe, Target
+from recipelab.runner import Executor
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 from recipelab.trainer.telemetry import DEFAULT_INTERVAL_S, DeviceSampler
 

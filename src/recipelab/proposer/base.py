@@ -47,6 +47,7 @@ class Proposal:
     hypothesis: str
     proposer: str
     artifacts: dict[str, str] = field(default_factory=dict)  # e.g. prompt/reply text
+    fallback: str | None = None  # why another proposer made this one (e.g. the LLM was down)
 
     @classmethod
     def from_edit(cls, parent: Recipe, parent_id: str | None, edit: dict[str, Any],

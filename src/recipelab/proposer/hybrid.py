@@ -8,8 +8,8 @@ of the history alone, the schedule survives a restart. Both proposers receive th
 full history, so the LLM sees every trial the sampler ran.
 
 When the LLM is unavailable (or fails in any other way) the classical proposer takes the
-turn, the proposal says so in its ``fallback.txt`` artifact (the agent logs an
-``llm_fallback`` event), and the LLM sits out the next ``retry_after`` iterations before it
+turn, the proposal says why in its ``fallback`` field and its ``fallback.txt`` artifact (the
+agent logs an ``llm_fallback`` event), and the LLM sits out the next ``retry_after`` iterations before it
 is tried again. That pause lives in memory only: a restarted campaign simply tries the LLM
 again.
 """
@@ -72,7 +72,8 @@ class HybridProposer(Proposer):
         except Exception as exc:  # LLMUnavailable above all; anything else must not stop us
             self._llm_paused_until = k + turns.index(True) + self.retry_after + 1
             cause = str(exc) if isinstance(exc, LLMUnavailable) else f"{type(exc).__name__}: {exc}"
-            return [dataclasses.replace(p, artifacts={**p.artifacts, FALLBACK_ARTIFACT: cause})
+            return [dataclasses.replace(p, fallback=cause,
+                                        artifacts={**p.artifacts, FALLBACK_ARTIFACT: cause})
                     for p in self.classical.propose(history, n)]
         classical = self.classical.propose(history, n - sum(turns)) if not all(turns) else []
         llm_left, classical_left = iter(llm), iter(classical)

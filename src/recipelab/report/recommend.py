@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from recipelab.recipe import BYTE_VOCAB, Recipe, Target
 from recipelab.report.context import CloudRates
 from recipelab.report.powerlaw import PowerLaw, fit_power_law
-from recipelab.trajectory.analysis import scored_proxies
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 SECONDS_PER_DAY = 86_400
@@ -53,16 +53,10 @@ class Recommendation:
 
 
 def choose_winner(records: Sequence[TrialRecord]) -> tuple[TrialRecord, str] | None:
-    """The best proxy trial whose stress run stayed stable; else the best proxy trial."""
-    scored = sorted(scored_proxies(records), key=lambda r: (r.val_bpb, r.trial_id))
-    if not scored:
-        return None
-    stable = {r.parent for r in records if r.kind == "stress" and r.verdict == "stable"}
-    for record in scored:
-        if record.trial_id in stable:
-            return record, "the best proxy val_bpb among finalists whose stress run stayed stable"
-    return scored[0], ("the best proxy val_bpb; no stress run has confirmed it as stable yet, so "
-                       "treat it as provisional")
+    """The campaign's winner as the :class:`~recipelab.trajectory.ledger.Ledger` names it,
+    and why."""
+    winner = Ledger(records).winner
+    return (winner.record, winner.because) if winner is not None else None
 
 
 def scale_to_target(winner: Recipe, edit: dict[str, object], target: Target,

@@ -20,8 +20,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from recipelab.fsutil import atomic_write_text, fsync_dir
-
-LATEST = "latest"
+from recipelab.trainer.spec import CHECKPOINT_LATEST as LATEST
 
 
 @dataclass

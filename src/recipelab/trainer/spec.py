@@ -25,6 +25,7 @@ FailureReason = Literal["oom", "nan", "diverged", "timeout", "crash", "disk_full
 RESULT_FILE = "result.json"
 LOG_FILE = "trial.log"
 CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_LATEST = "latest"  # the file in CHECKPOINT_DIR naming its newest complete step
 EXIT_BAD_SPEC = 2  # the trainer's exit status when its spec is unusable
 EXIT_DISK_FULL = 3  # ... when the disk was too full to write even a short failure result
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 
-from recipelab.agent.executor import LocalExecutor
 from recipelab.recipe import proxy_recipe
+from recipelab.runner import LocalExecutor
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
 
@@ -67,14 +67,6 @@ def test_a_trainer_killed_without_a_result_is_a_crash_with_the_signal_named(
 
     assert (result.status, result.reason) == ("failed", "crash")
     assert result.message is not None and "SIGABRT" in result.message
-
-
-def test_cancel_stops_a_running_trial(tmp_path: Path, corpus: CorpusSpec) -> None:
-    executor = LocalExecutor(warm=False)
-    handle = executor.submit(tiny_spec(tmp_path, corpus, steps=100_000))
-    executor.cancel(handle)
-    result = executor.wait(handle)
-    assert result.status == "failed"
 
 
 def test_a_worker_capped_below_its_needs_fails_as_oom_not_crash(

@@ -1,15 +1,17 @@
 """Trials as Ray tasks: several at once, on the GPUs (or CPUs) of one or more machines.
 
-Each trial is one Ray task that runs the same entry point as :class:`LocalExecutor`
-(``python -m recipelab.trainer`` in its own process group) on whichever node Ray picks: one
-GPU per task where the cluster has GPUs, one CPU otherwise. The orchestrator stays the only
-writer of the trajectory; a task only trains and hands back what the trial produced.
+Each trial is one Ray task that runs the trainer through the same launch protocol as
+:class:`~recipelab.runner.local.LocalExecutor` (:mod:`recipelab.runner.launch`), on whichever
+node Ray picks: one GPU per task where the cluster has GPUs, one CPU otherwise. The
+orchestrator stays the only writer of the trajectory; a task only trains and hands back what
+the trial produced.
 
-Where the task lands decides where its files go. The orchestrator writes ``spec.json`` into
-the trial's ``out_dir`` before submitting; a task that finds that exact file (the same
-machine, or a shared filesystem) trains in place. Elsewhere it trains in a scratch
-directory and returns the result JSON and the log through the task's return value, and
-the orchestrator writes them into the campaign directory.
+Where the task lands decides where its files go (:mod:`recipelab.runner.files`).
+``shared_files=None`` finds out per task: a task that can read the exact ``spec.json`` the
+orchestrator wrote trains in place; elsewhere it trains in a scratch directory, checkpoints
+stream back through a Ray queue as they are written, and the result and log come back with
+the task's return value. ``shared_files=False`` always uses scratch (a cluster whose nodes
+see a *different* directory at the same path).
 
 Ray re-runs tasks of a dead worker on its own; here it must not (``max_retries=0``): a lost
 worker or node is reported as an ``interrupted`` result, and the campaign decides to re-run
@@ -21,10 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,16 +32,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pydantic import ValidationError
-
-from recipelab.agent.executor import SPEC_FILE, Executor, TrialHandle, _describe_exit, failed
 from recipelab.fsutil import atomic_write_text
-from recipelab.trainer.spec import LOG_FILE, TrialResult, TrialSpec
+from recipelab.guardrails.base import DeviceInfo
+from recipelab.runner import files, launch
+from recipelab.runner.base import Executor, TrialHandle, failed, timed_out
+from recipelab.trainer.spec import CHECKPOINT_DIR, LOG_FILE, TrialResult, TrialSpec
 
 INSTALL_HINT = "pip install 'recipelab[ray]'"
-WORKER_FILE = "worker.json"  # where a task that trains in place says which processes it runs
+WORKER_FILE = "worker.json"  # where a task says which processes it runs
 RETURNED_LOG_LINES = 200
-KILL_GRACE_S = 3.0
+CHECKPOINT_POLL_S = 0.5
 # Past the trial's own timeout (enforced by the task), the orchestrator cancels the task:
 # covers a node that stopped answering without Ray noticing yet.
 CANCEL_MARGIN_S = 30.0
@@ -89,10 +88,14 @@ class RayExecutor(Executor):
     and left running on :meth:`close`.
     """
 
-    def __init__(self, *, address: str | None = None, python: str | None = None) -> None:
+    name = "ray"
+
+    def __init__(self, *, address: str | None = None, python: str | None = None,
+                 shared_files: bool | None = None) -> None:
         _use_token_auth_if_set_up(address)  # before Ray is imported: it reads it then
         self.ray = import_ray()
         self.python = python
+        self.shared_files = shared_files
         self._owns_ray = not self.ray.is_initialized()
         if self._owns_ray:
             try:
@@ -109,30 +112,52 @@ class RayExecutor(Executor):
         self.gpus = float(self.ray.cluster_resources().get("GPU", 0.0))
         self._lost = lost_worker_errors(self.ray)
         self._task = self.ray.remote(max_retries=0)(run_trial_task)
+        self._inbox: Any = None  # a ray.util.queue.Queue of checkpoints, made on first need
+
+    @property
+    def _resources(self) -> dict[str, float]:
+        return {"num_gpus": 1, "num_cpus": 0} if self.gpus >= 1 else {"num_cpus": 1}
+
+    def device(self, requested: str) -> DeviceInfo:
+        """The device a trial's worker resolves ``requested`` to, asked of a worker with a
+        trial's resources, so the guardrails judge the cluster's hardware, not this machine's.
+
+        Raises ValueError (saying what to do) when the worker has no such device."""
+        probe = self.ray.remote(max_retries=0)(_resolve_on_worker).options(**self._resources)
+        found: DeviceInfo | str = self.ray.get(probe.remote(requested))
+        if isinstance(found, str):
+            raise ValueError(f"on the Ray workers: {found}")
+        return found
+
+    def _checkpoint_inbox(self) -> Any:
+        if self._inbox is None:
+            from ray.util.queue import Queue
+
+            self._inbox = Queue(actor_options={"num_cpus": 0})
+        return self._inbox
 
     def submit(self, spec: TrialSpec, *, resume: bool = False,
                timeout_s: float | None = None) -> RayTrialHandle:
-        out_dir = Path(spec.out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        spec_json = spec.model_dump_json(indent=2)
-        atomic_write_text(out_dir / SPEC_FILE, spec_json)
-        with contextlib.suppress(FileNotFoundError):
-            spec.result_path.unlink()  # a stale result from an earlier attempt is not this one's
-        (out_dir / WORKER_FILE).unlink(missing_ok=True)
-        resources = {"num_gpus": 1, "num_cpus": 0} if self.gpus >= 1 else {"num_cpus": 1}
-        ref = self._task.options(**resources).remote(spec_json, resume, timeout_s, self.python)
+        spec_path = launch.prepare(spec)
+        (Path(spec.out_dir) / WORKER_FILE).unlink(missing_ok=True)
+        checkpoint = files.pack_checkpoint(spec.checkpoint_path) if resume else None
+        inbox = self._checkpoint_inbox() if spec.checkpoint_every else None
+        ref = self._task.options(**self._resources).remote(
+            spec_path.read_text(), resume, timeout_s, self.python, self.shared_files,
+            checkpoint, inbox)
         now = time.monotonic()
         return RayTrialHandle(spec=spec, submitted_at=now, ref=ref,
                               deadline=now + timeout_s + CANCEL_MARGIN_S if timeout_s else None)
 
     def poll(self, handle: TrialHandle) -> TrialResult | None:
         assert isinstance(handle, RayTrialHandle), "poll() on a handle this executor did not submit"
+        self._receive_checkpoints()
         ready, _ = self.ray.wait([handle.ref], timeout=0)
         if not ready:
             if handle.deadline is not None and time.monotonic() > handle.deadline:
                 self.cancel(handle)
-                return failed(handle.spec, "timeout",
-                              "the trial's Ray task outlived its timeout and was cancelled")
+                return timed_out(handle.spec, handle.deadline - handle.submitted_at,
+                                 "its Ray task was cancelled")
             return None
         try:
             payload: dict[str, Any] = self.ray.get(handle.ref)
@@ -144,7 +169,8 @@ class RayExecutor(Executor):
                                f"{_first_line(err)}")
         except self.ray.exceptions.RayTaskError as err:
             return failed(handle.spec, "crash", f"the Ray task raised: {_first_line(err)}")
-        return self._settle(handle.spec, payload)
+        self._receive_checkpoints()
+        return _settle(handle.spec, payload)
 
     def cancel(self, handle: TrialHandle) -> None:
         assert isinstance(handle, RayTrialHandle)
@@ -154,29 +180,32 @@ class RayExecutor(Executor):
             self.ray.cancel(handle.ref, force=True)
 
     def close(self) -> None:
+        self._receive_checkpoints()
         if self._owns_ray and self.ray.is_initialized():
             self.ray.shutdown()
 
-    @staticmethod
-    def _settle(spec: TrialSpec, payload: dict[str, Any]) -> TrialResult:
-        """The trial's result; files of a trial that trained elsewhere are written here."""
-        out_dir = Path(spec.out_dir)
-        if not payload["in_place"]:
-            if payload["log"]:
-                atomic_write_text(out_dir / LOG_FILE, payload["log"])
-            if payload["result"]:
-                atomic_write_text(spec.result_path, payload["result"])
+    def _receive_checkpoints(self) -> None:
+        """Install the checkpoints tasks training in scratch have sent since the last poll."""
+        if self._inbox is None:
+            return
+        while not self._inbox.empty():
+            out_dir, packed = self._inbox.get_nowait()
+            files.unpack_checkpoint(Path(out_dir) / CHECKPOINT_DIR, packed)
+
+
+def _settle(spec: TrialSpec, payload: dict[str, Any]) -> TrialResult:
+    """The trial's result; the files of a trial that trained elsewhere are written here."""
+    if not payload["in_place"]:
+        if payload["log"]:
+            atomic_write_text(Path(spec.out_dir) / LOG_FILE, payload["log"])
         if payload["result"]:
-            try:
-                result = TrialResult.model_validate_json(payload["result"])
-            except ValidationError as err:
-                return failed(spec, "crash", f"the trial's result is invalid: {_first_line(err)}")
-            if result.trial_id != spec.trial_id:
-                return failed(spec, "crash", f"the result names trial {result.trial_id}")
-            return result
-        tail = " | ".join(payload["log"].strip().splitlines()[-5:])
-        return failed(spec, "crash", f"the trainer on {payload['host']} {payload['exit']} "
-                      "without a result" + (f"; last log lines: {tail}" if tail else ""))
+            atomic_write_text(spec.result_path, payload["result"])
+    if payload["result"]:
+        result = launch.parse_result(spec, payload["result"])
+        return result or failed(spec, "crash", "the trial's result is not a valid result")
+    tail = " | ".join(payload["log"].strip().splitlines()[-launch.LOG_TAIL_LINES:])
+    return failed(spec, "crash", f"the trainer on {payload['host']} {payload['exit']} "
+                  "without a result" + (f"; last log lines: {tail}" if tail else ""))
 
 
 def _use_token_auth_if_set_up(address: str | None) -> None:
@@ -192,54 +221,74 @@ def _use_token_auth_if_set_up(address: str | None) -> None:
         os.environ[AUTH_MODE_VARIABLE] = "token"
 
 
-def run_trial_task(spec_json: str, resume: bool, timeout_s: float | None,
-                   python: str | None) -> dict[str, Any]:
-    """The Ray task: train one trial with the trainer entry point and hand back its output.
+def _resolve_on_worker(requested: str) -> DeviceInfo | str:
+    """On a worker: its device for ``requested``, or what is wrong with asking for it."""
+    from recipelab.guardrails.hardware import resolve_device
+
+    try:
+        return resolve_device(requested)
+    except ValueError as error:
+        return str(error)
+
+
+def run_trial_task(spec_json: str, resume: bool, timeout_s: float | None, python: str | None,
+                   shared_files: bool | None, checkpoint: files.Packed | None,
+                   inbox: Any) -> dict[str, Any]:
+    """The Ray task: train one trial through the launch protocol and hand back its output.
 
     Runs on a Ray worker, possibly on another machine; it imports nothing heavy itself.
     """
     spec = TrialSpec.model_validate_json(spec_json)
-    out_dir = Path(spec.out_dir)
-    in_place = _same_file(out_dir / SPEC_FILE, spec_json)
+    home_dir = spec.out_dir
+    in_place = shared_files is not False and _same_file(spec.out_dir, spec_json)
     with contextlib.ExitStack() as stack:
         if not in_place:
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="recipelab-")))
             spec = spec.model_copy(update={"out_dir": str(scratch / spec.trial_id)})
-            out_dir = Path(spec.out_dir)
-            out_dir.mkdir(parents=True)
-            atomic_write_text(out_dir / SPEC_FILE, spec.model_dump_json(indent=2))
-        with contextlib.suppress(FileNotFoundError):
-            spec.result_path.unlink()
-        process = subprocess.Popen(
-            [python or sys.executable, "-m", "recipelab.trainer", "--spec", "-"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)  # its own process group; it dies with this worker
-        worker = {"host": socket.gethostname(), "worker_pid": os.getpid(),
-                  "trainer_pid": process.pid}
-        atomic_write_text(out_dir / WORKER_FILE, json.dumps(worker))
-        line = shlex.join([str((out_dir / SPEC_FILE).resolve()), *(["--resume"] if resume else [])])
-        assert process.stdin is not None
-        with contextlib.suppress(BrokenPipeError):
-            process.stdin.write((line + "\n").encode())
-            process.stdin.close()
+            if checkpoint is not None:
+                files.unpack_checkpoint(spec.checkpoint_path, checkpoint)
+        spec_path = launch.prepare(spec)
+        process = launch.start_trainer(launch.trainer_command(python))
+        host = socket.gethostname()
+        atomic_write_text(Path(spec.out_dir) / WORKER_FILE, json.dumps(
+            {"host": host, "worker_pid": os.getpid(), "trainer_pid": process.pid}))
+        launch.send_spec(process, spec_path, resume=resume)
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        sent = files.latest_step(spec.checkpoint_path)
         try:
-            exit_text = _describe_exit(process.wait(timeout=timeout_s))
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            result = failed(spec, "timeout",
-                            f"the trial ran past its {timeout_s:.0f} s timeout and was killed")
-            atomic_write_text(spec.result_path, result.model_dump_json(indent=2))
-            exit_text = "was killed at its timeout"
+            while (code := process.poll()) is None:
+                if not in_place and inbox is not None:
+                    sent = _send_new_checkpoint(spec, home_dir, sent, inbox)
+                if deadline is not None and time.monotonic() > deadline:
+                    launch.stop(process)
+                    result = timed_out(spec, timeout_s or 0.0)
+                    atomic_write_text(spec.result_path, result.model_dump_json(indent=2))
+                    code = process.wait()
+                    break
+                time.sleep(CHECKPOINT_POLL_S)
         finally:
             if process.poll() is None:
-                _kill_group(process)
-        return {"in_place": in_place, "host": worker["host"], "exit": exit_text,
-                "result": _read(spec.result_path), "log": _tail(out_dir / LOG_FILE)}
+                launch.stop(process)
+        if not in_place and inbox is not None:
+            _send_new_checkpoint(spec, home_dir, sent, inbox)
+        return {"in_place": in_place, "host": host, "exit": launch.describe_exit(code),
+                "result": _read(spec.result_path), "log": _tail(Path(spec.out_dir) / LOG_FILE)}
 
 
-def _same_file(path: Path, text: str) -> bool:
+def _send_new_checkpoint(spec: TrialSpec, home_dir: str, sent: str | None, inbox: Any) -> str | None:
+    """Send the trial's newest checkpoint home when it is newer than the last one sent."""
+    newest = files.latest_step(spec.checkpoint_path)
+    if newest is not None and newest != sent:
+        packed = files.pack_checkpoint(spec.checkpoint_path)
+        if packed is not None:
+            inbox.put((home_dir, packed))
+            return newest
+    return sent
+
+
+def _same_file(out_dir: str, text: str) -> bool:
     try:
-        return path.read_text() == text
+        return (Path(out_dir) / launch.SPEC_FILE).read_text() == text
     except OSError:
         return False
 
@@ -254,17 +303,6 @@ def _read(path: Path) -> str | None:
 def _tail(path: Path, lines: int = RETURNED_LOG_LINES) -> str:
     text = _read(path)
     return "" if text is None else "\n".join(text.splitlines()[-lines:]) + "\n"
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def _first_line(err: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""Specifications of the Ray executor, on a real local Ray instance (2 CPUs, loopback)."""
+"""Campaigns on the Ray executor, on a real local Ray instance (2 CPUs, loopback)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,8 @@ import pytest
 import ray
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.executor_ray import WORKER_FILE, RayExecutor
 from recipelab.agent.settings import CampaignSettings
-from recipelab.trainer.spec import TrialSpec
+from recipelab.runner.ray import WORKER_FILE
 from recipelab.trajectory import TrajectoryStore
 
 from .conftest import events, read_jsonl, wait_for
@@ -97,36 +96,6 @@ def test_a_worker_killed_mid_trial_is_interrupted_and_its_candidate_runs_again(
     wait_for(lambda: not psutil.pid_exists(killed["trainer_pid"])
              or psutil.Process(killed["trainer_pid"]).status() == psutil.STATUS_ZOMBIE,
              timeout_s=30)
-
-
-def test_a_trial_is_a_ray_task_that_trains_in_place_and_reports_its_worker(
-        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
-    executor = RayExecutor()
-    spec = TrialSpec(trial_id="t1", recipe=tiny_settings.baseline().apply({"steps": 5}),
-                     corpus=tiny_settings.corpus, out_dir=str(tmp_path / "t1"))
-    result = executor.wait(executor.submit(spec, timeout_s=120))
-    executor.close()
-    assert ray.is_initialized(), "closing must not stop a Ray instance it did not start"
-    assert result.status == "complete" and result.val_bpb is not None
-    worker = json.loads((tmp_path / "t1" / WORKER_FILE).read_text())
-    assert worker["worker_pid"] != os.getpid()
-    assert (tmp_path / "t1" / "result.json").exists()
-
-
-def test_a_trial_on_a_machine_without_the_campaign_directory_hands_its_files_back(
-        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
-    """The task finds no spec.json it can read (as on another machine) and trains in scratch."""
-    executor = RayExecutor()
-    out_dir = tmp_path / "t2"
-    spec = TrialSpec(trial_id="t2", recipe=tiny_settings.baseline().apply({"steps": 5}),
-                     corpus=tiny_settings.corpus, out_dir=str(out_dir))
-    handle = executor.submit(spec, timeout_s=120)
-    (out_dir / "spec.json").write_text("{}")  # what a node without this directory would see
-    result = executor.wait(handle)
-    assert result.status == "complete"
-    assert not (out_dir / WORKER_FILE).exists(), "the task trained here, not in scratch"
-    assert "val_bpb" in (out_dir / "trial.log").read_text()
-    assert json.loads((out_dir / "result.json").read_text())["trial_id"] == "t2"
 
 
 def test_without_ray_the_ray_executor_names_the_extra_to_install(tmp_path: Path) -> None:

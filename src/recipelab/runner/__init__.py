@@ -1,0 +1,32 @@
+"""Where and on what a trial runs: the :class:`Executor` base and its implementations.
+
+- :class:`LocalExecutor`: subprocesses of this machine, with a warm worker;
+- :class:`~recipelab.runner.ray.RayExecutor`: Ray tasks on a cluster (imported on demand,
+  Ray being an optional extra);
+- :class:`FakeExecutor`: in memory, for tests of scheduling.
+
+Local and Ray trials follow one launch protocol (:mod:`recipelab.runner.launch`) and one
+file-system contract (:mod:`recipelab.runner.files`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from recipelab.runner.base import Executor, TrialHandle, failed, timed_out
+from recipelab.runner.fake import FakeExecutor
+from recipelab.runner.local import LocalExecutor
+
+ExecutorKind = Literal["local", "ray"]
+
+__all__ = ["Executor", "ExecutorKind", "FakeExecutor", "LocalExecutor", "TrialHandle",
+           "build_executor", "failed", "timed_out"]
+
+
+def build_executor(kind: ExecutorKind, *, ray_address: str | None = None) -> Executor:
+    """The executor a campaign's ``--executor`` names."""
+    if kind == "ray":
+        from recipelab.runner.ray import RayExecutor  # Ray is an optional extra
+
+        return RayExecutor(address=ray_address)
+    return LocalExecutor()
