@@ -7,7 +7,6 @@ taken from the environment) are scrubbed from every value before anything is wri
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
@@ -17,18 +16,15 @@ from typing import Any, TextIO
 import structlog
 from rich.console import Console
 
+from recipelab import environment
+
 EVENTS_FILE = "events.jsonl"
-SECRET_ENV_VARS = ("RECIPELAB_LLM_API_KEY", "OPENAI_API_KEY", "NGC_API_KEY", "PGPASSWORD")
 REDACTED = "[redacted]"
 # The password of a URL such as postgresql+psycopg://user:password@host/db (one SQLAlchemy
 # has already masked as *** is left as it is).
 URL_PASSWORD = re.compile(r"(://[^:/@\s]*):(?!\*\*\*@)[^@/\s]+@")
 
 EventDict = MutableMapping[str, Any]
-
-
-def _secrets() -> list[str]:
-    return [value for name in SECRET_ENV_VARS if len(value := os.environ.get(name, "")) >= 4]
 
 
 def redact(value: Any, secrets: Iterable[str]) -> Any:
@@ -48,7 +44,7 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
 
 
 def redact_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:
-    secrets = _secrets()
+    secrets = environment.secrets()
     return {key: redact(value, secrets) for key, value in event.items()}
 
 

@@ -28,7 +28,7 @@ def learn_peak(record: TrialRecord, device: DeviceInfo, log: Any,
     """Add ``record``'s measured peak memory to ``device``'s memory model (the file at
     ``path``, default :func:`~recipelab.guardrails.memory_fit.memory_model_path`), if it has
     one; the model as written, for the guardrail, or None when nothing was written."""
-    peak = record.metrics.get("peak_memory_bytes")
+    peak = record.measured.peak_memory_bytes
     if record.status != "complete" or not peak:
         return None
     try:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from recipelab import environment
 from recipelab.agent.proposers import LLM_ENV, llm_configured, proposer_name
 from recipelab.agent.settings import CampaignSettings
 from recipelab.fsutil import is_disk_full
@@ -161,7 +162,7 @@ def check_input(*, preset: str | None, target: str | None, until: str | None,
         raise InputError(f"unknown --target {target!r}: choose one of {', '.join(TARGETS)}")
     if until is not None and (problem := until_problem(until)):
         raise InputError(problem)
-    for url, origin in ((llm_base_url, "--llm-base-url"), (os.environ.get(LLM_ENV), LLM_ENV)):
+    for url, origin in ((llm_base_url, "--llm-base-url"), (environment.read(LLM_ENV), LLM_ENV)):
         if url and url.strip() and (problem := llm_url_problem(url, origin)):
             raise InputError(problem)
 

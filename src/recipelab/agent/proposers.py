@@ -7,20 +7,20 @@ trials and the LLM a share of them, seeing everything the classical one has lear
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from recipelab import environment
 from recipelab.agent.events import redact
 from recipelab.agent.settings import CampaignSettings, SettingsError
 from recipelab.proposer import ClassicalProposer, Observation, Proposal, Proposer, SearchSpace
 from recipelab.recipe import Recipe, Target
 
-LLM_ENV = "RECIPELAB_LLM_BASE_URL"
+LLM_ENV = environment.LLM_BASE_URL
 
 
 def llm_configured(settings: CampaignSettings) -> bool:
-    return bool(settings.llm_base_url or os.environ.get(LLM_ENV))
+    return bool(settings.llm_base_url or environment.read(LLM_ENV))
 
 
 def proposer_name(settings: CampaignSettings) -> str:

@@ -63,12 +63,12 @@ def as_observation(record: TrialRecord) -> Observation:
 
 def as_measurement(record: TrialRecord) -> Measurement | None:
     """A completed trial as evidence for the memory and time models, when it has the figures."""
-    m = record.metrics
-    needed = ("params", "tokens_per_step", "flops_per_token", "tokens_per_s",
-              "peak_memory_bytes", "wall_s", "steps")
-    if record.status != "complete" or any(m.get(key) is None for key in needed):
+    m = record.measured
+    if (record.status != "complete" or m.params is None or m.tokens_per_step is None
+            or m.flops_per_token is None or m.tokens_per_s is None
+            or m.peak_memory_bytes is None or m.wall_s is None or m.steps is None):
         return None
-    return Measurement(params=m["params"], tokens_per_step=m["tokens_per_step"],
-                       flops_per_token=m["flops_per_token"], tokens_per_s=m["tokens_per_s"],
-                       peak_memory_bytes=m["peak_memory_bytes"], wall_s=m["wall_s"],
-                       steps=m["steps"], recipe=Recipe.model_validate(record.recipe))
+    return Measurement(params=m.params, tokens_per_step=m.tokens_per_step,
+                       flops_per_token=m.flops_per_token, tokens_per_s=m.tokens_per_s,
+                       peak_memory_bytes=m.peak_memory_bytes, wall_s=m.wall_s, steps=m.steps,
+                       recipe=Recipe.model_validate(record.recipe))

@@ -99,7 +99,7 @@ def _plan_text(event: dict[str, Any]) -> str | None:
 def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
                     window: str | None = None) -> StatusView:
     ledger = Ledger(records, promote=settings.promote, fidelity=settings.fidelity)
-    walls = [r.metrics["wall_s"] for r in ledger.search_trials if r.metrics.get("wall_s") is not None]
+    walls = [wall for r in ledger.search_trials if (wall := r.measured.wall_s) is not None]
     eta = ""
     left = max(0, (settings.iterations or 0) - len(ledger.search_trials))
     if left and walls:

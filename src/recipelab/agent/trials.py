@@ -162,5 +162,5 @@ class TrialBook:
         self.on_change()
         self.log.info("trial_finished", trial_id=final.trial_id, kind=final.kind,
                       status=final.status, reason=final.reason, val_bpb=final.val_bpb,
-                      message=final.message, wall_s=final.metrics.get("wall_s"))
+                      message=final.message, wall_s=final.measured.wall_s)
         return final

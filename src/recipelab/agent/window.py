@@ -65,17 +65,16 @@ def measured_times(records: Sequence[TrialRecord]) -> TrialTimes | None:
     Complete trials report ``train_s`` and ``steps_done``, which separate the per-step time
     from the rest; failed ones (a timeout) only a wall time, which then scales as a whole.
     """
-    trained = [r for r in records if r.kind == "proxy" and r.trained
-               and r.metrics.get("wall_s") is not None]
-    split = [(float(m["wall_s"]), float(m["train_s"]), int(m["steps_done"]))
-             for r in trained if (m := r.metrics).get("train_s") is not None
-             and m.get("steps_done")]
+    trained = [m for r in records if r.kind == "proxy" and r.trained
+               and (m := r.measured).wall_s is not None]
+    split = [(m.wall_s, m.train_s, m.steps_done) for m in trained
+             if m.wall_s is not None and m.train_s is not None and m.steps_done]
     if split:
         return TrialTimes(fixed_s=upper([max(0.0, w - t) for w, t, _ in split]),
                           per_step_s=upper([t / n for _, t, n in split]))
     if trained:
-        per_trial = upper([float(r.metrics["wall_s"]) for r in trained])
-        steps = statistics.median(int(r.metrics.get("steps") or 1) for r in trained)
+        per_trial = upper([m.wall_s for m in trained if m.wall_s is not None])
+        steps = statistics.median(m.steps or 1 for m in trained)
         return TrialTimes(fixed_s=0.0, per_step_s=per_trial / max(1.0, steps))
     return None
 

@@ -25,7 +25,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
+from recipelab import environment
 from recipelab.fsutil import atomic_write_text
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.recipe import Recipe, StrictModel
@@ -50,11 +50,8 @@ class MemoryModelError(Exception):
 
 
 def memory_model_path() -> Path:
-    explicit = os.environ.get("RECIPELAB_MEMORY_MODEL")
-    if explicit:
-        return Path(explicit).expanduser()
-    cache = os.environ.get("RECIPELAB_CACHE") or Path.home() / ".cache" / "recipelab"
-    return Path(cache).expanduser() / MEMORY_MODEL_FILE
+    explicit = environment.read(environment.MEMORY_MODEL)
+    return Path(explicit).expanduser() if explicit else environment.cache_dir() / MEMORY_MODEL_FILE
 
 
 def micro_batch_tokens(recipe: Recipe) -> int:

@@ -33,7 +33,6 @@ import base64
 import contextlib
 import dataclasses
 import json
-import os
 import re
 import threading
 import time
@@ -63,6 +62,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from recipelab import environment
 from recipelab.proposer.base import Observation, Proposal, Proposer
 from recipelab.proposer.prompt import (
     HYPOTHESIS_CHARS,
@@ -79,9 +79,9 @@ StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", 
 Mode = Literal["json_schema", "json_object", "guided_json", "nvext", "prompt"]
 AUTO_MODES: tuple[Mode, ...] = ("json_schema", "guided_json", "prompt")
 
-ENV_BASE_URL = "RECIPELAB_LLM_BASE_URL"
-ENV_MODEL = "RECIPELAB_LLM_MODEL"
-ENV_API_KEYS = ("RECIPELAB_LLM_API_KEY", "OPENAI_API_KEY")
+ENV_BASE_URL = environment.LLM_BASE_URL
+ENV_MODEL = environment.LLM_MODEL
+ENV_API_KEYS = environment.LLM_API_KEYS
 PLACEHOLDER_API_KEY = "not-needed"  # local servers ignore the key; the client wants one
 
 EXCHANGE_ARTIFACT = "llm_exchange.json"
@@ -151,17 +151,15 @@ class LLMConfig(BaseModel):
         """A config from ``RECIPELAB_LLM_BASE_URL``, ``RECIPELAB_LLM_MODEL`` and
         ``RECIPELAB_LLM_API_KEY`` (else ``OPENAI_API_KEY``, else a placeholder), with
         ``overrides`` taking precedence."""
-        key = next((value for name in ENV_API_KEYS if (value := _env(name))), PLACEHOLDER_API_KEY)
-        found = {"base_url": _env(ENV_BASE_URL), "model": _env(ENV_MODEL), "api_key": key}
+        key = next((value for name in ENV_API_KEYS if (value := environment.read(name))),
+                   PLACEHOLDER_API_KEY)
+        found = {"base_url": environment.read(ENV_BASE_URL), "model": environment.read(ENV_MODEL),
+                 "api_key": key}
         values = {name: value for name, value in found.items() if value is not None} | overrides
         if values.get("base_url") is None:
             raise ValueError(f"no LLM endpoint: set {ENV_BASE_URL} (for example "
                              "http://localhost:8000/v1 for a NIM) or pass base_url")
         return cls(**values)
-
-
-def _env(name: str) -> str | None:
-    return os.environ.get(name, "").strip() or None
 
 
 def redact_url(url: str) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pydantic import Field
 
+from recipelab import environment
 from recipelab.recipe import StrictModel, Target
 
 H100_BF16_DENSE_FLOPS = 989e12  # H100 SXM, dense BF16 tensor-core peak
@@ -33,14 +33,13 @@ class CloudRates(StrictModel):
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> CloudRates:
         """Defaults overridden by the ``RATE_ENVVARS`` that are set (peak given in TFLOP/s)."""
-        environ = os.environ if environ is None else environ
         given: dict[str, float] = {}
         for name, var in RATE_ENVVARS.items():
-            if environ.get(var):
+            if (text := environment.read(var, environ)) is not None:
                 try:
-                    value = float(environ[var])
+                    value = float(text)
                 except ValueError:
-                    raise ValueError(f"{var}={environ[var]!r} is not a number") from None
+                    raise ValueError(f"{var}={text!r} is not a number") from None
                 given[name] = value * 1e12 if name == "gpu_peak_flops" else value
         if "gpus" in given:
             given["gpus"] = int(given["gpus"])

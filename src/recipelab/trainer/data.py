@@ -42,6 +42,7 @@ import torch
 from tokenizers import Tokenizer as HFModel
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from recipelab import environment
 from recipelab.recipe import BYTE_VOCAB
 from recipelab.trainer.spec import CorpusSpec
 
@@ -426,8 +427,7 @@ def _max_bytes(source: _Source, corpus: CorpusSpec) -> int | None:
 
 
 def _cache_root(corpus: CorpusSpec) -> Path:
-    default = Path.home() / ".cache" / "recipelab"
-    return Path(corpus.cache_dir or os.environ.get("RECIPELAB_CACHE") or default).expanduser()
+    return Path(corpus.cache_dir).expanduser() if corpus.cache_dir else environment.cache_dir()
 
 
 # --- building a dataset (reads and tokenizes; only on a cache miss) -------------------------

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from recipelab import __version__
+from recipelab import __version__, environment
 from recipelab.recipe import Precision
 from recipelab.trainer.model import LinearFactory, plain_linear
 from recipelab.trainer.spec import Provenance, code_version
@@ -58,8 +58,7 @@ def compile_cache_dir() -> Path:
     """Where torch.compile keeps its compiled graphs between trials: under recipelab's cache
     (``$RECIPELAB_CACHE``, default ``~/.cache/recipelab``), so every trial after the first
     reuses the kernels instead of compiling them again."""
-    root = os.environ.get("RECIPELAB_CACHE") or Path.home() / ".cache" / "recipelab"
-    return Path(root).expanduser() / "torch-compile"
+    return environment.cache_dir() / "torch-compile"
 
 
 def maybe_compile(model: nn.Module, enabled: bool) -> nn.Module:
@@ -72,8 +71,8 @@ def maybe_compile(model: nn.Module, enabled: bool) -> nn.Module:
         return model
     cache = compile_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
-    os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
+    for variable, folder in environment.TORCH_CACHES.items():
+        os.environ.setdefault(variable, str(cache / folder))
     import torch._inductor.config as inductor_config
 
     inductor_config.fx_graph_cache = True

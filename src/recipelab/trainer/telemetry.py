@@ -44,14 +44,15 @@ from typing import Any, Literal
 
 import psutil
 
+from recipelab import environment
 from recipelab.recipe import StrictModel
 
 DEFAULT_INTERVAL_S = 2.0
 POWERCAP = Path("/sys/class/powercap")
 CSV_COLUMNS = ("t_s", "cpu_util", "rss_bytes", "gpu_util", "gpu_power_w", "gpu_memory_bytes",
                "gpu_temp_c", "gpu_energy_mj", "gpu_processes", "rapl_energy_uj")
-VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
-GPU_SHARERS_ENV = "RECIPELAB_GPU_SHARERS"  # trials an executor runs on this GPU at once
+VISIBLE_DEVICES_ENV = environment.VISIBLE_DEVICES
+GPU_SHARERS_ENV = environment.GPU_SHARERS
 EnergyScope = Literal["trial", "device"]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import JSON, Column, String
 from sqlmodel import Field, SQLModel
 
@@ -20,6 +21,36 @@ TRAINED_STATUSES: frozenset[str] = frozenset({"complete", "failed"})
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class TrialMetrics(BaseModel):
+    """What a trial measured, as typed fields: the figures every reader of ``metrics`` uses.
+
+    ``TrialRecord.metrics`` stays a JSON object in the store (old trajectories load, and a
+    newer recipelab may add figures); this is the typed reading of it, with every field
+    optional because a failed or interrupted trial measured only some of them. Figures it
+    does not name are kept as extra fields.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    wall_s: float | None = None  # submission to result, as the orchestrator saw it
+    setup_s: float | None = None
+    train_s: float | None = None
+    eval_s: float | None = None
+    steps: int | None = None  # the recipe's steps
+    steps_done: int | None = None
+    resumed_from_step: int | None = None
+    train_loss: float | None = None
+    tokens_per_s: float | None = None
+    step_ms: float | None = None
+    tokens_per_step: int | None = None
+    flops_per_token: int | None = None
+    params: int | None = None
+    peak_memory_bytes: int | None = None
+    telemetry: dict[str, Any] | None = None
+    gain_vs_baseline: float | None = None
+    within_noise: bool | None = None
 
 
 class TrialRecord(SQLModel):
@@ -60,6 +91,11 @@ class TrialRecord(SQLModel):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def measured(self) -> TrialMetrics:
+        """``metrics`` as typed fields."""
+        return TrialMetrics.model_validate(self.metrics)
 
     @property
     def trained(self) -> bool:

@@ -1,0 +1,72 @@
+"""The package's layering, read from the source: every ``import recipelab.X`` (at module level
+or inside a function) points down the chain
+``cli → (agent, envelope) → runner → (proposer, guardrails, trainer, trajectory, report) → recipe``,
+never up or sideways between agent and envelope, and the packages form no cycle."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import recipelab
+
+PACKAGE = Path(recipelab.__file__).parent
+LAYER = {"__main__": -1, "cli": 0, "agent": 1, "envelope": 1, "runner": 2,
+         "proposer": 3, "guardrails": 3, "trainer": 3, "trajectory": 3, "report": 3,
+         "recipe": 4}
+BASE = 5  # small shared modules with no recipelab imports of their own (units, text, fsutil...)
+FORBIDDEN_SIDEWAYS = {("proposer", "trainer")}  # the proposer never imports the trainer
+
+
+def component(module: str) -> str:
+    """``recipelab.agent.campaign`` → ``agent``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports() -> Iterator[tuple[str, str, int]]:
+    """(importing component, imported component, line) for every recipelab import."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE.parent).with_suffix("")
+        source = component(".".join(relative.parts))
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = ([f"{node.module}.{a.name}" for a in node.names]
+                         if node.module == "recipelab" else [node.module])
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("recipelab.") and component(name) != source:
+                    yield source, component(name), node.lineno
+
+
+def layer(name: str) -> int:
+    return LAYER.get(name, BASE)
+
+
+def allowed(src: str, dst: str) -> bool:
+    """Down the chain; sideways only among the fourth layer's packages, and not all of them."""
+    if (src, dst) in FORBIDDEN_SIDEWAYS:
+        return False
+    return layer(dst) > layer(src) or (layer(dst) == layer(src) == LAYER["proposer"])
+
+
+def test_every_import_points_down_the_chain() -> None:
+    wrong = sorted({f"{src} imports {dst}" for src, dst, _ in imports()
+                    if src != "__init__" and not allowed(src, dst)})
+    assert wrong == []
+
+
+def test_the_packages_import_each_other_without_a_cycle() -> None:
+    graph: dict[str, set[str]] = {}
+    for src, dst, _ in imports():
+        if src != "__init__":
+            graph.setdefault(src, set()).add(dst)
+    try:
+        list(TopologicalSorter(graph).static_order())
+    except CycleError as error:
+        raise AssertionError(f"an import cycle between packages: {error.args[1]}") from None
