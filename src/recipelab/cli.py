@@ -322,6 +322,18 @@ def refuse_if_running(directory: Path) -> None:
         pass  # an unwritable directory: the disk check says what to do
 
 
+RUN_ONLY_OPTIONS = frozenset({"name", "directory", "skip_preflight"})
+CONVERTED_OPTIONS = {"corpus": "corpus", "corpus_max_bytes": "corpus", "trial_timeout": "trial_timeout_s",
+                     "searchable": "searchable", "calibrate_from": "calibrate_from"}
+"""``run``'s options that are not a settings field of the same name and type: what
+:func:`launch` makes of each. Every other option is the :class:`CampaignSettings` field of
+its name, passed as given (tests/test_cli.py checks that the two stay in step)."""
+
+
+def settings_options(options: dict[str, Any]) -> set[str]:
+    return set(options) - RUN_ONLY_OPTIONS - set(CONVERTED_OPTIONS)
+
+
 def launch(options: dict[str, Any], *, check_only: bool) -> None:
     """``run`` and ``check``: validate what was typed, resolve the settings, run the
     preflight, then (for ``run``) the campaign. Nothing is written before the input is valid
@@ -337,12 +349,7 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
     directory = options["directory"] or default_campaign_dir(name)
     calibrate_from = options["calibrate_from"]
     given = {key: value for key, value in {
-        **{key: options[key] for key in (
-            "target", "preset", "budget", "iterations", "hours", "until", "promote",
-            "max_consecutive_failures", "stress_steps", "fidelity", "proposer", "sampler",
-            "seed", "llm_base_url", "llm_model", "llm_share", "llm_structured_output",
-            "device", "memory_reserve_gib", "noise_seeds", "executor", "ray_address", "parallel",
-            "threads", "compile_stress", "db")},
+        **{key: options[key] for key in settings_options(options)},
         "corpus": given_corpus(options["corpus"], options["corpus_max_bytes"]),
         "trial_timeout_s": options["trial_timeout"],
         "searchable": tuple(options["searchable"]) if options["searchable"] else None,
