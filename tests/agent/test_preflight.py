@@ -31,6 +31,7 @@ from recipelab.agent.preflight import (
 )
 from recipelab.agent.settings import CampaignSettings
 from recipelab.guardrails.base import DeviceInfo
+from recipelab.runner import FakeExecutor
 from recipelab.trainer.spec import CorpusSpec
 from tests.proposer.fake_openai import FakeOpenAI, Reply, text
 
@@ -115,9 +116,18 @@ def test_cuda_on_a_machine_without_it_is_an_error_with_the_fix() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     settings = CampaignSettings(name="c", preset="tiny", iterations=1, device="cuda")
-    result, device = check_device(settings)
+    result, device = check_device(settings, FakeExecutor())
     assert result.status == "error" and device is None
     assert "install the CUDA build of torch" in result.fix and "--device cpu" in result.fix
+
+
+def test_the_device_checked_is_the_one_the_executors_workers_report() -> None:
+    """With Ray the trials run on the workers: the preflight names their device, as the
+    campaign's guardrails will judge it, not this machine's."""
+    worker = DeviceInfo("cuda", "NVIDIA GB10", 128 * 2**30, (12, 1), True, native_bf16=True)
+    settings = CampaignSettings(name="c", preset="tiny", iterations=1, device="cuda")
+    result, device = check_device(settings, FakeExecutor(device=worker))
+    assert result.status == "ok" and device == worker and "NVIDIA GB10" in result.what
 
 
 def test_a_missing_corpus_is_an_error_with_the_fix(tmp_path: Path) -> None:

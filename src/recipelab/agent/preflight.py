@@ -48,6 +48,8 @@ from recipelab.fsutil import is_disk_full
 from recipelab.guardrails.base import DeviceInfo, GuardContext, gib
 from recipelab.guardrails.memory_fit import memory_model_path, read_for_guardrail
 from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, get_target
+from recipelab.runner import Executor, LocalExecutor, build_executor
+from recipelab.runner.ray import RayUnavailable
 from recipelab.trajectory.store import TrajectoryStore
 from recipelab.units import GIB, MIB
 
@@ -255,22 +257,20 @@ def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int
 # --- the checks ------------------------------------------------------------------------------
 
 
-def check_device(settings: CampaignSettings) -> tuple[CheckResult, DeviceInfo | None]:
-    """The requested device exists; the result names it and its memory."""
-    import torch
+def check_device(settings: CampaignSettings, executor: Executor
+                 ) -> tuple[CheckResult, DeviceInfo | None]:
+    """The requested device exists where trials run (a Ray worker for ``--executor ray``);
+    the result names it and its memory: the device the campaign's guardrails judge."""
+    from recipelab.guardrails.hardware import resolve_device
 
-    from recipelab.guardrails import detect_device
-
-    if settings.device == "cuda" and not torch.cuda.is_available():
-        build = (f"a CUDA {torch.version.cuda} build" if torch.version.cuda
-                 else "a CPU-only build")
+    try:
+        device = executor.device(settings.device) or resolve_device(settings.device)
+    except ValueError as error:
         return CheckResult(
-            "device", "error",
-            f"--device cuda, but torch {torch.__version__} ({build}) sees no CUDA device",
+            "device", "error", str(error),
             "install the CUDA build of torch (pip install torch --index-url "
             "https://download.pytorch.org/whl/cu128, or use the NGC PyTorch container), "
             "or run with --device cpu"), None
-    device = detect_device()  # what the campaign's guardrails will judge against
     return CheckResult("device", "ok", f"{device.kind}: {device.name}, "
                        f"{gib(device.memory_bytes)}"), device
 
@@ -401,23 +401,18 @@ def check_disk(settings: CampaignSettings, baseline: Recipe, directory: Path) ->
     return CheckResult("disk", "ok", what)
 
 
-def check_trial(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
+def check_trial(settings: CampaignSettings, baseline: Recipe, executor: Executor) -> CheckResult:
     """The baseline trains :data:`PREFLIGHT_STEPS` steps and is evaluated in full, in a real
-    trainer subprocess with the real device and precision."""
-    from recipelab.runner import LocalExecutor
+    trainer process where the campaign's trials will run, with the real device and precision."""
     from recipelab.trainer.spec import TrialSpec
 
     recipe = baseline.apply({"steps": PREFLIGHT_STEPS,
                              "schedule.warmup_steps": min(baseline.schedule.warmup_steps, 1)})
-    executor = LocalExecutor(warm=False)
     with tempfile.TemporaryDirectory(prefix="recipelab-preflight-") as scratch:
         spec = TrialSpec(trial_id="preflight", recipe=recipe, corpus=settings.corpus,
                          out_dir=str(Path(scratch) / "preflight"), device=settings.device,
                          log_every=1, telemetry_interval_s=1.0)
-        try:
-            result = executor.wait(executor.submit(spec, timeout_s=settings.trial_timeout_s))
-        finally:
-            executor.close()
+        result = executor.wait(executor.submit(spec, timeout_s=settings.trial_timeout_s))
     if result.status == "complete" and result.val_bpb is not None:
         seconds = sum(s or 0.0 for s in (result.setup_s, result.train_s, result.eval_s))
         peak = f", peak memory {gib(result.peak_memory_bytes)}" if result.peak_memory_bytes else ""
@@ -534,7 +529,28 @@ def run_preflight(settings: CampaignSettings, directory: Path, *,
                 on_result(result)
 
     baseline = settings.baseline()
-    device_result, device = check_device(settings)
+    try:
+        executor = preflight_executor(settings)
+    except RayUnavailable as error:
+        add(CheckResult("executor", "error", str(error), "install Ray or use --executor local"))
+        return report
+    try:
+        return _run_checks(settings, directory, baseline, executor, report, add)
+    finally:
+        executor.close()
+
+
+def preflight_executor(settings: CampaignSettings) -> Executor:
+    """Where the preflight's trial runs: where the campaign's will, without a warm worker."""
+    if settings.executor == "local":
+        return LocalExecutor(warm=False)
+    return build_executor(settings.executor, ray_address=settings.ray_address)
+
+
+def _run_checks(settings: CampaignSettings, directory: Path, baseline: Recipe,
+                executor: Executor, report: Preflight,
+                add: Callable[[CheckResult | None], None]) -> Preflight:
+    device_result, device = check_device(settings, executor)
     add(device_result)
     add(check_disk(settings, baseline, directory))
     if device is not None:
@@ -547,7 +563,7 @@ def run_preflight(settings: CampaignSettings, directory: Path, *,
         add(CheckResult("trial", "ok", f"not run again: this campaign's trial {proven} already "
                         f"trained and evaluated on {settings.device}"))
     elif report.ok:
-        add(check_trial(settings, baseline))
+        add(check_trial(settings, baseline, executor))
     else:
         add(CheckResult("trial", "warning", "not run: the errors above would make it fail",
                         "fix them, then run 'recipelab check' again"))
