@@ -82,3 +82,16 @@ def test_a_worker_capped_below_its_needs_fails_as_oom_not_crash(
     result = executor.wait(executor.submit(huge))
 
     assert (result.status, result.reason) == ("failed", "oom"), result.message
+
+
+def test_trials_sharing_the_gpu_are_told_how_many_share_it() -> None:
+    """--parallel 2 on one machine: each trainer's telemetry divides the GPU's power by 2."""
+    executor = LocalExecutor(gpu_sharers=2)
+    executor.prestart()
+    try:
+        assert executor._spare is not None
+        environ = Path(f"/proc/{executor._spare.pid}/environ").read_bytes().split(b"\0")
+    finally:
+        executor.close()
+    assert b"RECIPELAB_GPU_SHARERS=2" in environ
+    assert LocalExecutor(gpu_sharers=1).env is None

@@ -77,7 +77,8 @@ class Campaign:
         self.target = get_target(settings.target or PROXY_PRESETS[settings.preset].default_target)
         self.param_budget = settings.budget or PROXY_PRESETS[settings.preset].budget
         self.space = default_space(self.baseline)
-        self.executor = executor or build_executor(settings.executor, ray_address=settings.ray_address)
+        self.executor = executor or build_executor(settings.executor, ray_address=settings.ray_address,
+                                                   parallel=settings.parallel)
         self.priors = load_priors(settings.calibrate_from, self.space)
         self.proposer = proposer or build_proposer(settings, self.baseline, self.space,
                                                    self.target, self.priors.summary,

@@ -23,10 +23,12 @@ __all__ = ["Executor", "ExecutorKind", "FakeExecutor", "LocalExecutor", "TrialHa
            "build_executor", "failed", "timed_out"]
 
 
-def build_executor(kind: ExecutorKind, *, ray_address: str | None = None) -> Executor:
-    """The executor a campaign's ``--executor`` names."""
+def build_executor(kind: ExecutorKind, *, ray_address: str | None = None,
+                   parallel: int = 1) -> Executor:
+    """The executor a campaign's ``--executor`` names, for ``parallel`` trials in flight
+    (on one machine, they share its GPU; a Ray task has a GPU of its own)."""
     if kind == "ray":
         from recipelab.runner.ray import RayExecutor  # Ray is an optional extra
 
         return RayExecutor(address=ray_address)
-    return LocalExecutor()
+    return LocalExecutor(gpu_sharers=parallel)

@@ -56,11 +56,13 @@ def trainer_command(python: str | None = None, *, memory_limit_bytes: int | None
     return command
 
 
-def start_trainer(command: list[str]) -> subprocess.Popen[bytes]:
+def start_trainer(command: list[str], env: dict[str, str] | None = None
+                  ) -> subprocess.Popen[bytes]:
     """A trainer waiting on standard input for its spec, in its own process group so that
-    a stop reaches its children too."""
+    a stop reaches its children too; ``env`` is added to this process's environment."""
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, **env} if env else None)
 
 
 def send_spec(process: subprocess.Popen[bytes], spec_path: Path, *, resume: bool) -> None:

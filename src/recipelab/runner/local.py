@@ -13,6 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from recipelab import environment
 from recipelab.runner import launch
 from recipelab.runner.base import Executor, TrialHandle, timed_out
 from recipelab.trainer.spec import TrialResult, TrialSpec
@@ -30,15 +31,18 @@ class LocalExecutor(Executor):
     too large for the cap fails as ``oom`` inside the trial rather than taking the machine
     down; ``file_size_limit_bytes`` caps each file a trial writes (``RLIMIT_FSIZE``), so a
     runaway trial fails as ``disk_full`` rather than filling the disk the trajectory is on.
-    ``warm`` keeps one pre-started worker ready for the next submission.
+    ``warm`` keeps one pre-started worker ready for the next submission. ``gpu_sharers``
+    is how many trials run at once on this machine's one GPU: each trainer is told
+    (``RECIPELAB_GPU_SHARERS``), so its telemetry divides the GPU's power among them.
     """
 
     name = "local"
 
     def __init__(self, *, warm: bool = True, memory_limit_bytes: int | None = None,
                  file_size_limit_bytes: int | None = None, python: str | None = None,
-                 kill_grace_s: float = launch.KILL_GRACE_S) -> None:
+                 kill_grace_s: float = launch.KILL_GRACE_S, gpu_sharers: int = 1) -> None:
         self.warm = warm
+        self.env = {environment.GPU_SHARERS: str(gpu_sharers)} if gpu_sharers > 1 else None
         self.command = launch.trainer_command(python, memory_limit_bytes=memory_limit_bytes,
                                               file_size_limit_bytes=file_size_limit_bytes)
         self.kill_grace_s = kill_grace_s
@@ -47,12 +51,12 @@ class LocalExecutor(Executor):
 
     def prestart(self) -> None:
         if self.warm and (self._spare is None or self._spare.poll() is not None):
-            self._spare = launch.start_trainer(self.command)
+            self._spare = launch.start_trainer(self.command, self.env)
 
     def _take_worker(self) -> subprocess.Popen[bytes]:
         spare, self._spare = self._spare, None
         if spare is None or spare.poll() is not None:
-            spare = launch.start_trainer(self.command)
+            spare = launch.start_trainer(self.command, self.env)
         return spare
 
     def submit(self, spec: TrialSpec, *, resume: bool = False,
