@@ -190,7 +190,7 @@ def envelope(
     the fitted memory line the guardrail then uses."""
     from recipelab import envelope as env
     from recipelab.agent.events import campaign_logger
-    from recipelab.guardrails import detect_device
+    from recipelab.guardrails.hardware import resolve_device
     from recipelab.recipe import get_target
     from recipelab.runner import LocalExecutor
 
@@ -203,7 +203,7 @@ def envelope(
         chosen = env.parse_precisions(precision) if precision else None
         limit = env.parse_bytes(memory_limit) if memory_limit else None
         base.apply({"seq_len": max(seq_lens), "batch_size": max(batches)})
-        machine = detect_device()
+        machine = resolve_device(device)  # the device the points run on, as --device asks
         axes = env.SweepAxes(batch_sizes=batches, seq_lens=seq_lens, steps=steps, warmup=warmup,
                              precisions=chosen or env.supported_precisions(base, get_target(
                                  target or PROXY_PRESETS[preset].default_target), machine))
