@@ -290,3 +290,38 @@ class ClassicalProposer(Proposer):
             return (f"default search distribution, {n_complete}/{CMAES_WARM_START_TRIALS} "
                     "trials before warm start")
         return "random search, exploring the space"
+
+
+IMPORTANCE_MIN_TRIALS = 8
+IMPORTANCE_QUANTILE = 0.25  # PED-ANOVA's "good" trials: the best quarter
+
+
+def knob_importance(space: SearchSpace, baseline: Recipe,
+                    history: Sequence[Observation]) -> tuple[dict[str, float], int]:
+    """How much each knob explains which complete trials are among the best, and over how
+    many trials; empty below :data:`IMPORTANCE_MIN_TRIALS`.
+
+    PED-ANOVA (Watanabe et al. 2023) over the knobs every complete trial has and that vary
+    among them: Optuna's evaluator that needs no extra dependency and takes milliseconds,
+    so the LLM can be shown it every turn.
+    """
+    proposer = ClassicalProposer(baseline, None, space)
+    distributions = space.distributions()
+    complete = [trial for obs in history if obs.status == "complete"
+                and (trial := proposer._as_trial(obs, distributions)) is not None]
+    if len(complete) < IMPORTANCE_MIN_TRIALS:
+        return {}, len(complete)
+    varying = [name for name in space.names()
+               if all(name in trial.params for trial in complete)
+               and len({repr(trial.params[name]) for trial in complete}) > 1]
+    if not varying:
+        return {}, len(complete)
+    study = optuna.create_study(direction="minimize")
+    study.add_trials(complete)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PED-ANOVA is flagged experimental on every call
+        evaluator = optuna.importance.PedAnovaImportanceEvaluator(
+            target_quantile=IMPORTANCE_QUANTILE)
+        found = optuna.importance.get_param_importances(study, evaluator=evaluator,
+                                                        params=varying)
+    return {name: float(value) for name, value in found.items()}, len(complete)
