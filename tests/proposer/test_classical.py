@@ -206,6 +206,11 @@ def test_the_decay_fraction_is_proposed_only_with_the_wsd_schedule(sampler: str)
         recipe = Recipe.model_validate(proposal.candidate)
         if recipe.schedule.kind != "wsd":
             assert "schedule.decay_fraction" not in proposal.edit
+    # The sampler itself never draws the fraction without wsd, so no study models a value
+    # that changed nothing.
+    points, _ = make(sampler, seed=3)._sample(history, 12)
+    assert all(("schedule.decay_fraction" in point) == (point["schedule.kind"] == "wsd")
+               for point in points)
 
 
 def test_a_trial_records_only_the_knobs_active_at_its_point() -> None:

@@ -136,11 +136,7 @@ class ClassicalProposer(Proposer):
 
     def propose(self, history: list[Observation], n: int) -> list[Proposal]:
         """Up to ``n`` distinct proposals; fewer only if the sampler keeps repeating points."""
-        with warnings.catch_warnings():
-            # Optuna flags warm-started CMA-ES as experimental on every call; using it is a
-            # deliberate choice (see the class docstring), so the warning is only noise.
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            points, n_complete = self._sample(history, n)
+        points, n_complete = self._sample(history, n)
         parent = self.baseline.knobs()
         rationale = self._rationale(n_complete)
         if self.priors:
@@ -161,6 +157,14 @@ class ClassicalProposer(Proposer):
         A point the sampler repeats (the baseline, or one already asked in this call) is
         asked again, within a bound, since proposing it twice would waste a trial.
         """
+        with warnings.catch_warnings():
+            # Optuna flags warm-started CMA-ES and TPE's group decomposition as experimental
+            # on every call; both are deliberate (see the class docstring), so it is noise.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return self._sample_quietly(history, n)
+
+    def _sample_quietly(self, history: list[Observation],
+                        n: int) -> tuple[list[dict[str, Any]], int]:
         distributions = self.space.distributions()
         trials = [trial for obs in history
                   if (trial := self._as_trial(obs, distributions)) is not None]
