@@ -298,6 +298,34 @@ class Recipe(StrictModel):
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def added_knobs() -> dict[str, Any]:
+    """Knobs recipes gained after trajectories were first recorded, with the defaults that
+    train as those recipes did: what an older record that lacks them means."""
+    optimizer = Optimizer()
+    return {
+        **{f"optimizer.{name}": getattr(optimizer, name)
+           for name in ("lr_embed_mult", "lr_output_mult", "lr_hidden_mult",
+                        "decay_embeddings", "decay_norms")},
+        **{f"stability.{name}": value for name, value in Stability().model_dump().items()},
+        "shape.rope_base": Shape.model_fields["rope_base"].default,
+        "schedule.decay_fraction": Schedule().decay_fraction,
+    }
+
+
+def upgrade_knobs(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """Flattened knobs as recorded by an older recipelab, under today's names (the old WSD
+    schedule name and its fraction) and with the knobs added since at their neutral
+    defaults, so earlier trials still place in today's space."""
+    upgraded = {f"schedule.{OLD_SCHEDULE_FIELDS[name.removeprefix('schedule.')]}"
+                if name.removeprefix("schedule.") in OLD_SCHEDULE_FIELDS
+                and name.startswith("schedule.") else name: value
+                for name, value in knobs.items()}
+    kind = upgraded.get("schedule.kind")
+    if isinstance(kind, str) and kind in OLD_SCHEDULE_NAMES:
+        upgraded["schedule.kind"] = OLD_SCHEDULE_NAMES[kind]
+    return {**added_knobs(), **upgraded}
+
+
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in tree.items():

@@ -230,3 +230,18 @@ def test_searchable_shape_knobs_are_proposed(sampler: str) -> None:
     proposals = make(sampler, space=space).propose(synthetic_history(BASELINE, 12), 8)
     edited = {name for p in proposals for name in p.edit}
     assert set(shape_knobs) <= edited
+
+
+def test_a_trial_recorded_before_the_new_knobs_still_places_in_the_space() -> None:
+    """An older trajectory's recipe lacks the knobs added since and calls WSD
+    ``constant-cooldown``; it places at the neutral defaults and today's names."""
+    recipe = BASELINE.apply({"schedule.kind": "wsd", "schedule.decay_fraction": 0.3})
+    old = {name: value for name, value in recipe.knobs().items()
+           if not name.startswith("stability.") and name not in (
+               "optimizer.lr_embed_mult", "optimizer.lr_hidden_mult", "shape.rope_base",
+               "schedule.decay_fraction")}
+    old |= {"schedule.kind": "constant-cooldown", "schedule.cooldown_fraction": 0.3}
+    obs = Observation(trial_id="old", status="complete", val_bpb=2.0, knobs=old)
+    trial = make()._as_trial(obs, SPACE.distributions())
+    assert trial is not None
+    assert trial.params == SPACE.point_of(recipe.knobs(), BASELINE.knobs())

@@ -31,7 +31,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from recipelab.proposer.base import Observation, Proposal, Proposer
 from recipelab.proposer.space import SearchSpace
-from recipelab.recipe import Recipe
+from recipelab.recipe import Recipe, upgrade_knobs
 
 # A proposer is called inside a campaign whose own logs say what happened; Optuna's
 # per-trial INFO lines would only be noise there.
@@ -225,10 +225,10 @@ class ClassicalProposer(Proposer):
         is taken at the baseline's value (an earlier campaign that did not search a knob
         left it at its default).
         """
-        base = self.baseline.knobs()
-        if scale is None and any(name not in obs.knobs for name in self.space.names()):
+        base, knobs = self.baseline.knobs(), upgrade_knobs(obs.knobs)
+        if scale is None and any(name not in knobs for name in self.space.names()):
             return None
-        params = self.space.point_of({**base, **obs.knobs}, base)
+        params = self.space.point_of({**base, **knobs}, base)
         if any(not self.space.knob(name).contains(value) for name, value in params.items()):
             return None
         used = {name: distributions[name] for name in params}
