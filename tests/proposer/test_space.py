@@ -24,7 +24,8 @@ def test_default_space_is_relative_to_the_baseline() -> None:
     assert space["batch_size"].choices == (4, 8, 16)
     assert space["schedule.kind"].choices == ("cosine", "linear", "wsd")
     assert space["seq_len"].choices == (32, 64, 128)
-    assert space["grad_accum"].choices == (1, 2, 4)
+    # 4 sequences of 64 tokens are 1 of 128 tokens with 2 micro-batches, and no fewer.
+    assert space["grad_accum"].choices == (1, 2)
     assert space["shape.rope_base"] == Knob("shape.rope_base", 1e3, 1e5, log=True,
                                             condition=("shape.position", ("rope",)))
     # The tiny proxy ties its embeddings, so the output layer's own knobs do not exist.
@@ -36,6 +37,17 @@ def test_default_space_is_relative_to_the_baseline() -> None:
         "schedule.decay_fraction", "stability.z_loss", "stability.logit_softcap",
         "stability.init_std", "stability.depth_scaled_init", "shape.rope_base",
         "batch_size", "seq_len", "grad_accum"}
+
+
+def test_every_combination_of_batch_seq_len_and_grad_accum_keeps_tokens_per_step() -> None:
+    for baseline in (TINY, proxy_recipe("cpu")):
+        space, parent = default_space(baseline), baseline.knobs()
+        for batch in space.knob("batch_size").choices or ():
+            for seq in space.knob("seq_len").choices or ():
+                for accum in space.knob("grad_accum").choices or ():
+                    point = {"batch_size": batch, "seq_len": seq, "grad_accum": accum}
+                    recipe = baseline.apply(space.resolve(point, parent))
+                    assert recipe.tokens_per_step == batch * baseline.seq_len, point
 
 
 def test_every_default_knob_holds_the_baseline_value() -> None:
@@ -84,9 +96,9 @@ def test_resolve_drops_inactive_knobs_and_keeps_tokens_per_step() -> None:
     edit = space.resolve({"schedule.kind": "cosine", "schedule.decay_fraction": 0.4,
                           "seq_len": 128, "batch_size": 16}, parent)
     assert edit == {"seq_len": 128}  # 16 sequences of 64 tokens are 8 of 128, the parent's
-    edit = space.resolve({"grad_accum": 4, "seq_len": 32}, parent)
-    assert edit == {"grad_accum": 4, "seq_len": 32, "batch_size": 4}
-    assert TINY.apply(edit).tokens_per_step == TINY.tokens_per_step
+    edit = space.resolve({"grad_accum": 2, "seq_len": 128, "batch_size": 4}, parent)
+    assert edit == {"grad_accum": 2, "seq_len": 128, "batch_size": 1}
+    assert TINY.apply(edit).tokens_per_step == 4 * TINY.seq_len  # the batch size's tokens
     assert space.resolve({"batch_size": 16}, parent) == {"batch_size": 16}
 
 

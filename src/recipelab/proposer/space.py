@@ -19,7 +19,7 @@ the space is nearly an edit of a recipe. Two things make it more than a flat box
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,8 +242,10 @@ def check_searchable(names: Iterable[str]) -> None:
                          f"{', '.join(SHAPE_KNOBS)}")
 
 
-def _factor_choices(value: int, factors: Iterable[float], fits: Any) -> tuple[int, ...]:
-    return tuple(sorted({int(value * f) for f in factors if value * f >= 1 and fits(int(value * f))}))
+def _factor_choices(value: int, factors: Iterable[float],
+                    fits: Callable[[int], bool]) -> tuple[int, ...]:
+    return tuple(sorted({int(value * f) for f in factors
+                         if value * f >= 1 and fits(int(value * f))}))
 
 
 def default_space(baseline: Recipe, searchable: Iterable[str] = (),
@@ -267,11 +269,11 @@ def default_space(baseline: Recipe, searchable: Iterable[str] = (),
     batch, seq, accum = baseline.batch_size, baseline.seq_len, baseline.grad_accum
     batches = tuple(sorted({max(1, size) for size in (batch // 2, batch, batch * 2)}))
     smallest = min(batches)
-    # seq_len and grad_accum may only take values that leave every batch choice whole.
-    seqs = _factor_choices(seq, (0.5, 1, 2),
-                           lambda s: s >= 4 and smallest * seq * accum % (s * accum) == 0)
-    accums = _factor_choices(accum, (1, 2, 4),
-                             lambda a: smallest * seq * accum % (min(seqs) * a) == 0)
+    # seq_len and grad_accum may only take values that leave every batch choice whole, the
+    # smallest batch at the longest sequence and the most accumulation included.
+    tokens = smallest * seq * accum
+    seqs = _factor_choices(seq, (0.5, 1, 2), lambda s: s >= 4 and tokens % (s * accum) == 0)
+    accums = _factor_choices(accum, (1, 2, 4), lambda a: tokens % (max(seqs) * a) == 0)
     rope = baseline.shape.rope_base
     precision_choices = tuple(dict.fromkeys((baseline.precision, *precisions)))
     knobs = [
