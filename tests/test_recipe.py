@@ -322,7 +322,7 @@ def test_changing_any_knob_changes_the_fingerprint() -> None:
         if isinstance(value, bool):
             changed = not value
         elif isinstance(value, float):
-            changed = value / 2
+            changed = value / 2 if value else 1e-3  # a knob that is off (0.0) is turned on
         elif isinstance(value, int):
             changed = {"shape.n_kv_head": 2, "shape.n_head": 4}.get(knob, value + 2)
         else:
