@@ -269,3 +269,51 @@ def test_every_run_option_is_a_campaign_setting_and_every_setting_an_option() ->
     assert direct <= fields, f"options that are no setting: {direct - fields}"
     reached = direct | set(CONVERTED_OPTIONS.values()) | {"name"}
     assert fields - reached == SETTINGS_KEPT_OFF_THE_COMMAND_LINE
+
+
+# --- recipelab space ---------------------------------------------------------------------
+
+
+def test_space_lists_at_least_sixteen_knobs_with_ranges_and_defaults() -> None:
+    result = runner.invoke(app, ["space", "--preset", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "search space of the cpu proxy of smollm2-135m" in result.output
+    listed = json.loads(runner.invoke(app, ["space", "--preset", "cpu", "--json"]).output)
+    assert len(listed["knobs"]) >= 16
+    names = [row["name"] for row in listed["knobs"]]
+    for name in names:
+        assert name in result.output
+    lr = next(row for row in listed["knobs"] if row["name"] == "optimizer.lr")
+    assert (lr["default"], lr["log"]) == (3e-3, True)
+    assert (lr["low"], lr["high"]) == pytest.approx((3e-4, 3e-2))
+
+
+def test_space_adds_the_searchable_shape_knobs_written_after_one_flag() -> None:
+    result = runner.invoke(app, ["space", "--preset", "tiny", "--json", "--searchable",
+                                 "shape.activation", "shape.norm", "shape.qk_norm"])
+    assert result.exit_code == 0, result.output
+    names = {row["name"] for row in json.loads(result.output)["knobs"]}
+    assert {"shape.activation", "shape.norm", "shape.qk_norm"} <= names
+
+
+def test_space_refuses_a_shape_knob_that_cannot_be_searched() -> None:
+    result = runner.invoke(app, ["space", "--searchable", "shape.n_layer"])
+    assert result.exit_code == 2
+    assert "cannot search shape.n_layer; searchable shape knobs are" in result.output
+
+
+def test_space_reads_a_target_file(tmp_path: Path) -> None:
+    config = tmp_path / "my-llama" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192,
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "vocab_size": 128256, "tie_word_embeddings": True, "max_position_embeddings": 8192}))
+    result = runner.invoke(app, ["space", "--preset", "cpu", "--target", str(config),
+                                 "--budget", "5000000", "--json"])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.output)
+    assert listed["target"] == "my-llama"
+    rope = next(row for row in listed["knobs"] if row["name"] == "shape.rope_base")
+    assert rope["default"] == 500000.0

@@ -322,7 +322,7 @@ def test_changing_any_knob_changes_the_fingerprint() -> None:
         if isinstance(value, bool):
             changed = not value
         elif isinstance(value, float):
-            changed = value / 2
+            changed = value / 2 if value else 1e-3  # a knob that is off (0.0) is turned on
         elif isinstance(value, int):
             changed = {"shape.n_kv_head": 2, "shape.n_head": 4}.get(knob, value + 2)
         else:
@@ -337,7 +337,7 @@ def test_changing_any_knob_changes_the_fingerprint() -> None:
 # --- learning-rate schedule ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["cosine", "linear", "constant-cooldown"])
+@pytest.mark.parametrize("kind", ["cosine", "linear", "wsd"])
 def test_warmup_rises_linearly_to_the_peak(kind: str) -> None:
     schedule = Schedule(kind=kind, warmup_steps=4)
     ramp = [schedule.lr_multiplier(step, 100) for step in range(5)]
@@ -359,14 +359,33 @@ def test_decay_after_warmup_never_increases_and_stays_above_min_lr_ratio(kind: s
     assert min(values) >= 0.1 - 1e-12
 
 
-def test_constant_cooldown_is_flat_at_the_peak_then_decays_over_the_last_fraction() -> None:
-    schedule = Schedule(kind="constant-cooldown", warmup_steps=5, min_lr_ratio=0.0,
-                        cooldown_fraction=0.2)
+def test_wsd_is_flat_at_the_peak_then_decays_over_the_last_fraction() -> None:
+    schedule = Schedule(kind="wsd", warmup_steps=5, min_lr_ratio=0.0, decay_fraction=0.2)
     values = [schedule.lr_multiplier(step, 100) for step in range(100)]
     assert values[5:80] == [1.0] * 75
     cooldown = values[80:]
     assert all(a > b for a, b in itertools.pairwise(cooldown))
     assert cooldown[-1] < 0.1
+
+
+def test_a_recipe_written_with_constant_cooldown_loads_as_the_same_wsd_schedule() -> None:
+    old = Schedule.model_validate({"kind": "constant-cooldown", "warmup_steps": 5,
+                                   "min_lr_ratio": 0.0, "cooldown_fraction": 0.3})
+    assert old == Schedule(kind="wsd", warmup_steps=5, min_lr_ratio=0.0, decay_fraction=0.3)
+    with pytest.raises(ValidationError, match="cooldown_fraction is the old name"):
+        Schedule.model_validate({"cooldown_fraction": 0.3, "decay_fraction": 0.4})
+
+
+def test_an_old_recipe_dict_without_the_new_knobs_loads_with_neutral_defaults() -> None:
+    old = proxy_recipe("tiny").model_dump(mode="json")
+    for section, names in {"optimizer": ("lr_embed_mult", "lr_output_mult", "lr_hidden_mult",
+                                         "decay_embeddings", "decay_norms"),
+                           "shape": ("rope_base",)}.items():
+        for name in names:
+            del old[section][name]
+    del old["stability"]
+    old["schedule"]["cooldown_fraction"] = old["schedule"].pop("decay_fraction")
+    assert Recipe.model_validate(old) == proxy_recipe("tiny")
 
 
 def test_zero_warmup_starts_at_the_peak() -> None:

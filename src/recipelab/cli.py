@@ -231,6 +231,47 @@ def envelope(
         console.print(f"wrote {path}", markup=False)
 
 
+@app.command()
+def space(
+    preset: Annotated[str, typer.Option(help=f"proxy preset: {', '.join(PROXY_PRESETS)}")] = "cpu",
+    target: Annotated[str | None, typer.Option(
+        help=f"target: {', '.join(TARGETS)}, or a config.json / target JSON file "
+        "(default: the preset's)")] = None,
+    budget: Annotated[int | None, typer.Option(help="proxy parameter budget")] = None,
+    searchable: Annotated[list[str] | None, typer.Option(
+        help="shape knob to search too, e.g. shape.activation (repeatable)")] = None,
+    more: Annotated[list[str] | None, typer.Argument(
+        help="more shape knobs to search, written after --searchable", show_default=False)
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the space as JSON")] = False,
+) -> None:
+    """Print the search space a campaign with these options explores: each knob's range, its
+    default (the baseline recipe's value) and when it applies."""
+    from recipelab.guardrails import detect_device
+    from recipelab.guardrails.hardware import supported_precisions
+    from recipelab.proposer.space import default_space
+    from recipelab.recipe import get_target
+
+    base = resolve_recipe(preset, None, target, budget, None, None)
+    try:
+        tgt = get_target(target or PROXY_PRESETS[preset].default_target)
+        knobs = default_space(base, [*(searchable or ()), *(more or ())],
+                              precisions=supported_precisions(base, tgt, detect_device()))
+    except ValueError as error:
+        fail(str(error))
+    rows = knobs.rows(base)
+    if as_json:
+        print(json.dumps({"preset": preset, "target": tgt.name, "knobs": rows}, indent=2))
+        return
+    table = Table(title=f"search space of the {preset} proxy of {tgt.name}: {len(rows)} knobs")
+    table.add_column("knob", no_wrap=True)
+    for column in ("range", "default", "applies"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["name"], row["range"], repr(row["default"]), row["note"])
+    console.print(table)
+
+
 def campaign_dir(campaign: str) -> Path:
     """A campaign given by path, or by name under ./campaigns."""
     path = Path(campaign)

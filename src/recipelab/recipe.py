@@ -19,6 +19,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -26,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Activation = Literal["swiglu", "gelu", "relu2"]
 Norm = Literal["rmsnorm", "layernorm"]
 Position = Literal["rope", "learned"]
-ScheduleKind = Literal["cosine", "linear", "constant-cooldown"]
+ScheduleKind = Literal["cosine", "linear", "wsd"]
 Precision = Literal["fp32", "bf16", "fp8"]
 TokenizerKind = Literal["byte", "bpe"]
 
@@ -70,6 +71,7 @@ class Shape(StrictModel):
     qk_norm: bool = False
     tie_embeddings: bool = False
     vocab_size: int = Field(default=BYTE_VOCAB, ge=2, le=1_048_576)
+    rope_base: float = Field(default=10_000.0, ge=100.0, le=1e9)
 
     @model_validator(mode="after")
     def _consistent(self) -> Shape:
@@ -129,7 +131,14 @@ class LinearLayer:
 
 
 class Optimizer(StrictModel):
-    """AdamW. ``grad_clip`` of 0 turns clipping off."""
+    """AdamW. ``grad_clip`` of 0 turns clipping off.
+
+    Parameters fall into four groups, each with its own learning-rate multiplier and weight
+    decay rule: embeddings (token and learned-position tables; with tied embeddings also the
+    output layer, which is the same tensor), the output layer, hidden matrices (every
+    projection inside the blocks) and norms. The defaults are the one-group AdamW recipelab
+    always trained: every matrix decayed, norms not, one learning rate.
+    """
 
     lr: float = Field(default=3e-3, gt=0.0, le=1.0)
     beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
@@ -137,27 +146,60 @@ class Optimizer(StrictModel):
     eps: float = Field(default=1e-8, gt=0.0, le=1e-2)
     weight_decay: float = Field(default=0.1, ge=0.0, le=1.0)
     grad_clip: float = Field(default=1.0, ge=0.0, le=1000.0)
+    lr_embed_mult: float = Field(default=1.0, gt=0.0, le=100.0)
+    lr_output_mult: float = Field(default=1.0, gt=0.0, le=100.0)
+    lr_hidden_mult: float = Field(default=1.0, gt=0.0, le=100.0)
+    decay_embeddings: bool = True
+    decay_norms: bool = False
+
+
+OLD_SCHEDULE_NAMES = {"constant-cooldown": "wsd"}
+"""Schedule kinds recipes were once written with, and the kind each is now called."""
+
+OLD_SCHEDULE_FIELDS = {"cooldown_fraction": "decay_fraction"}
+"""Schedule fields recipes were once written with, and the field each is now called."""
 
 
 class Schedule(StrictModel):
     """Learning-rate schedule: linear warmup, then decay to ``min_lr_ratio * lr``.
 
-    ``constant-cooldown`` holds the peak rate and decays linearly over the last
-    ``cooldown_fraction`` of the run (the warmup-stable-decay shape).
+    ``wsd`` (warmup-stable-decay) holds the peak rate and decays linearly over the last
+    ``decay_fraction`` of the run; ``decay_fraction`` means nothing under the other kinds.
+    Recipes written before WSD had its name call it ``constant-cooldown`` with a
+    ``cooldown_fraction``; both are read as ``wsd`` and ``decay_fraction`` (the same
+    schedule), so old trajectories and recipe files still load.
     """
 
     kind: ScheduleKind = "cosine"
     warmup_steps: int = Field(default=10, ge=0, le=10_000_000)
     min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
-    cooldown_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
+    decay_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        for old, new in OLD_SCHEDULE_FIELDS.items():
+            if old in data:
+                value = data.pop(old)
+                if new in data and data[new] != value:
+                    raise ValueError(f"schedule gives both {old} ({value}) and {new} "
+                                     f"({data[new]}); {old} is the old name of {new}, keep only {new}")
+                data[new] = value
+        kind = data.get("kind")
+        if isinstance(kind, str) and kind in OLD_SCHEDULE_NAMES:
+            data["kind"] = OLD_SCHEDULE_NAMES[kind]
+        return data
 
     def lr_multiplier(self, step: int, total_steps: int) -> float:
         """The factor applied to the peak learning rate at ``step`` (0-based); the last step
         of the run, ``total_steps - 1``, trains at exactly ``min_lr_ratio``."""
         if step < self.warmup_steps:
             return (step + 1) / self.warmup_steps
-        if self.kind == "constant-cooldown":
-            cooldown_start = total_steps - max(1, round(self.cooldown_fraction * total_steps))
+        if self.kind == "wsd":
+            cooldown_start = total_steps - max(1, round(self.decay_fraction * total_steps))
             if step < cooldown_start:
                 return 1.0
             progress = (step - cooldown_start) / max(1, total_steps - 1 - cooldown_start)
@@ -168,12 +210,36 @@ class Schedule(StrictModel):
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * decay
 
 
+class Stability(StrictModel):
+    """Knobs that keep a run from spiking or diverging; the defaults change nothing.
+
+    ``z_loss`` adds ``z_loss × mean(logsumexp(logits)²)`` to the training loss (PaLM), so the
+    softmax normaliser stays near zero. ``logit_softcap`` of c > 0 maps logits through
+    ``c·tanh(logits/c)`` (Gemma 2), in training and evaluation alike, since it is part of
+    the model; 0 turns it off. ``init_std`` is the standard deviation of every matrix at
+    initialisation (embeddings and the blocks' projections); ``output_init_std`` that of an
+    untied output layer; ``depth_scaled_init`` divides the residual projections' (attention
+    output, FFN down) by ``sqrt(2 × n_layer)`` (GPT-2).
+    """
+
+    z_loss: float = Field(default=0.0, ge=0.0, le=0.1)
+    logit_softcap: float = Field(default=0.0, ge=0.0, le=1000.0)
+    init_std: float = Field(default=0.02, gt=0.0, le=1.0)
+    output_init_std: float = Field(default=0.02, gt=0.0, le=1.0)
+    depth_scaled_init: bool = True
+
+
 class Recipe(StrictModel):
-    """Every knob of one training run."""
+    """Every knob of one training run.
+
+    A recipe dict written before a knob existed (an old trajectory record, a recipe file)
+    still loads: every knob added since has a default that trains exactly as before.
+    """
 
     shape: Shape
     optimizer: Optimizer = Optimizer()
     schedule: Schedule = Schedule()
+    stability: Stability = Stability()
     batch_size: int = Field(default=16, ge=1, le=65536)
     seq_len: int = Field(default=128, ge=4, le=1_048_576)
     grad_accum: int = Field(default=1, ge=1, le=4096)
@@ -230,6 +296,34 @@ class Recipe(StrictModel):
         """A stable hash of every knob: equal fingerprints mean the same training run."""
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def added_knobs() -> dict[str, Any]:
+    """Knobs recipes gained after trajectories were first recorded, with the defaults that
+    train as those recipes did: what an older record that lacks them means."""
+    optimizer = Optimizer()
+    return {
+        **{f"optimizer.{name}": getattr(optimizer, name)
+           for name in ("lr_embed_mult", "lr_output_mult", "lr_hidden_mult",
+                        "decay_embeddings", "decay_norms")},
+        **{f"stability.{name}": value for name, value in Stability().model_dump().items()},
+        "shape.rope_base": Shape.model_fields["rope_base"].default,
+        "schedule.decay_fraction": Schedule().decay_fraction,
+    }
+
+
+def upgrade_knobs(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """Flattened knobs as recorded by an older recipelab, under today's names (the old WSD
+    schedule name and its fraction) and with the knobs added since at their neutral
+    defaults, so earlier trials still place in today's space."""
+    upgraded = {f"schedule.{OLD_SCHEDULE_FIELDS[name.removeprefix('schedule.')]}"
+                if name.removeprefix("schedule.") in OLD_SCHEDULE_FIELDS
+                and name.startswith("schedule.") else name: value
+                for name, value in knobs.items()}
+    kind = upgraded.get("schedule.kind")
+    if isinstance(kind, str) and kind in OLD_SCHEDULE_NAMES:
+        upgraded["schedule.kind"] = OLD_SCHEDULE_NAMES[kind]
+    return {**added_knobs(), **upgraded}
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -334,10 +428,98 @@ TARGETS: dict[str, Callable[[], Target]] = {
 
 
 def get_target(name: str) -> Target:
-    try:
+    """A built-in target by name, or the target described in the file at path ``name``.
+
+    Accepting a path here, where every caller already resolves a target, lets ``--target
+    FILE`` work wherever ``--target NAME`` does, with the path saved in campaign settings.
+    """
+    if name in TARGETS:
         return TARGETS[name]()
-    except KeyError:
-        raise ValueError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}") from None
+    path = Path(name)
+    if path.suffix == ".json" or path.is_file():
+        return load_target_file(path)
+    raise ValueError(f"unknown target {name!r}; choose one of {', '.join(TARGETS)}, or give "
+                     "the path of a target file (a Hugging Face config.json or a recipelab "
+                     "target JSON)")
+
+
+HF_ACTIVATIONS: dict[str, Activation] = {"silu": "swiglu", "swish": "swiglu"}
+"""Llama-family MLPs are gated; a gated SiLU MLP is what recipelab calls SwiGLU."""
+
+HF_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+               "vocab_size")
+
+
+class TargetFileError(ValueError):
+    """A target file that cannot be read as a target; the message names the file and the fix."""
+
+
+def load_target_file(path: Path) -> Target:
+    """The target described in ``path``: a Llama-family Hugging Face ``config.json`` (as
+    published with open models) or a recipelab target JSON
+    (``{"name", "description", "context", "shape": {<Shape fields>}}``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TargetFileError(f"target file {path} does not exist; give the path of a "
+                              "config.json or a recipelab target JSON, or a built-in target "
+                              f"({', '.join(TARGETS)})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TargetFileError(f"target file {path} is not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise TargetFileError(f"target file {path} holds a JSON {type(data).__name__}, "
+                              "not an object")
+    try:
+        if "shape" in data:
+            return _native_target(data, path)
+        return _hf_target(data, path)
+    except (ValueError, TypeError) as exc:
+        if isinstance(exc, TargetFileError):
+            raise
+        raise TargetFileError(f"target file {path}: {exc}") from None
+
+
+def _native_target(data: dict[str, Any], path: Path) -> Target:
+    unknown = sorted(set(data) - {"name", "description", "context", "shape"})
+    if unknown:
+        raise TargetFileError(f"target file {path}: unknown key(s) {', '.join(unknown)}; a "
+                              "recipelab target has name, description, context and shape")
+    shape = Shape.model_validate(data["shape"])
+    context = int(data.get("context", 4096))
+    return Target(str(data.get("name", path.stem)),
+                  str(data.get("description", f"target described in {path.name}")),
+                  shape, context)
+
+
+def _hf_target(data: dict[str, Any], path: Path) -> Target:
+    missing = [key for key in HF_REQUIRED if key not in data]
+    if missing:
+        raise TargetFileError(
+            f"target file {path} is neither a recipelab target (no 'shape') nor a Llama-family "
+            f"config.json: it lacks {', '.join(missing)}")
+    act = str(data.get("hidden_act", "silu"))
+    if act not in HF_ACTIVATIONS:
+        raise TargetFileError(
+            f"target file {path}: hidden_act {act!r} is not a Llama-family gated SiLU MLP; "
+            "recipelab reads only silu, or describe the target in a recipelab target JSON")
+    n_head = int(data["num_attention_heads"])
+    d_model = int(data["hidden_size"])
+    head_dim = int(data.get("head_dim") or d_model // n_head)
+    norm: Norm = "layernorm" if "layer_norm_eps" in data and "rms_norm_eps" not in data \
+        else "rmsnorm"
+    shape = Shape(
+        n_layer=int(data["num_hidden_layers"]), d_model=d_model, n_head=n_head,
+        n_kv_head=int(data.get("num_key_value_heads") or n_head), head_dim=head_dim,
+        ffn_ratio=int(data["intermediate_size"]) / d_model, activation=HF_ACTIVATIONS[act],
+        norm=norm, position="rope", vocab_size=int(data["vocab_size"]),
+        tie_embeddings=bool(data.get("tie_word_embeddings", False)),
+        rope_base=float(data.get("rope_theta", 10_000.0)),
+    )
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    kind = str(data.get("model_type", "llama"))
+    description = (f"{name} ({kind} config.json): {shape.n_layer} layers, d_model "
+                   f"{shape.d_model}, GQA {shape.gqa_ratio}:1, RoPE base {shape.rope_base:g}")
+    return Target(name, description, shape, int(data.get("max_position_embeddings", 4096)))
 
 
 # --- proxies -----------------------------------------------------------------------------

@@ -72,3 +72,17 @@ def test_the_winner_is_named_by_its_stress_run_not_its_proxy_lead(
     assert summary.winner.evidence == "stress" and summary.winner.stress is not None
     assert "stress-run val_bpb" in summary.winner.because
     assert events(tmp_path, "campaign_finished")[0]["winner_evidence"] == "stress"
+
+
+def test_shape_knobs_made_searchable_are_searched_and_proposed(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={
+        "iterations": 8, "promote": 0, "searchable": ("shape.qk_norm", "shape.norm"),
+        "budget": 200_000})  # headroom for a norm with more parameters
+
+    campaign = Campaign(settings, tmp_path, executor=fake_executor())
+    campaign.run()
+
+    assert {"shape.qk_norm", "shape.norm"} <= set(campaign.space.names())
+    edited = {knob for r in read_jsonl(tmp_path / "trajectory.jsonl") for knob in r["edit"]}
+    assert edited & {"shape.qk_norm", "shape.norm"}, "no trial changed a searchable shape knob"

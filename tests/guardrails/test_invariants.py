@@ -18,6 +18,7 @@ BREAKS: list[tuple[str, dict[str, Any]]] = [
     ("shape.norm", {"shape.norm": "layernorm"}),
     ("shape.position", {"shape.position": "learned"}),
     ("shape.gqa_ratio", {"shape.n_kv_head": 2}),
+    ("shape.qk_norm", {"shape.qk_norm": True}),
 ]
 
 

@@ -10,7 +10,7 @@ from tests.guardrails.factories import BASELINE, OLD_CPU, context, unvalidated
 
 
 def test_registry_holds_every_check_in_order() -> None:
-    assert list(CHECKS) == ["ranges", "divisibility", "shape_invariants", "param_budget",
+    assert list(CHECKS) == ["ranges", "stability", "divisibility", "shape_invariants", "param_budget",
                             "duplicate", "hardware", "memory", "time"]
 
 

@@ -14,7 +14,7 @@ from tests.guardrails.factories import BASELINE, context, measured
 
 KNOBS = sorted(BASELINE.knobs())
 CHOICES = ["swiglu", "gelu", "relu2", "rmsnorm", "layernorm", "rope", "learned", "fp32",
-           "bf16", "fp8", "byte", "bpe", "cosine", "linear", "constant-cooldown"]
+           "bf16", "fp8", "byte", "bpe", "cosine", "linear", "wsd"]
 
 json_leaves = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
                | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))

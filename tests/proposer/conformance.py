@@ -50,7 +50,7 @@ def synthetic_history(baseline: Recipe, size: int, *, seed: int = 0, loss: Loss 
         recipe = baseline.apply({
             "optimizer.lr": float(f"{baseline.optimizer.lr * 10 ** rng.uniform(-1, 1):.6g}"),
             "optimizer.weight_decay": round(rng.uniform(0.0, 0.3), 4),
-            "schedule.kind": rng.choice(["cosine", "linear", "constant-cooldown"]),
+            "schedule.kind": rng.choice(["cosine", "linear", "wsd"]),
             "schedule.warmup_steps": rng.randint(0, max(1, baseline.steps // 3)),
             "batch_size": rng.choice(batches),
         })

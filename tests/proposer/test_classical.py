@@ -18,6 +18,11 @@ SAMPLERS = ["tpe", "cmaes", "random"]
 
 BASELINE = proxy_recipe("tiny")
 SPACE = default_space(BASELINE)
+SYNTHETIC = SearchSpace(tuple(knob for knob in SPACE.knobs if knob.name in {
+    "optimizer.lr", "optimizer.beta2", "optimizer.weight_decay", "optimizer.grad_clip",
+    "schedule.kind", "schedule.warmup_steps", "schedule.min_lr_ratio", "batch_size"}))
+"""The knobs :func:`synthetic_history` varies, where a test needs the sampler's model to
+rest on them alone."""
 
 
 def make(sampler: str = "tpe", seed: int = 0, space: SearchSpace = SPACE) -> ClassicalProposer:
@@ -48,8 +53,9 @@ def test_proposals_stay_within_the_space(seed: int, size: int, sampler: str) -> 
     for proposal in make(sampler, seed=seed).propose(history, 3):
         knobs = Recipe.model_validate(proposal.candidate).knobs()
         assert set(proposal.edit) <= set(SPACE.names())
-        for knob in SPACE.knobs:
-            assert knob.contains(knobs[knob.name]) or knobs[knob.name] == parent[knob.name]
+        # batch_size moves with seq_len and grad_accum: its point is the tokens per step.
+        for name, value in SPACE.point_of(knobs, parent).items():
+            assert SPACE.knob(name).contains(value) or value == parent[name]
 
 
 def test_values_are_recipe_friendly() -> None:
@@ -179,9 +185,63 @@ def test_trials_in_flight_steer_tpe_as_running_trials() -> None:
     running = [dataclasses.replace(obs, trial_id=f"r{i}", status="running", val_bpb=None)
                for i, obs in enumerate(synthetic_history(BASELINE, 6, seed=7))]
     lost = [dataclasses.replace(obs, status="interrupted") for obs in running]
-    batch = make().propose(history + running, 4)
+    batch = make(space=SYNTHETIC).propose(history + running, 4)
     assert len(batch) == 4
-    assert batch != make().propose(history + lost, 4)
+    assert batch != make(space=SYNTHETIC).propose(history + lost, 4)
     in_flight = {tuple(sorted(obs.knobs.items())) for obs in running}
     assert all(tuple(sorted(Recipe.model_validate(p.candidate).knobs().items())) not in in_flight
                for p in batch)
+
+
+# --- conditional knobs and searchable shape knobs -------------------------------------------
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_the_decay_fraction_is_proposed_only_with_the_wsd_schedule(sampler: str) -> None:
+    history = synthetic_history(BASELINE, 4)  # TPE still at random start-up
+    proposals = make(sampler, seed=3).propose(history, 12)
+    kinds = {Recipe.model_validate(p.candidate).schedule.kind for p in proposals}
+    assert "wsd" in kinds and kinds - {"wsd"}
+    for proposal in proposals:
+        recipe = Recipe.model_validate(proposal.candidate)
+        if recipe.schedule.kind != "wsd":
+            assert "schedule.decay_fraction" not in proposal.edit
+    # The sampler itself never draws the fraction without wsd, so no study models a value
+    # that changed nothing.
+    points, _ = make(sampler, seed=3)._sample(history, 12)
+    assert all(("schedule.decay_fraction" in point) == (point["schedule.kind"] == "wsd")
+               for point in points)
+
+
+def test_a_trial_records_only_the_knobs_active_at_its_point() -> None:
+    proposer, distributions = make(), SPACE.distributions()
+    for kind, has_fraction in (("wsd", True), ("cosine", False)):
+        obs = Observation(trial_id="t", status="complete", val_bpb=2.0,
+                          knobs=BASELINE.apply({"schedule.kind": kind}).knobs())
+        trial = proposer._as_trial(obs, distributions)
+        assert trial is not None
+        assert ("schedule.decay_fraction" in trial.params) is has_fraction
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_searchable_shape_knobs_are_proposed(sampler: str) -> None:
+    shape_knobs = ("shape.activation", "shape.norm", "shape.qk_norm")
+    space = default_space(BASELINE, shape_knobs)
+    proposals = make(sampler, space=space).propose(synthetic_history(BASELINE, 12), 8)
+    edited = {name for p in proposals for name in p.edit}
+    assert set(shape_knobs) <= edited
+
+
+def test_a_trial_recorded_before_the_new_knobs_still_places_in_the_space() -> None:
+    """An older trajectory's recipe lacks the knobs added since and calls WSD
+    ``constant-cooldown``; it places at the neutral defaults and today's names."""
+    recipe = BASELINE.apply({"schedule.kind": "wsd", "schedule.decay_fraction": 0.3})
+    old = {name: value for name, value in recipe.knobs().items()
+           if not name.startswith("stability.") and name not in (
+               "optimizer.lr_embed_mult", "optimizer.lr_hidden_mult", "shape.rope_base",
+               "schedule.decay_fraction")}
+    old |= {"schedule.kind": "constant-cooldown", "schedule.cooldown_fraction": 0.3}
+    obs = Observation(trial_id="old", status="complete", val_bpb=2.0, knobs=old)
+    trial = make()._as_trial(obs, SPACE.distributions())
+    assert trial is not None
+    assert trial.params == SPACE.point_of(recipe.knobs(), BASELINE.knobs())

@@ -875,3 +875,42 @@ def test_credentials_in_the_base_url_appear_in_no_proposal(fake: FakeOpenAI) -> 
     proposer.close()
     assert proposal.hypothesis == "the proxy said [redacted]"
     assert URL_PASSWORD not in json.dumps(proposal.artifacts) + repr(proposal)
+
+
+# --- the recipe space in the schema --------------------------------------------------------
+
+
+SHAPE_KNOBS = ("shape.activation", "shape.norm", "shape.qk_norm")
+
+
+def test_searchable_shape_knobs_are_in_the_schema_and_the_llm_proposes_them(
+        fake: FakeOpenAI) -> None:
+    space = default_space(BASELINE, SHAPE_KNOBS)
+    edit = {"shape.activation": "gelu", "shape.norm": "layernorm", "shape.qk_norm": True}
+    fake.script(good(edit))
+    proposer = LLMProposer(fast_config(fake.base_url), BASELINE, BASELINE_ID, space, TARGET)
+    try:
+        [proposal] = proposer.propose([], 1)
+    finally:
+        proposer.close()
+    assert proposal.edit == edit
+    sent = fake.chat_requests()[0].body
+    schema = json.dumps(sent["response_format"]["json_schema"]["schema"])
+    assert all(f'"{name}"' in schema for name in SHAPE_KNOBS)
+    assert "shape.activation: one of 'swiglu', 'gelu', 'relu2'" in sent["messages"][0]["content"]
+
+
+def test_without_searchable_a_shape_knob_is_outside_the_schema(fake: FakeOpenAI,
+                                                               make_llm: MakeLLM) -> None:
+    fake.script(good({"shape.activation": "gelu"}), good())
+    [proposal] = make_llm().propose([], 1)
+    assert proposal.edit == GOOD_EDIT  # the first reply was refused and asked again
+    assert "shape.activation" in last_user_message(fake.chat_requests()[1].body)
+
+
+def test_an_llm_edit_keeps_tokens_per_step_and_drops_inactive_knobs(fake: FakeOpenAI,
+                                                                   make_llm: MakeLLM) -> None:
+    fake.script(good({"seq_len": 128, "schedule.decay_fraction": 0.3, "optimizer.lr": 0.004}))
+    [proposal] = make_llm().propose([], 1)
+    assert proposal.edit == {"seq_len": 128, "batch_size": 4, "optimizer.lr": 0.004}
+    assert Recipe.model_validate(proposal.candidate).tokens_per_step == BASELINE.tokens_per_step

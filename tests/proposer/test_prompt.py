@@ -64,7 +64,8 @@ def test_the_best_five_and_worst_three_complete_trials_are_shown_with_their_loss
     history = [observation(f"t{i:02d}", "complete", 0.001 * (i + 1), val_bpb=2.0 + i / 10)
                for i in range(12)]
     text = user_text(history)
-    best, worst = text.split("Best complete trials")[1].split("Worst complete trials")
+    ranked = text.split("Best complete trials")[1].split("Latest trials")[0]
+    best, worst = ranked.split("Worst complete trials")
     assert [f"t{i:02d}" in best for i in range(12)] == [True] * 5 + [False] * 7
     assert [f"t{i:02d}" in worst for i in range(12)] == [False] * 9 + [True] * 3
     assert '- t00: {"optimizer.lr": 0.001} → 2.0000' in best
@@ -153,3 +154,32 @@ def test_best_complete_ignores_unfinished_and_non_finite_trials() -> None:
 def test_clip_marks_what_it_cuts() -> None:
     assert clip("abcdef", 4) == "abc…"
     assert clip("abc", 4) == "abc"
+
+
+# --- what the sampler knows ------------------------------------------------------------------
+
+
+def test_the_latest_trials_are_shown_newest_last_with_their_outcome() -> None:
+    history = [observation(f"t{i:02d}", "complete", 0.001 * (i + 1), val_bpb=3.0 - i / 10)
+               for i in range(8)]
+    history += [observation("t08", "failed", 0.09, reason="oom"),
+                observation("t09", "rejected", 0.002, reasons=("memory: too big",))]
+    latest = user_text(history).split("Latest trials, newest last:")[1].split("\n\n")[0]
+    assert [line.split(":")[0] for line in latest.strip().splitlines()] == [
+        "- t05", "- t06", "- t07", "- t08", "- t09"]
+    assert "→ failed (oom)" in latest and "→ rejected: memory: too big" in latest
+
+
+def test_knob_importance_is_shown_once_there_are_enough_complete_trials() -> None:
+    history = synthetic_history(BASELINE, 7, statuses=("complete",))
+    assert "Knob importance" not in user_text(history)
+    history = synthetic_history(BASELINE, 24, statuses=("complete",))
+    line = next(line for line in user_text(history).splitlines()
+                if line.startswith("Knob importance"))
+    assert "over 24 complete trials" in line
+    # The synthetic loss is a bowl in the learning rate, weight decay and warmup only.
+    shares = dict(item.rsplit(" ", 1) for item in line.split("): ")[1].split(", "))
+    assert set(shares) == {"optimizer.lr", "optimizer.weight_decay", "schedule.kind",
+                           "schedule.warmup_steps", "batch_size"}
+    assert max(shares, key=lambda name: float(shares[name])) in {
+        "optimizer.lr", "optimizer.weight_decay"}

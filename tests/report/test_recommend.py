@@ -48,11 +48,13 @@ def test_without_a_stable_stress_run_the_best_proxy_trial_wins_provisionally() -
 
 def test_the_winning_knobs_go_onto_the_target_shape() -> None:
     target = get_target("llama3.2-1b")
-    winner = BASELINE.apply({"optimizer.weight_decay": 0.0, "schedule.kind": "linear"})
+    winner = BASELINE.apply({"optimizer.weight_decay": 0.0, "schedule.kind": "linear",
+                             "stability.z_loss": 1e-4})
     recipe = scale_to_target(winner, {"shape.qk_norm": True, "optimizer.weight_decay": 0.0}, target,
                              tokens=10_000_000)
     assert recipe.shape == target.shape.model_copy(update={"qk_norm": True})
     assert recipe.optimizer == winner.optimizer and recipe.schedule.kind == "linear"
+    assert recipe.stability == winner.stability
     assert recipe.seq_len == target.context and recipe.tokenizer == "bpe"
     assert recipe.steps == math.ceil(10_000_000 / (winner.batch_size * target.context))
     assert recipe.schedule.warmup_steps == round(winner.schedule.warmup_steps / winner.steps * recipe.steps)

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from recipelab.recipe import Shape, proxy_recipe
-from recipelab.trainer.model import GPT, Block
+from recipelab.recipe import Shape, Stability, proxy_recipe
+from recipelab.trainer.model import GPT, Block, Rotary
 
 B, T = 3, 24
 
@@ -133,3 +133,80 @@ def test_the_same_seed_builds_the_same_weights() -> None:
     a, b = model(shape(), seed=3), model(shape(), seed=3)
     for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
         assert torch.equal(p, q), name
+
+
+# --- stability knobs: neutral by default, each one real ----------------------------------
+
+
+@pytest.mark.parametrize(("changes", "output_sum", "weight_square_sum"), [
+    ({}, 96.62753745945884, 354.3244279513564),
+    ({"tie_embeddings": False, "position": "learned", "norm": "layernorm", "qk_norm": True},
+     1.989314180038491, 491.93429676694427),
+])
+def test_the_default_model_gives_the_output_it_gave_before_the_stability_knobs(
+        changes: dict[str, Any], output_sum: float, weight_square_sum: float) -> None:
+    """Golden values recorded with the code before the initialisation scales, soft-capping
+    and the RoPE base were knobs (seed 0): the defaults must build the same model."""
+    torch.manual_seed(0)
+    gpt = GPT(shape(**changes), 128)
+    x = torch.arange(64).view(2, 32) % 256
+    # Exact on the machine that recorded them; the tolerance only absorbs other CPUs' kernels.
+    assert gpt(x).double().sum().item() == pytest.approx(output_sum, rel=1e-6)
+    weights = sum(p.double().square().sum().item() for p in gpt.parameters())
+    assert weights == pytest.approx(weight_square_sum, rel=1e-9)
+
+
+def test_logit_softcap_bounds_the_logits_through_tanh() -> None:
+    s = shape()
+    plain = model(s)
+    torch.manual_seed(0)
+    capped = GPT(s, T, stability=Stability(logit_softcap=0.05)).eval()
+    x = tokens()
+    with torch.no_grad():
+        expected = 0.05 * torch.tanh(plain(x) / 0.05)
+        got = capped(x)
+    assert got.abs().max() <= 0.05
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def std(module: torch.nn.Module) -> float:
+    weight = module.weight
+    assert isinstance(weight, torch.Tensor)
+    return weight.std().item()
+
+
+def test_init_scales_set_hidden_residual_and_output_standard_deviations() -> None:
+    s = shape(tie_embeddings=False, n_layer=8)
+    torch.manual_seed(0)
+    gpt = GPT(s, T, stability=Stability(init_std=0.05, output_init_std=0.002,
+                                        depth_scaled_init=False))
+    block = blocks(gpt)[0]
+    assert std(block.attn.qkv) == pytest.approx(0.05, rel=0.05)
+    assert std(block.ffn.down) == pytest.approx(0.05, rel=0.05)
+    assert std(gpt.lm_head) == pytest.approx(0.002, rel=0.05)
+    assert std(gpt.embed) == pytest.approx(0.05, rel=0.05)
+    torch.manual_seed(0)
+    scaled = GPT(s, T, stability=Stability(init_std=0.05))
+    assert std(blocks(scaled)[0].ffn.down) == pytest.approx(0.05 / 4, rel=0.05)
+
+
+def test_the_rope_base_sets_the_rotation_frequencies() -> None:
+    x = tokens()
+    base = model(shape())(x)
+    assert torch.equal(model(shape(rope_base=10_000.0))(x), base)
+    assert not torch.allclose(model(shape(rope_base=500.0))(x), base)
+    inv = 1.0 / 500.0 ** (torch.arange(0, 32, 2, dtype=torch.float32) / 32)
+    rotary = Rotary(32, 4, 500.0)
+    assert torch.allclose(rotary.cos[1, 0], torch.cos(inv))
+
+
+def test_qk_norm_normalises_each_query_and_key_head() -> None:
+    gpt = model(shape(qk_norm=True))
+    attn = blocks(gpt)[0].attn
+    assert attn.q_norm is not None and attn.k_norm is not None
+    seen: dict[str, torch.Tensor] = {}
+    attn.q_norm.register_forward_hook(lambda _m, _i, out: seen.setdefault("q", out))
+    gpt(tokens())
+    rms = seen["q"].pow(2).mean(dim=-1).sqrt()
+    assert torch.allclose(rms, torch.ones_like(rms), atol=1e-3)
+    assert not torch.equal(model(shape(qk_norm=False))(tokens()), gpt(tokens()))

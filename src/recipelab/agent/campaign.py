@@ -35,7 +35,7 @@ from recipelab.agent.settings import CampaignSettings, SettingsError
 from recipelab.agent.signals import StopRequests
 from recipelab.agent.trials import TRIALS_DIR, GuardrailMemory, TrialBook
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, judge
-from recipelab.guardrails.hardware import resolve_device
+from recipelab.guardrails.hardware import resolve_device, supported_precisions
 from recipelab.guardrails.memory_fit import MemoryModel
 from recipelab.proposer import Observation, Proposal, Proposer, default_space
 from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
@@ -76,14 +76,15 @@ class Campaign:
         self.baseline = settings.baseline()
         self.target = get_target(settings.target or PROXY_PRESETS[settings.preset].default_target)
         self.param_budget = settings.budget or PROXY_PRESETS[settings.preset].budget
-        self.space = default_space(self.baseline)
         self.executor = executor or build_executor(settings.executor, ray_address=settings.ray_address,
                                                    parallel=settings.parallel)
+        self.device = device or self._resolve_device(settings, self.executor)
+        self.space = default_space(self.baseline, settings.searchable, precisions=supported_precisions(
+            self.baseline, self.target, self.device))
         self.priors = load_priors(settings.calibrate_from, self.space)
         self.proposer = proposer or build_proposer(settings, self.baseline, self.space,
                                                    self.target, self.priors.summary,
                                                    self.priors.observations)
-        self.device = device or self._resolve_device(settings, self.executor)
         self.memory = GuardrailMemory.read()
         self.console = console or Console(stderr=True)
         self.progress = CampaignProgress(self.console, settings.iterations)

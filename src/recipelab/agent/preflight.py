@@ -484,7 +484,7 @@ def check_llm(settings: CampaignSettings, baseline: Recipe) -> CheckResult | Non
     preset = PROXY_PRESETS[settings.preset]
     target = get_target(settings.target or preset.default_target)
     started = time.monotonic()
-    proposer = LLMProposer(config, baseline, None, default_space(baseline),
+    proposer = LLMProposer(config, baseline, None, default_space(baseline, settings.searchable),
                            f"{target.name}: {target.description}")
     try:
         proposals = proposer.propose([], 1)

@@ -21,7 +21,6 @@ from recipelab.envelope.measure import (
     hardware_reasons,
     point_logger,
     run_points,
-    supported_precisions,
     sweep,
 )
 from recipelab.envelope.output import (
@@ -45,6 +44,7 @@ from recipelab.envelope.points import (
     point_id,
 )
 from recipelab.envelope.values import parse_bytes, parse_ints, parse_precisions
+from recipelab.guardrails.hardware import supported_precisions
 
 __all__ = [
     "DEFAULT_BATCH_SIZES",

@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 from recipelab.envelope.analysis import fit_memory, plateau_tokens, with_gains
 from recipelab.envelope.points import (
-    PRECISIONS,
     EnvelopePoint,
     EnvelopeReport,
     PointStatus,
@@ -46,10 +45,6 @@ def hardware_reasons(precision: Precision, base: Recipe, target: Target,
     """Why this device cannot run ``precision`` (the guardrails' hardware check)."""
     ctx = GuardContext(target=target, baseline=base, device=device, param_budget=0)
     return check_hardware(base.apply({"precision": precision}), ctx)
-
-
-def supported_precisions(base: Recipe, target: Target, device: DeviceInfo) -> tuple[Precision, ...]:
-    return tuple(p for p in PRECISIONS if not hardware_reasons(p, base, target, device))
 
 
 def as_point(recipe: Recipe, result: TrialResult) -> EnvelopePoint:

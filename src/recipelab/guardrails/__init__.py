@@ -36,6 +36,7 @@ from recipelab.guardrails.memory import (
     predict_peak_bytes,
 )
 from recipelab.guardrails.schema import parse_candidate, show
+from recipelab.guardrails.stability import check_stability
 from recipelab.guardrails.timing import check_time, predict_trial_seconds
 from recipelab.recipe import Recipe
 from recipelab.units import GIB
@@ -45,6 +46,7 @@ SCHEMA = "schema"
 
 CHECKS: dict[str, Check] = {
     "ranges": check_ranges,
+    "stability": check_stability,
     "divisibility": check_divisibility,
     "shape_invariants": check_shape_invariants,
     "param_budget": check_param_budget,
@@ -115,6 +117,7 @@ __all__ = [
     "check_param_budget",
     "check_ranges",
     "check_shape_invariants",
+    "check_stability",
     "check_time",
     "detect_device",
     "judge",

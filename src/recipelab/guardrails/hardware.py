@@ -15,12 +15,13 @@ from __future__ import annotations
 import importlib.util
 import platform
 from pathlib import Path
+from typing import get_args
 
 import psutil
 
 from recipelab.guardrails.base import DeviceInfo, GuardContext
 from recipelab.guardrails.fp8 import fp8_shape_reasons
-from recipelab.recipe import Recipe
+from recipelab.recipe import Precision, Recipe, Target
 
 FP8_MIN_CAPABILITY = (8, 9)
 """FP8 tensor cores arrived with Ada (8.9) and Hopper (9.0)."""
@@ -46,6 +47,13 @@ def check_hardware(recipe: Recipe, ctx: GuardContext) -> list[str]:
             "slower than fp32; use fp32 on this CPU."
         ]
     return []
+
+
+def supported_precisions(base: Recipe, target: Target, device: DeviceInfo) -> tuple[Precision, ...]:
+    """The precisions ``device`` can train ``base`` in: those :func:`check_hardware` passes."""
+    ctx = GuardContext(target=target, baseline=base, device=device, param_budget=0)
+    return tuple(p for p in get_args(Precision)
+                 if not check_hardware(base.apply({"precision": p}), ctx))
 
 
 def _fp8_reasons(device: DeviceInfo) -> list[str]:

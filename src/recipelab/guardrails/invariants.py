@@ -1,7 +1,7 @@
 """The proxy must keep the target's shape, or its result says nothing about the target.
 
 A proxy is predictive of the target because it shares head dimension, FFN ratio,
-activation, norm, positional encoding and GQA ratio with it; only depth and width shrink.
+activation, norm, positional encoding, GQA ratio and QK-norm with it; only depth and width shrink.
 A campaign may deliberately search one of these (for example the activation) by listing its
 dotted name in ``GuardContext.searchable``; then the invariant is lifted for that knob.
 """
@@ -27,6 +27,7 @@ def _invariants(shape: Shape) -> dict[str, Any]:
         "shape.norm": shape.norm,
         "shape.position": shape.position,
         "shape.gqa_ratio": shape.gqa_ratio,
+        "shape.qk_norm": shape.qk_norm,
     }
 
 

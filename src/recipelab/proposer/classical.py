@@ -20,13 +20,18 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.samplers import BaseSampler, CmaEsSampler, RandomSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from recipelab.proposer.base import Observation, Proposal, Proposer
 from recipelab.proposer.space import SearchSpace
-from recipelab.recipe import Recipe
+from recipelab.recipe import Recipe, upgrade_knobs
 
 # A proposer is called inside a campaign whose own logs say what happened; Optuna's
 # per-trial INFO lines would only be noise there.
@@ -74,6 +79,16 @@ def hypothesis_line(label: str, edit: dict[str, Any], parent: dict[str, Any],
     return f"{label}: {len(changes)} knobs changed; {rationale}"[:HYPOTHESIS_CHARS]
 
 
+def _suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:
+    """``trial``'s value for ``name`` from ``distribution`` (Optuna's suggest API by type)."""
+    if isinstance(distribution, CategoricalDistribution):
+        return trial.suggest_categorical(name, distribution.choices)
+    if isinstance(distribution, IntDistribution):
+        return trial.suggest_int(name, distribution.low, distribution.high, log=distribution.log)
+    assert isinstance(distribution, FloatDistribution)
+    return trial.suggest_float(name, distribution.low, distribution.high, log=distribution.log)
+
+
 class ClassicalProposer(Proposer):
     """Proposes points of ``space`` with Optuna's TPE, CMA-ES or random sampler.
 
@@ -95,6 +110,10 @@ class ClassicalProposer(Proposer):
     none of, so once ten complete trials exist it is warm-started from them instead
     (WS-CMA-ES: the initial Gaussian fits the best tenth). Categorical knobs are sampled at
     random by CMA-ES.
+
+    Conditional knobs are sampled define-by-run: a knob is asked for only once the knobs it
+    depends on are sampled and hold the values it needs, and a trial records only the knobs
+    active at its point, so TPE (``group=True``) models each conditional subspace apart.
     """
 
     name = "classical"
@@ -117,11 +136,7 @@ class ClassicalProposer(Proposer):
 
     def propose(self, history: list[Observation], n: int) -> list[Proposal]:
         """Up to ``n`` distinct proposals; fewer only if the sampler keeps repeating points."""
-        with warnings.catch_warnings():
-            # Optuna flags warm-started CMA-ES as experimental on every call; using it is a
-            # deliberate choice (see the class docstring), so the warning is only noise.
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            points, n_complete = self._sample(history, n)
+        points, n_complete = self._sample(history, n)
         parent = self.baseline.knobs()
         rationale = self._rationale(n_complete)
         if self.priors:
@@ -129,7 +144,7 @@ class ClassicalProposer(Proposer):
         label = SAMPLER_LABELS[self.sampler]
         proposals = []
         for point in points:
-            edit = {name: value for name, value in point.items() if value != parent[name]}
+            edit = self.space.resolve(point, parent)
             proposals.append(Proposal.from_edit(
                 self.baseline, self.baseline_id, edit,
                 hypothesis_line(label, edit, parent, rationale), self.proposer_name,
@@ -142,6 +157,14 @@ class ClassicalProposer(Proposer):
         A point the sampler repeats (the baseline, or one already asked in this call) is
         asked again, within a bound, since proposing it twice would waste a trial.
         """
+        with warnings.catch_warnings():
+            # Optuna flags warm-started CMA-ES and TPE's group decomposition as experimental
+            # on every call; both are deliberate (see the class docstring), so it is noise.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return self._sample_quietly(history, n)
+
+    def _sample_quietly(self, history: list[Observation],
+                        n: int) -> tuple[list[dict[str, Any]], int]:
         distributions = self.space.distributions()
         trials = [trial for obs in history
                   if (trial := self._as_trial(obs, distributions)) is not None]
@@ -155,28 +178,38 @@ class ClassicalProposer(Proposer):
         )
         study.add_trials(trials)
 
-        names = self.space.names()
         baseline = self.baseline.knobs()
-        seen = {tuple(baseline[name] for name in names)}
-        seen |= {tuple(trial.params[name] for name in names)
-                 for trial in trials if trial.state == TrialState.RUNNING}
+        seen = {self._key(self.space.point_of(baseline, baseline))}
+        seen |= {self._key(trial.params) for trial in trials if trial.state == TrialState.RUNNING}
         points: list[dict[str, Any]] = []
         for _ in range(n * ASKS_PER_PROPOSAL):
             if len(points) == n:
                 break
-            point = self._point(study.ask(distributions).params)
-            key = tuple(point[name] for name in names)
+            point = self._point(self._ask(study, baseline))
+            key = self._key(point)
             if key not in seen:
                 seen.add(key)
                 points.append(point)
         return points, len(complete)
 
+    def _ask(self, study: optuna.Study, parent: dict[str, Any]) -> dict[str, Any]:
+        """One point, define-by-run: each knob in declaration order, if active by then."""
+        trial = study.ask()
+        params: dict[str, Any] = {}
+        for knob in self.space.knobs:
+            if knob.active({**parent, **params}):
+                params[knob.name] = _suggest(trial, knob.name, knob.distribution())
+        return params
+
+    @staticmethod
+    def _key(point: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+        return tuple(sorted((name, (type(value).__name__, value)) for name, value in point.items()))
+
     def _baseline_scale(self, trials: list[FrozenTrial]) -> float:
         """What a prior's relative val_bpb of 1.0 means in this campaign: the mean of the
         complete trials at the baseline's point (its seeds), else of every complete trial,
         else 1.0 (no trial yet, so relative values are the only scale there is)."""
-        base = {name: value for name, value in self.baseline.knobs().items()
-                if name in self.space.names()}
+        base = self.space.point_of(self.baseline.knobs(), self.baseline.knobs())
         complete = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
         at_base = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
                    and t.params == base]
@@ -187,34 +220,32 @@ class ClassicalProposer(Proposer):
                   scale: float | None = None) -> FrozenTrial | None:
         """``obs`` as an Optuna trial, or None when it cannot be placed in the space.
 
-        A prior (``scale`` given) has a relative val_bpb, multiplied by ``scale``; a knob of
-        this space it lacks is taken at the baseline's value (an earlier campaign that did not
-        search a knob left it at its default).
+        Only the knobs active at the observation's point are its params. A prior (``scale``
+        given) has a relative val_bpb, multiplied by ``scale``; a knob of this space it lacks
+        is taken at the baseline's value (an earlier campaign that did not search a knob
+        left it at its default).
         """
-        params: dict[str, Any] = {}
-        base = self.baseline.knobs()
-        for knob in self.space.knobs:
-            if knob.name not in obs.knobs and scale is None:
-                return None
-            value = obs.knobs.get(knob.name, base[knob.name])
-            if not knob.contains(value):
-                return None
-            params[knob.name] = value
+        base, knobs = self.baseline.knobs(), upgrade_knobs(obs.knobs)
+        if scale is None and any(name not in knobs for name in self.space.names()):
+            return None
+        params = self.space.point_of({**base, **knobs}, base)
+        if any(not self.space.knob(name).contains(value) for name, value in params.items()):
+            return None
+        used = {name: distributions[name] for name in params}
         if obs.status == "complete" and obs.val_bpb is not None and math.isfinite(obs.val_bpb):
             return create_trial(value=obs.val_bpb * (scale or 1.0), params=params,
-                                distributions=distributions)
+                                distributions=used)
         if obs.status in ("failed", "rejected"):
-            return create_trial(state=TrialState.FAIL, params=params, distributions=distributions)
+            return create_trial(state=TrialState.FAIL, params=params, distributions=used)
         if obs.status == "running":
-            return create_trial(state=TrialState.RUNNING, params=params,
-                                distributions=distributions)
+            return create_trial(state=TrialState.RUNNING, params=params, distributions=used)
         return None
 
     def _make_sampler(self, seed: int, complete: list[FrozenTrial]) -> BaseSampler:
         if self.sampler == "tpe":
             # constant_liar treats points asked earlier in this call as bad, so a batch
             # spreads out instead of piling onto the same optimum.
-            return TPESampler(seed=seed, multivariate=True, constant_liar=True,
+            return TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
                               n_startup_trials=TPE_STARTUP_TRIALS)
         if self.sampler == "cmaes":
             return CmaEsSampler(seed=seed, warn_independent_sampling=False,
@@ -225,10 +256,13 @@ class ClassicalProposer(Proposer):
         """The complete trials restricted to the knobs CMA-ES models, once there are enough.
 
         Optuna only warm-starts from trials whose distributions are exactly CMA-ES's search
-        space: the numeric knobs whose range is more than one value.
+        space: the numeric knobs whose range is more than one value and that every complete
+        trial has (a conditional knob whose condition some trial did not meet is left out).
         """
-        numeric = {name: dist for name, dist in self.space.distributions().items()
-                   if not isinstance(dist, CategoricalDistribution) and not dist.single()}
+        everywhere = set(self.space.names()).intersection(*(t.params for t in complete))
+        numeric = {knob.name: dist for knob in self.space.knobs if knob.name in everywhere
+                   and not isinstance(dist := knob.distribution(), CategoricalDistribution)
+                   and not dist.single()}
         if not numeric or len(complete) < CMAES_WARM_START_TRIALS:
             return None
         return [create_trial(value=trial.value,
@@ -240,6 +274,8 @@ class ClassicalProposer(Proposer):
         """Sampled params as recipe values: ints stay ints, floats keep 6 significant digits."""
         point: dict[str, Any] = {}
         for knob in self.space.knobs:
+            if knob.name not in params:
+                continue
             value = params[knob.name]
             if knob.choices is None and not knob.integer:
                 assert knob.low is not None and knob.high is not None  # a float range
@@ -258,3 +294,38 @@ class ClassicalProposer(Proposer):
             return (f"default search distribution, {n_complete}/{CMAES_WARM_START_TRIALS} "
                     "trials before warm start")
         return "random search, exploring the space"
+
+
+IMPORTANCE_MIN_TRIALS = 8
+IMPORTANCE_QUANTILE = 0.25  # PED-ANOVA's "good" trials: the best quarter
+
+
+def knob_importance(space: SearchSpace, baseline: Recipe,
+                    history: Sequence[Observation]) -> tuple[dict[str, float], int]:
+    """How much each knob explains which complete trials are among the best, and over how
+    many trials; empty below :data:`IMPORTANCE_MIN_TRIALS`.
+
+    PED-ANOVA (Watanabe et al. 2023) over the knobs every complete trial has and that vary
+    among them: Optuna's evaluator that needs no extra dependency and takes milliseconds,
+    so the LLM can be shown it every turn.
+    """
+    proposer = ClassicalProposer(baseline, None, space)
+    distributions = space.distributions()
+    complete = [trial for obs in history if obs.status == "complete"
+                and (trial := proposer._as_trial(obs, distributions)) is not None]
+    if len(complete) < IMPORTANCE_MIN_TRIALS:
+        return {}, len(complete)
+    varying = [name for name in space.names()
+               if all(name in trial.params for trial in complete)
+               and len({repr(trial.params[name]) for trial in complete}) > 1]
+    if not varying:
+        return {}, len(complete)
+    study = optuna.create_study(direction="minimize")
+    study.add_trials(complete)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PED-ANOVA is flagged experimental on every call
+        evaluator = optuna.importance.PedAnovaImportanceEvaluator(
+            target_quantile=IMPORTANCE_QUANTILE)
+        found = optuna.importance.get_param_importances(study, evaluator=evaluator,
+                                                        params=varying)
+    return {name: float(value) for name, value in found.items()}, len(complete)

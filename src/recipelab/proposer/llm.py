@@ -835,8 +835,7 @@ class LLMProposer(Proposer):
             by_alias=True, exclude_none=True)
         # An edit that changes nothing is still the model's proposal: the guardrails reject
         # it as a duplicate, the trajectory records that, and the model sees it next turn.
-        edit = {name: value for name, value in data["edit"].items() if value != parent[name]}
-        return edit, data["hypothesis"]
+        return self.space.resolve(data["edit"], parent), data["hypothesis"]
 
     def _validated_batch(self, reply: str, parent: dict[str, Any],
                          reply_model: type[BaseModel]) -> list[tuple[dict[str, Any], str]]:
@@ -846,5 +845,5 @@ class LLMProposer(Proposer):
         if '"edits"' not in text:
             return [self._validated(text, parent)]
         data = reply_model.model_validate_json(text).model_dump(by_alias=True, exclude_none=True)
-        return [({name: value for name, value in item["edit"].items() if value != parent[name]},
-                 item["hypothesis"]) for item in data["edits"]]
+        return [(self.space.resolve(item["edit"], parent), item["hypothesis"])
+                for item in data["edits"]]

@@ -74,6 +74,7 @@ def scale_to_target(winner: Recipe, edit: dict[str, object], target: Target,
     return Recipe(
         shape=shape, optimizer=winner.optimizer,
         schedule=winner.schedule.model_copy(update={"warmup_steps": warmup}),
+        stability=winner.stability,
         batch_size=winner.batch_size, seq_len=target.context, grad_accum=winner.grad_accum,
         precision=winner.precision,
         tokenizer="byte" if shape.vocab_size == BYTE_VOCAB else "bpe",

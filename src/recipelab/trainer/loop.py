@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import torch
 import torch.nn.functional as F
@@ -98,19 +98,55 @@ class Interval:
         self.steps = 0
 
 
-def build_optimizer(model: nn.Module, recipe: Recipe, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not norms), in the implementation that is
-    fastest on ``device`` (:func:`~recipelab.trainer.device.optimizer_options`)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
+ParamGroup = Literal["embeddings", "output", "hidden", "norms"]
+
+
+def param_groups(model: GPT) -> dict[ParamGroup, list[nn.Parameter]]:
+    """The model's trainable parameters by the role the optimizer knobs address.
+
+    With tied embeddings the output layer is the embedding table and counts as embeddings.
+    Parameters are listed in ``model.parameters()`` order within each group.
+    """
+    embeddings = {id(model.embed.weight)}
+    if model.positions is not None:
+        embeddings.add(id(model.positions.weight))
+    groups: dict[ParamGroup, list[nn.Parameter]] = {
+        "embeddings": [], "output": [], "hidden": [], "norms": []}
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        if id(p) in embeddings:
+            groups["embeddings"].append(p)
+        elif p is model.lm_head.weight:
+            groups["output"].append(p)
+        elif p.dim() >= 2:
+            groups["hidden"].append(p)
+        else:
+            groups["norms"].append(p)
+    return groups
+
+
+def build_optimizer(model: GPT, recipe: Recipe, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with one parameter group per role (embeddings, output, hidden, norms), each with
+    its learning-rate multiplier (kept in ``lr_mult``, applied by the schedule) and weight
+    decay rule, in the implementation that is fastest on ``device``
+    (:func:`~recipelab.trainer.device.optimizer_options`)."""
     opt = recipe.optimizer
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": opt.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
-        **optimizer_options(device),
-    )
+    mult: dict[ParamGroup, float] = {"embeddings": opt.lr_embed_mult,
+                                     "output": opt.lr_output_mult,
+                                     "hidden": opt.lr_hidden_mult, "norms": 1.0}
+    decays: dict[ParamGroup, bool] = {"embeddings": opt.decay_embeddings, "output": True,
+                                      "hidden": True, "norms": opt.decay_norms}
+    groups = [{"params": params, "weight_decay": opt.weight_decay if decays[role] else 0.0,
+               "lr": opt.lr * mult[role], "lr_mult": mult[role], "role": role}
+              for role, params in param_groups(model).items() if params]
+    return torch.optim.AdamW(groups, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+                             **optimizer_options(device))
+
+
+def z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """``mean(logsumexp(logits)²)`` over the tokens: zero when every softmax normaliser is 1."""
+    return torch.logsumexp(logits, dim=-1).square().mean()
 
 
 def _timed_warmup(steps: int, requested: int | None = None) -> int:
@@ -160,7 +196,7 @@ class TrialRunner:
         self._say(f"resumed from checkpoint at step {state.step}")
         return state.step
 
-    def train(self, model: nn.Module, data: Dataset, device: torch.device,
+    def train(self, model: GPT, data: Dataset, device: torch.device,
               context: Callable[[], AbstractContextManager[Any]]) -> float:
         """Run the optimizer steps; returns the mean train loss of the last interval."""
         recipe, spec, progress = self.recipe, self.spec, self.progress
@@ -171,6 +207,7 @@ class TrialRunner:
         params = [p for p in model.parameters() if p.requires_grad]
         clip = recipe.optimizer.grad_clip or math.inf
         vocab = recipe.shape.vocab_size
+        z_coef = recipe.stability.z_loss
         limit = spec.divergence_factor * math.log(vocab)
         timed_from = max(start, _timed_warmup(recipe.steps, spec.timed_warmup_steps))
         last_loss = progress.curve[-1].loss if progress.curve else math.nan
@@ -181,15 +218,17 @@ class TrialRunner:
                 clock = time.perf_counter()
             lr = recipe.optimizer.lr * recipe.schedule.lr_multiplier(step, recipe.steps)
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group["lr_mult"]
             for micro in range(recipe.grad_accum):
                 x, y = sample_batch(data.train, recipe.batch_size, recipe.seq_len, recipe.seed,
                                     step * recipe.grad_accum + micro)
                 x, y = to_device(x, device), to_device(y, device)
                 with context():
                     logits = forward(x)
-                loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
-                (loss / recipe.grad_accum).backward()  # type: ignore[no-untyped-call]
+                flat = logits.float().view(-1, vocab)
+                loss = F.cross_entropy(flat, y.view(-1))
+                objective = loss + z_coef * z_loss(flat) if z_coef else loss
+                (objective / recipe.grad_accum).backward()  # type: ignore[no-untyped-call]
                 interval.loss_sum += loss.detach() / recipe.grad_accum
             grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
             optimizer.step()
@@ -226,7 +265,8 @@ class TrialRunner:
         data = load_dataset(spec.corpus, tokenizer=recipe.tokenizer,
                             vocab_size=recipe.shape.vocab_size, eval_bytes=recipe.eval_bytes,
                             min_train_tokens=recipe.batch_size * recipe.seq_len + 1)
-        model = GPT(recipe.shape, recipe.seq_len, linear_factory(recipe.precision)).to(device)
+        model = GPT(recipe.shape, recipe.seq_len, linear_factory(recipe.precision),
+                    recipe.stability).to(device)
         context = autocast(recipe.precision, device)
         self._say(f"trial {spec.trial_id}: {model.param_count():,} parameters on {device}, "
                   f"{data.description}")

@@ -1,9 +1,10 @@
 """The proxy GPT: one readable file, every architectural knob of :class:`~recipelab.recipe.Shape`.
 
 Llama-style decoder: pre-norm blocks (RMSNorm or LayerNorm), grouped-query attention through
-``scaled_dot_product_attention``, RoPE or learned positions, optional QK-norm, and a SwiGLU,
-GELU or ReLU² feed-forward. Projections are fused (one QKV matmul, one gate+up matmul) because
-at proxy sizes the number of kernel launches, not FLOPs, sets the step time.
+``scaled_dot_product_attention``, RoPE (with its base) or learned positions, optional QK-norm,
+a SwiGLU, GELU or ReLU² feed-forward and optional logit soft-capping. Projections are fused
+(one QKV matmul, one gate+up matmul) because at proxy sizes the number of kernel launches,
+not FLOPs, sets the step time.
 
 The parameter count equals :func:`recipelab.recipe.param_count` exactly; a test holds it there.
 """
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipelab.recipe import Shape
+from recipelab.recipe import Shape, Stability
 
 LinearFactory = Callable[[int, int], nn.Module]
 
@@ -123,14 +124,21 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, shape: Shape, max_len: int, linear: LinearFactory = plain_linear) -> None:
+    """The proxy model. ``stability`` sets the initialisation scales and logit soft-capping;
+    its defaults are GPT-2's initialisation and no cap."""
+
+    def __init__(self, shape: Shape, max_len: int, linear: LinearFactory = plain_linear,
+                 stability: Stability | None = None) -> None:
         super().__init__()
+        stability = stability or Stability()
         self.shape = shape
+        self.softcap = stability.logit_softcap
         self.embed = nn.Embedding(shape.vocab_size, shape.d_model)
         self.positions = (nn.Embedding(max_len, shape.d_model)
                           if shape.position == "learned" else None)
         # One rotary table shared by every block: it is a buffer, not a parameter.
-        rotary = Rotary(shape.head_dim, max_len) if shape.position == "rope" else None
+        rotary = (Rotary(shape.head_dim, max_len, shape.rope_base)
+                  if shape.position == "rope" else None)
         self.blocks = nn.ModuleList(Block(shape, rotary, linear) for _ in range(shape.n_layer))
         residual_projections = [proj for block in self.blocks if isinstance(block, Block)
                                 for proj in (block.attn.out, block.ffn.down)]
@@ -138,18 +146,22 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(shape.d_model, shape.vocab_size, bias=False)
         if shape.tie_embeddings:
             self.lm_head.weight = self.embed.weight
-        self.apply(self._init_weights)
-        residual_std = 0.02 / math.sqrt(2 * shape.n_layer)
+        # Every matrix is drawn in module order (the output layer last), then the residual
+        # projections are drawn again: the random stream, and so the weights, of a given
+        # seed stay what they were before the scales became knobs.
+        output_std = stability.init_std if shape.tie_embeddings else stability.output_init_std
+        for module in self.modules():
+            std = output_std if module is self.lm_head else stability.init_std
+            weight = getattr(module, "weight", None)
+            if isinstance(weight, nn.Parameter) and weight.dim() == 2:
+                nn.init.normal_(weight, mean=0.0, std=std)
+        residual_std = stability.init_std
+        if stability.depth_scaled_init:
+            residual_std /= math.sqrt(2 * shape.n_layer)
         for proj in residual_projections:
             weight = getattr(proj, "weight", None)
             if isinstance(weight, torch.Tensor):
                 nn.init.normal_(weight, mean=0.0, std=residual_std)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        weight = getattr(module, "weight", None)
-        if isinstance(weight, nn.Parameter) and weight.dim() == 2:
-            nn.init.normal_(weight, mean=0.0, std=0.02)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits of shape (B, T, vocab) for token ids ``idx`` of shape (B, T)."""
@@ -159,6 +171,8 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits: torch.Tensor = self.lm_head(self.final_norm(x))
+        if self.softcap > 0:
+            logits = self.softcap * torch.tanh(logits / self.softcap)
         return logits
 
     def param_count(self) -> int:

@@ -1,0 +1,165 @@
+"""Search quality: the best val_bpb each proposer reaches after N trained trials.
+
+TPE, CMA-ES, random search and the hybrid (the classical TPE sampler with an LLM taking a
+share of the trials, the LLM shown the sampler's state) search the default space of a preset
+at equal trials, each with ``--seeds`` sampler seeds. Every trial trains with the same
+training seed, so a difference between two trials is the recipe's (common random numbers).
+Each search starts from the baseline's own result; guardrail rejections cost no trial, up to
+``--max-rejections`` in a row. Prints, per proposer, the mean best val_bpb after N trials with
+a 95 % bootstrap interval over the seeds, and each seed's figure.
+
+The hybrid needs an OpenAI-compatible endpoint: ``--llm-base-url`` (or
+``$RECIPELAB_LLM_BASE_URL``), for example llama-cpp-python serving SmolLM2-135M-Instruct
+(``python -m llama_cpp.server --model smollm2-135m-instruct-q4_1.gguf``); without one it is
+left out and the table says so. Trials run in this process, one thread, one after another.
+
+    python bench/search_quality.py [--preset cpu] [--trials 16] [--seeds 3]
+        [--proposers tpe,cmaes,random,hybrid] [--llm-base-url URL] [--searchable shape.norm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import math
+import os
+import random
+import statistics
+import tempfile
+from collections.abc import Sequence
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from recipelab.guardrails import GuardContext, detect_device, judge
+from recipelab.proposer import ClassicalProposer, Observation, Proposer, default_space
+from recipelab.proposer.hybrid import HybridProposer
+from recipelab.proposer.llm import LLMConfig, LLMProposer
+from recipelab.proposer.space import SearchSpace
+from recipelab.recipe import (
+    BASELINE_PROPOSER,
+    PROXY_PRESETS,
+    Recipe,
+    flatten,
+    get_target,
+    proxy_recipe,
+)
+from recipelab.trainer.loop import run_trial
+from recipelab.trainer.spec import CorpusSpec, TrialSpec
+
+CHECKS = ("ranges", "stability", "divisibility", "shape_invariants", "param_budget",
+          "duplicate", "hardware")
+BOOTSTRAP_SAMPLES = 2_000
+
+
+def train(recipe: Recipe, corpus: CorpusSpec, trial_id: str) -> Observation:
+    with tempfile.TemporaryDirectory() as out_dir:
+        spec = TrialSpec(trial_id=trial_id, recipe=recipe, corpus=corpus, out_dir=out_dir,
+                         device="cpu")
+        result = run_trial(spec, log=io.StringIO())
+    return Observation(trial_id=trial_id, status=result.status, knobs=recipe.knobs(),
+                       val_bpb=result.val_bpb, reason=result.reason)
+
+
+def search(proposer: Proposer, baseline: Recipe, first: Observation, ctx: GuardContext,
+           corpus: CorpusSpec, trials: int, max_rejections: int) -> float:
+    """The best val_bpb after ``trials`` trained trials (the baseline's included)."""
+    history = [first]
+    seen = {baseline.fingerprint()}
+    trained, rejections = 1, 0
+    while trained < trials and rejections < max_rejections:
+        proposals = proposer.propose(history, 1)
+        if not proposals:
+            break
+        trial_id = f"p{len(history):04d}"
+        verdict = judge(proposals[0].candidate, dataclasses.replace(ctx, seen=frozenset(seen)),
+                        checks=CHECKS)
+        if not verdict.accepted or verdict.recipe is None:
+            rejections += 1
+            history.append(Observation(trial_id=trial_id, status="rejected",
+                                       knobs=flatten(proposals[0].candidate),
+                                       reasons=verdict.reasons,
+                                       proposer=proposals[0].proposer))
+            continue
+        rejections = 0
+        seen.add(verdict.recipe.fingerprint())
+        history.append(train(verdict.recipe, corpus, trial_id))
+        trained += 1
+    scores = [obs.val_bpb for obs in history if obs.val_bpb is not None
+              and math.isfinite(obs.val_bpb)]
+    return min(scores) if scores else math.inf
+
+
+def interval(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
+    """A 95 % bootstrap interval of the mean of ``values``."""
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values)))
+                   for _ in range(BOOTSTRAP_SAMPLES))
+    return means[int(0.025 * BOOTSTRAP_SAMPLES)], means[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
+
+
+def make_proposer(name: str, baseline: Recipe, space: SearchSpace, seed: int,
+                  target_description: str, llm_base_url: str | None) -> Proposer:
+    classical = ClassicalProposer(baseline, BASELINE_PROPOSER, space,
+                                  sampler="tpe" if name == "hybrid" else name,  # type: ignore[arg-type]
+                                  seed=seed)
+    if name != "hybrid":
+        return classical
+    assert llm_base_url is not None
+    llm = LLMProposer(LLMConfig(base_url=llm_base_url), baseline, BASELINE_PROPOSER, space,
+                      target_description)
+    return HybridProposer(classical, llm, llm_share=0.3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="cpu", choices=list(PROXY_PRESETS))
+    parser.add_argument("--trials", type=int, default=16)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--proposers", default="tpe,cmaes,random,hybrid")
+    parser.add_argument("--llm-base-url", default=os.environ.get("RECIPELAB_LLM_BASE_URL"))
+    parser.add_argument("--searchable", action="append", default=[])
+    parser.add_argument("--max-rejections", type=int, default=25)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    console = Console()
+
+    baseline = proxy_recipe(args.preset)
+    preset = PROXY_PRESETS[args.preset]
+    target = get_target(preset.default_target)
+    space = default_space(baseline, args.searchable)
+    ctx = GuardContext(target=target, baseline=baseline, device=detect_device(),
+                       param_budget=preset.budget, searchable=space.searchable_shape_knobs())
+    corpus = CorpusSpec()
+    console.print(f"{args.preset} proxy of {target.name}: {len(space.knobs)} knobs, "
+                  f"{args.trials} trials x {args.seeds} seeds per proposer")
+    first = train(baseline, corpus, "p0000")
+    console.print(f"baseline val_bpb {first.val_bpb:.4f}")
+
+    table = Table(title=f"best val_bpb after {args.trials} trials (lower is better)")
+    for column in ("proposer", "mean", "95% interval", "per seed"):
+        table.add_column(column)
+    for name in args.proposers.split(","):
+        if name == "hybrid" and not args.llm_base_url:
+            table.add_row(name, "-", "-", "no LLM endpoint (--llm-base-url)")
+            continue
+        bests = []
+        for seed in range(args.seeds):
+            proposer = make_proposer(name, baseline, space, seed, target.description,
+                                     args.llm_base_url)
+            try:
+                bests.append(search(proposer, baseline, first, ctx, corpus, args.trials,
+                                    args.max_rejections))
+            finally:
+                proposer.close()
+            console.print(f"{name} seed {seed}: {bests[-1]:.4f}")
+        low, high = interval(bests)
+        table.add_row(name, f"{statistics.fmean(bests):.4f}", f"[{low:.4f}, {high:.4f}]",
+                      ", ".join(f"{b:.4f}" for b in bests))
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
