@@ -679,7 +679,8 @@ def parse_knob_settings(settings: list[str]) -> dict[str, Any]:
 
 @app.command()
 def pretrain(
-    recipe_file: Annotated[Path, typer.Option("--recipe", help="recipe JSON ('recipelab export' writes one)")],
+    recipe_file: Annotated[Path, typer.Option(
+        "--recipe", help="recipe JSON ('recipelab export' writes one)")],
     out: Annotated[Path, typer.Option(help="run directory (metrics, checkpoints, budget)")],
     corpus: Annotated[str, typer.Option(help="python-docs, python-source, or a path")] = "python-docs",
     corpus_max_bytes: Annotated[int | None, typer.Option(help="read at most this many bytes")] = None,
@@ -760,6 +761,41 @@ def pretrain(
 
 
 @app.command()
+def verify(
+    campaign: Annotated[str, typer.Argument(help="campaign name or directory")],
+    metrics: Annotated[Path, typer.Option(help="the run's metrics.csv ('recipelab pretrain')")],
+) -> None:
+    """Compare a long run's val_bpb at each evaluation with the campaign's prediction.
+    Exit status 0 on track, 1 worse than predicted or diverging."""
+    from recipelab.report.export import pick_winner
+    from recipelab.report.prediction import predict
+    from recipelab.report.verify import MetricsError, read_evaluations
+    from recipelab.report.verify import verify as check_run
+
+    _, records = read_campaign(campaign)
+    chosen = pick_winner(records)
+    if chosen is None:
+        fail(f"campaign {campaign} has no completed proxy trial, so there is no prediction")
+    try:
+        prediction = predict(records, chosen[0])
+        found = check_run(prediction, read_evaluations(metrics))
+    except (MetricsError, ValueError) as error:
+        fail(str(error))
+    table = Table(title=f"{metrics} against the prediction of campaign {campaign}")
+    for column in ("step", "bytes seen", "val_bpb", "predicted", "band", "status"):
+        table.add_column(column)
+    for p in found.points:
+        table.add_row(f"{p.step:,}", f"{p.bytes_seen:,.0f}", f"{p.measured:.4f}",
+                      f"{p.predicted:.4f}", f"{p.low:.4f} – {p.high:.4f}", p.status)
+    console.print(table)
+    for line in prediction.assumptions():
+        console.print(f"- {line}", markup=False, soft_wrap=True)
+    console.print(f"verdict: {found.headline()}", markup=False, soft_wrap=True)
+    if found.verdict != "on track":
+        raise typer.Exit(1)
+
+
+@app.command()
 def cost(
     campaign: Annotated[str | None, typer.Argument(
         help="a campaign whose measured iterations, wall time and energy replace the defaults")] = None,
@@ -785,9 +821,29 @@ def cost(
         "RECIPELAB_COST_WRONG_PICK_RATE", "chance a blind booking picks a bad recipe (0.5)")] = None,
     small_campaign_usd: Annotated[float | None, _cost_option(
         "RECIPELAB_COST_SMALL_CAMPAIGN_USD", "$ of the small cloud campaign at stake (3360)")] = None,
+    target: Annotated[str | None, typer.Option(
+        help="target of the cloud run priced (default: the campaign's, else llama2-7b)")] = None,
+    gpu_peak_tflops: Annotated[float | None, _cost_option(
+        "RECIPELAB_GPU_PEAK_TFLOPS", "cloud GPU peak TFLOP/s (989, H100 dense BF16)")] = None,
+    mfu: Annotated[float | None, _cost_option("RECIPELAB_MFU", "assumed MFU (0.4)")] = None,
+    tokens_per_param: Annotated[float | None, typer.Option(
+        help="tokens per parameter of the cloud run (20)")] = None,
+    campaigns_per_month: Annotated[float, typer.Option(
+        help="cloud campaigns a month, for the Spark's payback")] = 1.0,
 ) -> None:
-    """Print the cost arithmetic as JSON: a night of search here against H100 rental."""
-    from recipelab.report.cost import compute_cost, measured_inputs, resolve_inputs
+    """Print the cost arithmetic as JSON: a night of search here against H100 rental, the
+    cloud run priced from its FLOPs (the report's figure), and the scenarios."""
+    from recipelab.recipe import get_target
+    from recipelab.report import CloudRates
+    from recipelab.report.cost import (
+        cloud_run_cost,
+        compute_cost,
+        measured_inputs,
+        resolve_inputs,
+        scenarios,
+        target_run_cost,
+    )
+    from recipelab.report.recommend import recommend
 
     given = {k: v for k, v in {
         "iterations": iterations, "seconds_per_iteration": seconds_per_iteration,
@@ -797,17 +853,41 @@ def cost(
         "spark_amortisation_years": spark_years, "wrong_pick_rate": wrong_pick_rate,
         "small_campaign_usd": small_campaign_usd}.items() if v is not None}
     measured = None
+    records: list[TrialRecord] = []
     if campaign is not None:
-        with open_store(campaign, readonly=True) as store:
-            measured = measured_inputs(store.records())
+        settings, records = read_campaign(campaign)
+        target = target or settings.target
+        measured = measured_inputs(records)
         if not measured:
             fail(f"campaign {campaign!r} has no trained proxy trial to measure yet; "
                  "run it first, or drop the argument to use the published assumptions")
+    rates_given = {k: v for k, v in {
+        "gpu_peak_flops": gpu_peak_tflops and gpu_peak_tflops * 1e12, "mfu": mfu,
+        "usd_per_gpu_hour": given.get("h100_usd_per_gpu_hour"),
+        "gpus": given.get("gpus_per_node"), "tokens_per_param": tokens_per_param}.items()
+        if v is not None}
     try:
         inputs, sources = resolve_inputs(given, measured)
+        rates = CloudRates.model_validate(rates_given)
+        chosen = get_target(target or "llama2-7b")
     except ValidationError as error:
         fail(f"invalid cost inputs:\n{error}")
-    typer.echo(json.dumps(compute_cost(inputs, sources).published(), indent=2))
+    except ValueError as error:
+        fail(str(error))
+    found = recommend(records, chosen, rates) if records else None
+    if found is not None:  # exactly the report's recommendation
+        run = cloud_run_cost(found.recipe.flops_per_token(), found.tokens, rates)
+        what = f"the report's recommendation: {found.winner.trial_id} on {chosen.name}"
+    else:
+        run = target_run_cost(chosen, rates)
+        what = f"{chosen.name} at {rates.tokens_per_param:g} tokens per parameter"
+    others = {name: target_run_cost(get_target(name), rates) for name in ("llama2-7b", "llama3-70b")}
+    published = compute_cost(inputs, sources).published()
+    published["cloud_run"] = run.published(rates, what)
+    published["scenarios"] = scenarios(inputs, rates, {"medium (llama2-7b)": others["llama2-7b"],
+                                                       "70B (llama3-70b)": others["llama3-70b"]},
+                                       campaigns_per_month)
+    typer.echo(json.dumps(published, indent=2))
 
 
 @app.command()

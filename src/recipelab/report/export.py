@@ -37,7 +37,7 @@ from pydantic import Field
 
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import BYTE_VOCAB, Recipe, StrictModel, Target
-from recipelab.report.prediction import Prediction, predict
+from recipelab.report.prediction import Prediction, bytes_per_token, predict
 from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_winner
 from recipelab.trajectory.analysis import scored_proxies
 from recipelab.trajectory.record import TrialRecord
@@ -178,18 +178,17 @@ def _write_json(path: Path, data: object) -> None:
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
-def predicted_points(prediction: Prediction, recipe: Recipe, tokens: int
-                     ) -> list[dict[str, float | int]]:
-    """The predicted val_bpb at :data:`PREDICTION_POINTS` steps spread over the run, bytes of
-    text taken as tokens × 1 (exact for a byte target; a BPE target's bytes per token are
-    measured by ``pretrain`` and written in its metrics)."""
+def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, float | int]]:
+    """The predicted val_bpb at :data:`PREDICTION_POINTS` steps spread over the run, at the
+    bytes of text its tokens stand for (:func:`~recipelab.report.prediction.bytes_per_token`)."""
     points = []
     for i in range(1, PREDICTION_POINTS + 1):
         step = max(1, round(recipe.steps * i / PREDICTION_POINTS))
         seen = step * recipe.tokens_per_step
-        center = prediction.center(seen)
-        half = prediction.half_width(seen)
-        points.append({"step": step, "tokens": seen, "val_bpb": center,
+        text = seen * bytes_per_token(recipe)
+        center = prediction.center(text)
+        half = prediction.half_width(text)
+        points.append({"step": step, "tokens": seen, "bytes": text, "val_bpb": center,
                        "low": center - half, "high": center + half})
     return points
 
@@ -215,7 +214,7 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
         fallback = transfer(Recipe.model_validate(runner_up.recipe), runner_up.edit, target, options)
         _write_json(out / "fallback-recipe.json", fallback.recipe.model_dump(mode="json"))
         written.append(out / "fallback-recipe.json")
-    points = predicted_points(prediction, exported.recipe, exported.tokens)
+    points = predicted_points(prediction, exported.recipe)
     _write_json(out / "prediction.json", {**prediction.to_json(), "planned": points})
     _write_json(out / "transfer.json", [t.__dict__ for t in exported.transfers])
     manifest = {
@@ -250,8 +249,9 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
              "| knob | proxy | target | rule |", "|---|---|---|---|"]
     lines += [f"| {t.knob} | {t.proxy} | {t.target} | {t.rule} |" for t in exported.transfers]
     lines += ["", "## Predicted validation curve (val_bpb)", "",
-              "| step | tokens | predicted val_bpb | band |", "|---|---|---|---|"]
-    lines += [f"| {p['step']:,} | {p['tokens']:,} | {p['val_bpb']:.4f} | "
+              "| step | tokens | bytes of text | predicted val_bpb | band |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {p['step']:,} | {p['tokens']:,} | {p['bytes']:,.0f} | {p['val_bpb']:.4f} | "
               f"{p['low']:.4f} – {p['high']:.4f} |" for p in points]
     lines += ["", "It rests on:", ""] + [f"- {a}" for a in prediction.assumptions()]
     lines += ["", "Check the cloud run against it: `recipelab verify "

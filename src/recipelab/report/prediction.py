@@ -32,6 +32,7 @@ from recipelab.trajectory.record import TrialRecord
 
 MIN_BAND_FRACTION = 0.02
 BYTE_TOKEN_BYTES = 1.0
+ASSUMED_BPE_BYTES_PER_TOKEN = 4.0  # English web text under a 32k-128k BPE vocabulary
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,12 @@ class Prediction:
     rank_pairs: int
 
     def center(self, bytes_seen: float) -> float:
-        """The predicted val_bpb; flat at the last measurement when no curve could be fitted."""
+        """The predicted val_bpb; flat at the last measurement when no curve could be fitted,
+        and never above it beyond the fitted range (more training does not raise the loss)."""
         if self.fit is None or bytes_seen <= 0:
             return self.last_val_bpb
+        if bytes_seen >= self.last_bytes:
+            return min(self.fit(bytes_seen), self.last_val_bpb)
         return self.fit(bytes_seen)
 
     def half_width(self, bytes_seen: float) -> float:
@@ -93,9 +97,10 @@ class Prediction:
 
 
 def bytes_per_token(recipe: Recipe) -> float:
-    """Bytes of text per token of ``recipe``'s tokenizer: exactly 1 for bytes; for a BPE
-    vocabulary measured on the corpus at run time, so unknown here (taken as 1 with a note)."""
-    return BYTE_TOKEN_BYTES
+    """Bytes of text per token of ``recipe``'s tokenizer: exactly 1 for bytes; for BPE it is
+    measured on the corpus by ``pretrain`` (``bytes_seen`` in its metrics), so a plan made
+    before the run assumes :data:`ASSUMED_BPE_BYTES_PER_TOKEN`."""
+    return BYTE_TOKEN_BYTES if recipe.tokenizer == "byte" else ASSUMED_BPE_BYTES_PER_TOKEN
 
 
 def _stress_of(records: Sequence[TrialRecord], trial_id: str) -> TrialRecord | None:

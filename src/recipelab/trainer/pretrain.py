@@ -57,8 +57,8 @@ from recipelab.trainer.device import (
     synchronize,
 )
 from recipelab.trainer.evaluate import bits_per_byte
-from recipelab.trainer.model import GPT
 from recipelab.trainer.loop import build_optimizer
+from recipelab.trainer.model import GPT
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trainer.spike import SpikeTrace, rare_batch, rarest_tokens
 
