@@ -115,6 +115,7 @@ def test_dry_run_budget_prints_the_projection_and_writes_nothing(
     recipe = tmp_path / "recipe.json"
     recipe.write_text(RECIPE.model_dump_json())
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("RECIPELAB_CACHE", corpus.cache_dir or "")
     out = tmp_path / "dry"
     result = CliRunner().invoke(app, [
         "pretrain", "--recipe", str(recipe), "--out", str(out), "--corpus", corpus.source,
@@ -134,8 +135,8 @@ def _pretrain_process(recipe: Path, out: Path, corpus: CorpusSpec, *extra: str,
     common = ["pretrain", "--recipe", str(recipe), "--out", str(out), "--corpus", corpus.source,
               "--log-every", "5", "--eval-every", "10", "--device", "cpu", *extra]
     if torchrun:
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(torchrun),
-                "--master-port", "0", "-m", "recipelab", *common]
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(torchrun), "-m", "recipelab", *common]
     return [sys.executable, "-m", "recipelab", *common, "--threads", "1"]
 
 
@@ -148,7 +149,7 @@ def test_two_processes_follow_the_one_process_curve_with_the_same_global_batch(
     run_pretrain(config(single, corpus, steps=20))
     subprocess.run(_pretrain_process(recipe, double, corpus, "--total-steps", "20",
                                      "--ckpt-every", "10", torchrun=2),
-                   env=env, check=True, timeout=300, capture_output=True)
+                   env=env, check=True, timeout=240, capture_output=True)
     one, two = metrics(single), metrics(double)
     assert [r["step"] for r in one] == [r["step"] for r in two]
     for a, b in zip(one, two, strict=True):
@@ -161,12 +162,11 @@ def test_two_processes_follow_the_one_process_curve_with_the_same_global_batch(
 def test_a_resume_after_sigkill_continues_the_uninterrupted_curve_exactly(
         tmp_path: Path, corpus: CorpusSpec, trainer_env: dict[str, str]) -> None:
     recipe = tmp_path / "recipe.json"
-    recipe.write_text(RECIPE.apply({"steps": 60}).model_dump_json())
+    recipe.write_text(RECIPE.apply({"steps": 40}).model_dump_json())
     env = {**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or ""}
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    args = ("--ckpt-every", "10", "--keep-last", "2")
-    subprocess.run(_pretrain_process(recipe, whole, corpus, *args), env=env, check=True,
-                   timeout=300, capture_output=True)
+    args = ("--ckpt-every", "7", "--keep-last", "2")  # mid-interval: the partial sum resumes too
+    run_pretrain(config(whole, corpus, steps=40, ckpt_every=7, keep_last=2))
     process = subprocess.Popen(_pretrain_process(recipe, killed, corpus, *args), env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = killed / CHECKPOINT_DIR / "latest"

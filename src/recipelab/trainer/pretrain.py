@@ -270,10 +270,8 @@ class LongRun:
                 else None)
         peak = self._peak_flops()
         flops_per_token = recipe.flops_per_token()
-        if world.main and start == 0:
-            (self.out / METRICS_FILE).write_text(",".join(METRIC_COLUMNS) + "\n")
-        elif world.main:
-            self._rewrite_metrics()
+        if world.main and not config.dry_run_budget:
+            self._rewrite_metrics()  # a new run's header, or the rows of the checkpoint resumed
         self.events.emit("pretrain_start", params=model.param_count(), world_size=world.size,
                          device=str(self.device), steps=recipe.steps, resumed_from=start or None,
                          tokens_per_step=recipe.tokens_per_step, data=data.description)
