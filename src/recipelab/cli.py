@@ -735,7 +735,7 @@ def pretrain(
         config = PretrainConfig(
             recipe=recipe, out_dir=str(out.resolve()),
             corpus=CorpusSpec.model_validate(given_corpus(corpus, corpus_max_bytes) or {}),
-            device=device, campaign=campaign, log_every=log_every, eval_every=eval_every,  # type: ignore[arg-type]
+            device=device, campaign=campaign, log_every=log_every, eval_every=eval_every,
             ckpt_every=ckpt_every, keep_last=keep_last, resume_from_latest=resume_from_latest,
             price_per_hour=price_per_hour, budget_cap_usd=budget_cap_usd,
             alert_at_usd=alert_at_usd, dry_run_budget=dry_run_budget, min_mfu=min_mfu,

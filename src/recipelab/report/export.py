@@ -93,7 +93,7 @@ def pick_runner_up(records: Sequence[TrialRecord], winner: TrialRecord) -> Trial
 
 def global_batch_tokens(flops: float) -> float:
     """The DeepSeek LLM compute-optimal batch in tokens for a run of ``flops``."""
-    return BATCH_COEFFICIENT * flops ** BATCH_EXPONENT
+    return float(BATCH_COEFFICIENT * flops ** BATCH_EXPONENT)
 
 
 def transfer(winner: Recipe, edit: dict[str, object], target: Target,
