@@ -50,7 +50,9 @@ class BudgetGuard:
         self.clock = clock
         self.started = clock()
         self.timed_from: tuple[int, float] | None = None
-        self.alerted = False
+        # a resumed run that had already reached the alert level has already said so
+        self.alerted = (alert_at_usd is not None
+                        and price_per_hour * elapsed_before_s / SECONDS_PER_HOUR >= alert_at_usd)
 
     def start_timing(self, step: int) -> None:
         """Steps from here on set the step time (the first steps pay for warm-up)."""
