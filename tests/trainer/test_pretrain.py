@@ -4,6 +4,7 @@ processes (a 2-process torchrun on gloo, and a SIGKILL followed by a resume)."""
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
 import signal
@@ -17,7 +18,13 @@ from typer.testing import CliRunner
 
 from recipelab.cli import app
 from recipelab.recipe import proxy_recipe
-from recipelab.trainer.pretrain import CHECKPOINT_DIR, PretrainConfig, run_pretrain
+from recipelab.trainer.pretrain import (
+    CHECKPOINT_DIR,
+    LOCK_FILE,
+    PretrainConfig,
+    RunLocked,
+    run_pretrain,
+)
 from recipelab.trainer.spec import CorpusSpec
 
 RECIPE = proxy_recipe("tiny").apply({"steps": 30})
@@ -181,3 +188,18 @@ def test_a_resume_after_sigkill_continues_the_uninterrupted_curve_exactly(
     assert len(list((killed / CHECKPOINT_DIR).glob("step-*"))) == 2
     resumed = [e for e in events(killed) if e["event"] == "pretrain_start"]
     assert resumed[-1]["resumed_from"] is not None
+
+
+def test_a_second_run_into_a_directory_still_being_written_is_refused(
+        tmp_path: Path, corpus: CorpusSpec) -> None:
+    out = tmp_path / "busy"
+    out.mkdir()
+    with (out / LOCK_FILE).open("a+") as held:  # what a rank 0 left running by a killed torchrun holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pretrain pid 12345 on elsewhere")
+        held.flush()
+        with pytest.raises(RunLocked, match=r"pid 12345 .* still writing"):
+            run_pretrain(config(out, corpus, resume_from_latest=True))
+    assert not (out / "metrics.csv").exists()
+    result = run_pretrain(config(out, corpus, steps=5, eval_every=5))  # free again
+    assert result.stop_reason == "complete"

@@ -22,9 +22,11 @@ Rank 0 decides every stop and broadcasts it, so all ranks leave the loop at the 
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -68,6 +70,7 @@ MANIFEST_FILE = "manifest.json"
 FINAL_FILE = "final.safetensors"
 POSTMORTEM_FILE = "spike-postmortem.md"
 CHECKPOINT_DIR = "checkpoints"
+LOCK_FILE = ".lock"
 METRIC_COLUMNS = ("step", "tokens", "bytes_seen", "train_loss", "val_bpb", "grad_norm",
                   "param_norm", "lr", "tokens_per_s", "mfu", "usd_spent", "elapsed_h")
 CUDA_PEAK_FLOPS = 989e12  # H100 SXM dense BF16: the default peak on CUDA for MFU
@@ -167,6 +170,39 @@ class Events:
             self._file.close()
 
 
+class RunLocked(ValueError):
+    """Another process is writing to the run directory."""
+
+
+@contextmanager
+def run_lock(out: Path) -> Iterator[None]:
+    """An exclusive lock on ``out`` for as long as a run writes to it.
+
+    torchrun starts its workers in sessions of their own, so killing the launcher can leave
+    a rank 0 training on; a resume into the same directory would then interleave two runs'
+    metrics and checkpoints. The lock (``flock``, released by the kernel when its holder
+    dies, however it dies) refuses the second run instead.
+    """
+    path = out / LOCK_FILE
+    handle = path.open("a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "a process"
+            raise RunLocked(
+                f"{holder} is still writing to {out}: stop it (torchrun's workers too; they "
+                "outlive a killed launcher) before resuming, or give another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pretrain pid {os.getpid()} on {socket.gethostname()}")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
 def _all_mean(value: torch.Tensor, world: World) -> torch.Tensor:
     if world.size > 1:
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
@@ -227,6 +263,13 @@ class LongRun:
     # --- the run -------------------------------------------------------------------------
 
     def run(self) -> PretrainResult:
+        """Train, holding the run directory's lock on rank 0 (a dry run writes nothing)."""
+        if not self.world.main or self.config.dry_run_budget:
+            return self._run()
+        with run_lock(self.out):
+            return self._run()
+
+    def _run(self) -> PretrainResult:
         config, recipe, world = self.config, self.recipe, self.world
         if recipe.batch_size % world.size:
             raise ValueError(
