@@ -19,7 +19,7 @@ from recipelab.report.document import Block, Bullets, Document, Image, Paragraph
 from recipelab.report.export import ExportOptions, transfer
 from recipelab.report.powerlaw import fit_power_law
 from recipelab.report.prediction import bytes_per_token, predict
-from recipelab.report.recommend import Recommendation, recommend
+from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
 from recipelab.text import edit_text
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
 from recipelab.trajectory.noise import NoiseFloor, noise_floor
@@ -258,7 +258,8 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
                   f"{ctx.campaign} --out DIR' writes this recipe, the runner-up and a manifest):"),
         Table(("knob", "proxy", "target", "rule"),
               tuple((t.knob, t.proxy, t.target, t.rule) for t in exported.transfers))]
-    first_day_tokens = rec.first_day_step * rec.recipe.tokens_per_step
+    first_day_tokens = int(rates.gpu_peak_flops * rates.mfu * rates.gpus * SECONDS_PER_DAY
+                           / rec.recipe.flops_per_token())
     blocks += prediction_blocks(records, rec, ctx, recipe, first_day_tokens)
     return Section(title, tuple(blocks))
 
@@ -273,8 +274,9 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
         return [Paragraph(f"Prediction: none ({error}).")]
     per_token = bytes_per_token(recipe)
     rows = []
-    first_day_step = min(recipe.steps, max(1, first_day_tokens // recipe.tokens_per_step))
-    for label, step in (("after the first day", first_day_step), ("end of the run", recipe.steps)):
+    first_day_step = max(1, first_day_tokens // recipe.tokens_per_step)
+    when = [("after the first day", first_day_step)] if first_day_step < recipe.steps else []
+    for label, step in (*when, ("end of the run", recipe.steps)):
         text = step * recipe.tokens_per_step * per_token
         center, half = found.center(text), found.half_width(text)
         rows.append((label, f"{step:,}", f"{text:,.0f}", _fmt(center), f"{_fmt(center - half)} – "
