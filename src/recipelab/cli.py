@@ -683,6 +683,167 @@ def report(
 
 
 @app.command()
+def export(
+    campaign: Annotated[str, typer.Argument(help="campaign name or directory")],
+    out: Annotated[Path, typer.Option(help="directory for recipe.json and its companions")],
+    tokens_per_param: Annotated[float, typer.Option(help="planned tokens per parameter")] = 20.0,
+    gpus: Annotated[int, typer.Option(help="GPUs of the cloud run (the batch splits over them)")] = 8,
+    eval_bytes: Annotated[int, typer.Option(help="least held-out bytes to evaluate on")] = 8 << 20,
+    lr_horizon_exponent: Annotated[float, typer.Option(
+        help="β of the learning-rate horizon rule lr × (tokens ratio)^-β (0: no correction)")] = 0.0,
+) -> None:
+    """Write the winner at the target's full shape (recipe.json for 'recipelab pretrain'),
+    the runner-up, the transfer table, the predicted val_bpb curve and a manifest."""
+    from recipelab.recipe import get_target
+    from recipelab.report.export import ExportOptions, write_export
+
+    settings, records = read_campaign(campaign)
+    try:
+        options = ExportOptions(tokens_per_param=tokens_per_param, gpus=gpus,
+                                eval_bytes=eval_bytes, lr_horizon_exponent=lr_horizon_exponent)
+        written = write_export(records, settings.name, get_target(settings.target or ""),
+                               options, out)
+    except ValidationError as error:
+        fail(f"invalid export options: {one_line(error)}")
+    except ValueError as error:
+        fail(str(error))
+    for path in written:
+        console.print(f"wrote {path}", markup=False)
+
+
+def parse_knob_settings(settings: list[str]) -> dict[str, Any]:
+    """``KNOB=VALUE`` pairs (VALUE read as JSON when it parses, else as a string)."""
+    edit: dict[str, Any] = {}
+    for item in settings:
+        knob, sep, raw = item.partition("=")
+        if not sep or not knob:
+            fail(f"--set takes KNOB=VALUE (e.g. batch_size=8 or optimizer.lr=0.001), got {item!r}")
+        try:
+            edit[knob.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            edit[knob.strip()] = raw
+    return edit
+
+
+@app.command()
+def pretrain(
+    recipe_file: Annotated[Path, typer.Option(
+        "--recipe", help="recipe JSON ('recipelab export' writes one)")],
+    out: Annotated[Path, typer.Option(help="run directory (metrics, checkpoints, budget)")],
+    corpus: Annotated[str, typer.Option(help="python-docs, python-source, or a path")] = "python-docs",
+    corpus_max_bytes: Annotated[int | None, typer.Option(help="read at most this many bytes")] = None,
+    knob: Annotated[list[str] | None, typer.Option(
+        "--set", help="override a recipe knob, KNOB=VALUE (repeatable), e.g. batch_size=8")] = None,
+    total_steps: Annotated[int | None, typer.Option(help="optimizer steps (default: the recipe's)")] = None,
+    log_every: Annotated[int, typer.Option(help="steps between metrics rows")] = 10,
+    eval_every: Annotated[int, typer.Option(help="steps between val_bpb evaluations")] = 100,
+    ckpt_every: Annotated[int, typer.Option(help="steps between checkpoints (0: none)")] = 100,
+    keep_last: Annotated[int, typer.Option(help="checkpoints kept")] = 3,
+    resume_from_latest: Annotated[bool, typer.Option(
+        "--resume-from-latest", help="continue from the newest checkpoint in --out")] = False,
+    price_per_hour: Annotated[float, typer.Option(help="$ per hour of the whole job")] = 0.0,
+    budget_cap_usd: Annotated[float | None, typer.Option(help="stop before spending more")] = None,
+    alert_at_usd: Annotated[float | None, typer.Option(help="an event once spending reaches it")] = None,
+    dry_run_budget: Annotated[bool, typer.Option(
+        "--dry-run-budget", help="time a few steps, print the projected cost and exit")] = False,
+    min_mfu: Annotated[float | None, typer.Option(help="throughput floor as MFU (0-1)")] = None,
+    min_tokens_per_s: Annotated[float | None, typer.Option(help="throughput floor, tokens/s")] = None,
+    peak_tflops: Annotated[float | None, typer.Option(
+        help="peak TFLOP/s per device for MFU (default: 989 on CUDA, none on CPU)")] = None,
+    inject_spike_at_step: Annotated[int | None, typer.Option(
+        help="feed rare-token batches from this step (a rehearsal spike)")] = None,
+    spike_steps: Annotated[int, typer.Option(help="steps of rare-token batches")] = 3,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    threads: Annotated[int | None, typer.Option(help="CPU threads per process")] = None,
+    campaign: Annotated[str | None, typer.Option(
+        help="campaign name in events (default: manifest.json beside the recipe, else 'pretrain')"
+    )] = None,
+) -> None:
+    """Train a recipe for a long run, on one process or under torchrun (DDP), with
+    checkpoints, a budget guard and metrics. Exit status 3 when the budget stopped it."""
+    import os
+
+    from recipelab.trainer.pretrain import (
+        EXIT_BUDGET,
+        PretrainConfig,
+        dry_run_report,
+        run_pretrain,
+    )
+
+    recipe = load_recipe(recipe_file)
+    edit = parse_knob_settings(knob or [])
+    if total_steps is not None:
+        edit["steps"] = total_steps
+    if campaign is None:
+        manifest = recipe_file.parent / "manifest.json"
+        with_name = json.loads(manifest.read_text()) if manifest.exists() else {}
+        campaign = str(with_name.get("campaign", "pretrain"))
+    try:
+        recipe = recipe.apply(edit) if edit else recipe
+        config = PretrainConfig(
+            recipe=recipe, out_dir=str(out.resolve()),
+            corpus=CorpusSpec.model_validate(given_corpus(corpus, corpus_max_bytes) or {}),
+            device=device, campaign=campaign, log_every=log_every, eval_every=eval_every,
+            ckpt_every=ckpt_every, keep_last=keep_last, resume_from_latest=resume_from_latest,
+            price_per_hour=price_per_hour, budget_cap_usd=budget_cap_usd,
+            alert_at_usd=alert_at_usd, dry_run_budget=dry_run_budget, min_mfu=min_mfu,
+            min_tokens_per_s=min_tokens_per_s, peak_tflops=peak_tflops,
+            inject_spike_at_step=inject_spike_at_step, spike_steps=spike_steps, threads=threads)
+    except ValidationError as error:
+        fail(f"invalid pretrain settings: {one_line(error)}")
+    except ValueError as error:
+        fail(str(error))
+    try:
+        result = run_pretrain(config)
+    except ValueError as error:
+        fail(str(error))
+    if os.environ.get("RANK", "0") != "0":
+        return
+    if dry_run_budget:
+        typer.echo(json.dumps(dry_run_report(config, result), indent=2))
+        return
+    console.print(f"pretrain {result.stop_reason} after {result.steps_done} steps → {out}",
+                  markup=False)
+    if result.stop_reason != "complete":
+        raise typer.Exit(EXIT_BUDGET)
+
+
+@app.command()
+def verify(
+    campaign: Annotated[str, typer.Argument(help="campaign name or directory")],
+    metrics: Annotated[Path, typer.Option(help="the run's metrics.csv ('recipelab pretrain')")],
+) -> None:
+    """Compare a long run's val_bpb at each evaluation with the campaign's prediction.
+    Exit status 0 on track, 1 worse than predicted or diverging."""
+    from recipelab.report.export import pick_winner
+    from recipelab.report.prediction import predict
+    from recipelab.report.verify import MetricsError, read_evaluations
+    from recipelab.report.verify import verify as check_run
+
+    _, records = read_campaign(campaign)
+    chosen = pick_winner(records)
+    if chosen is None:
+        fail(f"campaign {campaign} has no completed proxy trial, so there is no prediction")
+    try:
+        prediction = predict(records, chosen[0])
+        found = check_run(prediction, read_evaluations(metrics))
+    except (MetricsError, ValueError) as error:
+        fail(str(error))
+    table = Table(title=f"{metrics} against the prediction of campaign {campaign}")
+    for column in ("step", "bytes seen", "val_bpb", "predicted", "band", "status"):
+        table.add_column(column)
+    for p in found.points:
+        table.add_row(f"{p.step:,}", f"{p.bytes_seen:,.0f}", f"{p.measured:.4f}",
+                      f"{p.predicted:.4f}", f"{p.low:.4f} – {p.high:.4f}", p.status)
+    console.print(table)
+    for line in prediction.assumptions():
+        console.print(f"- {line}", markup=False, soft_wrap=True)
+    console.print(f"verdict: {found.headline()}", markup=False, soft_wrap=True)
+    if found.verdict != "on track":
+        raise typer.Exit(1)
+
+
+@app.command()
 def cost(
     campaign: Annotated[str | None, typer.Argument(
         help="a campaign whose measured iterations, wall time and energy replace the defaults")] = None,
@@ -708,9 +869,29 @@ def cost(
         "RECIPELAB_COST_WRONG_PICK_RATE", "chance a blind booking picks a bad recipe (0.5)")] = None,
     small_campaign_usd: Annotated[float | None, _cost_option(
         "RECIPELAB_COST_SMALL_CAMPAIGN_USD", "$ of the small cloud campaign at stake (3360)")] = None,
+    target: Annotated[str | None, typer.Option(
+        help="target of the cloud run priced (default: the campaign's, else llama2-7b)")] = None,
+    gpu_peak_tflops: Annotated[float | None, _cost_option(
+        "RECIPELAB_GPU_PEAK_TFLOPS", "cloud GPU peak TFLOP/s (989, H100 dense BF16)")] = None,
+    mfu: Annotated[float | None, _cost_option("RECIPELAB_MFU", "assumed MFU (0.4)")] = None,
+    tokens_per_param: Annotated[float | None, typer.Option(
+        help="tokens per parameter of the cloud run (20)")] = None,
+    campaigns_per_month: Annotated[float, typer.Option(
+        help="cloud campaigns a month, for the Spark's payback")] = 1.0,
 ) -> None:
-    """Print the cost arithmetic as JSON: a night of search here against H100 rental."""
-    from recipelab.report.cost import compute_cost, measured_inputs, resolve_inputs
+    """Print the cost arithmetic as JSON: a night of search here against H100 rental, the
+    cloud run priced from its FLOPs (the report's figure), and the scenarios."""
+    from recipelab.recipe import get_target
+    from recipelab.report import CloudRates
+    from recipelab.report.cost import (
+        cloud_run_cost,
+        compute_cost,
+        measured_inputs,
+        resolve_inputs,
+        scenarios,
+        target_run_cost,
+    )
+    from recipelab.report.recommend import recommend
 
     given = {k: v for k, v in {
         "iterations": iterations, "seconds_per_iteration": seconds_per_iteration,
@@ -720,17 +901,41 @@ def cost(
         "spark_amortisation_years": spark_years, "wrong_pick_rate": wrong_pick_rate,
         "small_campaign_usd": small_campaign_usd}.items() if v is not None}
     measured = None
+    records: list[TrialRecord] = []
     if campaign is not None:
-        with open_store(campaign, readonly=True) as store:
-            measured = measured_inputs(store.records())
+        settings, records = read_campaign(campaign)
+        target = target or settings.target
+        measured = measured_inputs(records)
         if not measured:
             fail(f"campaign {campaign!r} has no trained proxy trial to measure yet; "
                  "run it first, or drop the argument to use the published assumptions")
+    rates_given = {k: v for k, v in {
+        "gpu_peak_flops": gpu_peak_tflops and gpu_peak_tflops * 1e12, "mfu": mfu,
+        "usd_per_gpu_hour": given.get("h100_usd_per_gpu_hour"),
+        "gpus": given.get("gpus_per_node"), "tokens_per_param": tokens_per_param}.items()
+        if v is not None}
     try:
         inputs, sources = resolve_inputs(given, measured)
+        rates = CloudRates.model_validate(rates_given)
+        chosen = get_target(target or "llama2-7b")
     except ValidationError as error:
         fail(f"invalid cost inputs:\n{error}")
-    typer.echo(json.dumps(compute_cost(inputs, sources).published(), indent=2))
+    except ValueError as error:
+        fail(str(error))
+    found = recommend(records, chosen, rates) if records else None
+    if found is not None:  # exactly the report's recommendation
+        run = cloud_run_cost(found.recipe.flops_per_token(), found.tokens, rates)
+        what = f"the report's recommendation: {found.winner.trial_id} on {chosen.name}"
+    else:
+        run = target_run_cost(chosen, rates)
+        what = f"{chosen.name} at {rates.tokens_per_param:g} tokens per parameter"
+    others = {name: target_run_cost(get_target(name), rates) for name in ("llama2-7b", "llama3-70b")}
+    published = compute_cost(inputs, sources).published()
+    published["cloud_run"] = run.published(rates, what)
+    published["scenarios"] = scenarios(inputs, rates, {"medium (llama2-7b)": others["llama2-7b"],
+                                                       "70B (llama3-70b)": others["llama3-70b"]},
+                                       campaigns_per_month)
+    typer.echo(json.dumps(published, indent=2))
 
 
 @app.command()

@@ -4,6 +4,7 @@ environment, and a campaign's measured figures in place of the assumptions."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,43 @@ def test_a_campaign_with_nothing_trained_is_refused_with_what_to_do(tmp_path: Pa
     save(CampaignSettings(name="empty", preset="tiny"), tmp_path)
     result = CliRunner().invoke(app, ["cost", str(tmp_path)])
     assert result.exit_code == 2 and "no trained proxy trial" in result.output
+
+
+def test_cost_and_the_report_price_the_cloud_run_the_same(finished_campaign: Path,
+                                                          tmp_path: Path) -> None:
+    """One cost model: the cloud run ``recipelab cost CAMPAIGN`` prices is the report's."""
+    from recipelab.recipe import get_target
+    from recipelab.report.context import CloudRates
+    from recipelab.report.recommend import recommend
+    from recipelab.report.sections import _about
+
+    campaign = tmp_path / "nightly"
+    shutil.copytree(finished_campaign, campaign)
+    rates = ["--gpu-peak-tflops", "0.001", "--mfu", "0.3"]  # slow GPUs: a bill worth reading
+    printed = cost(str(campaign), *rates, "--h100-usd-per-hour", "3")
+    report = CliRunner().invoke(app, ["report", str(campaign), *rates, "--usd-per-gpu-hour", "3"])
+    assert report.exit_code == 0, report.output
+    with TrajectoryStore(campaign, "nightly", readonly=True) as store:
+        found = recommend(store.records(), get_target("toy"),
+                          CloudRates(gpu_peak_flops=1e9, mfu=0.3, usd_per_gpu_hour=3.0))
+    assert found is not None and found.cost_usd > 1000
+    run = printed["cloud_run"]
+    assert run["usd"] == round(found.cost_usd, 2) and run["gpu_hours"] == round(found.gpu_hours, 2)
+    assert run["inputs"]["mfu"] == 0.3 and run["inputs"]["usd_per_gpu_hour"] == 3.0
+    text = (campaign / "report" / "report.md").read_text()
+    assert f"${_about(run['usd'])} at $3.00 per GPU-hour" in text
+
+
+def test_the_scenarios_show_each_campaign_size_and_wrong_pick_rate_with_their_inputs() -> None:
+    printed = cost("--campaigns-per-month", "2")
+    rows = printed["scenarios"]["rows"]
+    assert {r["campaign"] for r in rows} == {"small", "medium (llama2-7b)", "70B (llama3-70b)"}
+    assert {r["filtered_wrong_pick_rate"] for r in rows} == {0.1, 0.2}
+    small = next(r for r in rows if r["campaign"] == "small" and r["filtered_wrong_pick_rate"] == 0.1)
+    search = compute_cost(CostInputs()).campaign_usd.spark_total_cost_of_use
+    saving = (0.5 - 0.1) * 3360 - search
+    assert small["expected_saving_per_campaign_usd"] == round(saving, 2)
+    assert small["spark_payback_months"] == round(5000 / (saving * 2), 2)
+    assert 3360 == 8 * 2.50 * 168  # the seeds' small campaign is one node-week
+    assert printed["cloud_run"]["usd"] == pytest.approx(printed["cloud_run"]["gpu_hours"] * 2.5,
+                                                        abs=0.02)

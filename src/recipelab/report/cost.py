@@ -7,6 +7,13 @@ GPU-hour, on one GPU, on an 8-GPU node, and at target scale (60x slower per iter
 expected-value argument: a team that books a $3,360 small campaign blind picks a recipe
 that does not hold up half of the time.
 
+The cloud run itself (``cloud_run``) is one function, :func:`cloud_run_cost`, which the
+report's recommendation and ``recipelab cost`` both call: training FLOPs (FLOPs per token ×
+tokens) at a GPU's peak × MFU, priced per GPU-hour. The scenarios put the expected-value
+argument on three campaign sizes (the seeds' small campaign, one node-week; a 7B and a 70B
+target at their token budget) and on the wrong-pick rate after the proxy's filter (10% and
+20%), with the months a Spark takes to pay for itself at a stated number of campaigns a month.
+
 Rounding: every dollar figure is rounded to cents *for display only*; each derived figure
 is computed from the unrounded ones (1678.99 = 1680 - 1.00644, not 1680 - 1.01). The ratio
 of savings to the Spark's cost is unrounded 1668.2, shown to three significant figures as
@@ -17,10 +24,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from pydantic import Field
 
-from recipelab.recipe import StrictModel
+from recipelab.recipe import StrictModel, Target
+from recipelab.report.context import CloudRates
 from recipelab.trajectory.record import TrialRecord
 
 HOURS_PER_YEAR = 365 * 24
@@ -164,3 +173,83 @@ def resolve_inputs(given: dict[str, float | int], measured: dict[str, float | in
     sources = {name: "given" if name in given else "campaign" if name in measured else "default"
                for name in CostInputs.model_fields}
     return CostInputs.model_validate(values), sources
+
+
+# --- the cloud run and the scenarios --------------------------------------------------------
+
+SMALL_CAMPAIGN_NODE_HOURS = 168.0  # the seeds' small campaign: one 8-GPU node for a week
+FILTERED_WRONG_PICK_RATES = (0.10, 0.20)
+
+
+@dataclass(frozen=True)
+class CloudRunCost:
+    """One training run in the cloud, priced from its FLOPs."""
+
+    flops_per_token: float
+    tokens: int
+    flops: float
+    gpu_hours: float
+    days_on_node: float
+    usd: float
+
+    def published(self, rates: CloudRates, what: str) -> dict[str, object]:
+        return {
+            "what": what,
+            "inputs": {"flops_per_token": self.flops_per_token, "tokens": self.tokens,
+                       "gpu_peak_flops": rates.gpu_peak_flops, "mfu": rates.mfu,
+                       "usd_per_gpu_hour": rates.usd_per_gpu_hour, "gpus": rates.gpus},
+            "formula": "gpu_hours = flops_per_token × tokens / (gpu_peak_flops × mfu) / 3600; "
+                       "usd = gpu_hours × usd_per_gpu_hour",
+            "flops": self.flops, "gpu_hours": round(self.gpu_hours, 2),
+            "days_on_node": round(self.days_on_node, 3), "usd": _cents(self.usd),
+        }
+
+
+def cloud_run_cost(flops_per_token: float, tokens: int, rates: CloudRates) -> CloudRunCost:
+    """The one cost model of a cloud run (the report's and ``recipelab cost``'s)."""
+    flops = float(flops_per_token) * tokens
+    gpu_hours = flops / (rates.gpu_peak_flops * rates.mfu) / 3600
+    return CloudRunCost(flops_per_token=float(flops_per_token), tokens=tokens, flops=flops,
+                        gpu_hours=gpu_hours, days_on_node=gpu_hours / rates.gpus / 24,
+                        usd=gpu_hours * rates.usd_per_gpu_hour)
+
+
+def target_run_cost(target: Target, rates: CloudRates) -> CloudRunCost:
+    """``target`` trained for ``rates.tokens_per_param`` tokens per parameter at its context."""
+    from recipelab.recipe import training_flops_per_token
+
+    tokens = math.ceil(rates.tokens_per_param * target.params)
+    return cloud_run_cost(training_flops_per_token(target.shape, target.context), tokens, rates)
+
+
+def scenarios(inputs: CostInputs, rates: CloudRates, runs: dict[str, CloudRunCost],
+              campaigns_per_month: float) -> dict[str, object]:
+    """The expected-value argument on each campaign size and post-filter wrong-pick rate.
+
+    ``saving = (blind rate - filtered rate) × campaign $ - the search's cost on a Spark``;
+    ``months to pay for a Spark = Spark price / (saving × campaigns a month)``.
+    """
+    search = compute_cost(inputs).campaign_usd.spark_total_cost_of_use
+    sizes: dict[str, tuple[float, str]] = {
+        "small": (inputs.small_campaign_usd, "small_campaign_usd (default 3360 = one 8-GPU node "
+                  f"× {SMALL_CAMPAIGN_NODE_HOURS:g} h × $2.50 per GPU-hour)")}
+    for name, run in runs.items():
+        sizes[name] = (run.usd, f"cloud_run_cost of {name} at {rates.tokens_per_param:g} tokens "
+                                "per parameter (see cloud_run.formula)")
+    rows = []
+    for name, (usd, how) in sizes.items():
+        for rate in FILTERED_WRONG_PICK_RATES:
+            saving = (inputs.wrong_pick_rate - rate) * usd - search
+            months = (inputs.spark_price_usd / (saving * campaigns_per_month)
+                      if saving > 0 and campaigns_per_month > 0 else None)
+            rows.append({"campaign": name, "campaign_usd": _cents(usd), "campaign_usd_from": how,
+                         "blind_wrong_pick_rate": inputs.wrong_pick_rate,
+                         "filtered_wrong_pick_rate": rate,
+                         "expected_saving_per_campaign_usd": _cents(saving),
+                         "spark_payback_months": None if months is None else round(months, 2)})
+    return {"inputs": {"spark_search_cost_usd": round(search, 2),
+                       "spark_price_usd": inputs.spark_price_usd,
+                       "campaigns_per_month": campaigns_per_month},
+            "formula": "saving = (blind - filtered wrong-pick rate) × campaign_usd - spark search "
+                       "cost; payback months = spark_price_usd / (saving × campaigns_per_month)",
+            "rows": rows}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from recipelab.recipe import BYTE_VOCAB, Recipe, Target
 from recipelab.report.context import CloudRates
+from recipelab.report.cost import cloud_run_cost
 from recipelab.report.powerlaw import PowerLaw, fit_power_law
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
@@ -103,14 +104,14 @@ def recommend(records: Sequence[TrialRecord], target: Target,
     params = target.params
     tokens = math.ceil(rates.tokens_per_param * params)
     recipe = scale_to_target(Recipe.model_validate(winner.recipe), winner.edit, target, tokens)
-    flops = float(recipe.flops_per_token()) * tokens
+    run = cloud_run_cost(recipe.flops_per_token(), tokens, rates)
+    flops, gpu_hours = run.flops, run.gpu_hours
     sustained = rates.gpu_peak_flops * rates.mfu
-    gpu_hours = flops / sustained / 3600
     first_day_tokens = sustained * rates.gpus * SECONDS_PER_DAY / recipe.flops_per_token()
     first_day_step = max(1, min(recipe.steps, int(first_day_tokens // recipe.tokens_per_step)))
     stress = [r for r in records if r.kind == "stress" and r.curve]
     return Recommendation(
         winner=winner, chosen_because=because, recipe=recipe, params=params, tokens=tokens,
-        flops=flops, gpu_hours=gpu_hours, days_on_node=gpu_hours / rates.gpus / 24,
-        cost_usd=gpu_hours * rates.usd_per_gpu_hour, first_day_step=first_day_step,
+        flops=flops, gpu_hours=gpu_hours, days_on_node=run.days_on_node,
+        cost_usd=run.usd, first_day_step=first_day_step,
         extrapolations=tuple(extrapolate(r, first_day_step) for r in stress))

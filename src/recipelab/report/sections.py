@@ -12,11 +12,14 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from recipelab.recipe import Recipe
 from recipelab.report import plots
 from recipelab.report.context import ReportContext
 from recipelab.report.document import Block, Bullets, Document, Image, Paragraph, Section, Table
+from recipelab.report.export import ExportOptions, transfer
 from recipelab.report.powerlaw import fit_power_law
-from recipelab.report.recommend import recommend
+from recipelab.report.prediction import bytes_per_token, predict
+from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
 from recipelab.text import edit_text
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
 from recipelab.trajectory.noise import NoiseFloor, noise_floor
@@ -231,15 +234,16 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
     found = recommend(records, ctx.target, ctx.rates)
     if found is None:
         return Section(title, (Paragraph("No proxy trial has completed yet: nothing to recommend."),))
-    rec, rates, recipe = found, ctx.rates, found.recipe
-    knobs = recipe.knobs()
-    shown = {k: v for k, v in knobs.items() if not k.startswith("shape.")}
+    rec, rates = found, ctx.rates
+    exported = transfer(Recipe.model_validate(rec.winner.recipe), rec.winner.edit, ctx.target,
+                        ExportOptions(tokens_per_param=rates.tokens_per_param, gpus=rates.gpus))
+    recipe = exported.recipe
     items: tuple[str, ...] = (
         f"winner: {rec.winner.trial_id} (val_bpb {_fmt(rec.winner.val_bpb)}), chosen as {rec.chosen_because}",
         f"target: {ctx.target.name}, {rec.params:,} parameters, context {ctx.target.context}",
         f"Chinchilla-optimal budget: {rates.tokens_per_param:g} tokens per parameter = {rec.tokens:,} tokens "
         f"= {recipe.steps:,} steps of {recipe.tokens_per_step:,} tokens",
-        f"compute: {rec.flops:.3e} FLOPs at {recipe.flops_per_token():,} FLOPs per token",
+        f"compute: {rec.flops:.3e} FLOPs at {rec.recipe.flops_per_token():,} FLOPs per token",
         f"at {rates.gpu_peak_flops / 1e12:,.0f} TFLOP/s peak per GPU and {rates.mfu:.0%} MFU: "
         f"{_about(rec.gpu_hours)} GPU-hours, {_about(rec.days_on_node)} days on {rates.gpus} GPUs, "
         f"${_about(rec.cost_usd)} at ${rates.usd_per_gpu_hour:.2f} per GPU-hour",
@@ -250,26 +254,43 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
                   f"seed-to-seed spread ({noise.spread:.4f}); the baseline is as good a bet",)
     blocks: list[Block] = [
         Bullets(items),
-        Paragraph("The recipe's training knobs on the target's shape (learning rates found on a small proxy "
-                  "transfer only approximately to a wider model: start here, and watch the first day):"),
-        Table(("knob", "value"), tuple((k, str(v)) for k, v in shown.items()))]
-    fits = list(rec.extrapolations)
-    if not fits:
-        blocks.append(Paragraph("Loss extrapolation: no stress run has recorded a loss curve yet, so "
-                                "there is nothing to extrapolate."))
-    else:
-        rows = tuple((e.trial_id, e.parent or "", e.fit.describe() if e.fit else "too few points to fit",
-                      _fmt(e.last_loss), f"{e.first_day_step:,}", _fmt(e.first_day_loss))
-                     for e in fits)
-        when = ("where the cloud run will be after its first day" if rec.first_day_step < recipe.steps
-                else "the end of the cloud run, which finishes within its first day")
-        blocks += [Paragraph(
-            f"Each stress run's loss fitted by L(t) = a·t^(-b) + c and read at step {rec.first_day_step:,}, "
-            f"{when}. The target's loss should be at or below this by then; a cloud loss above it is the "
-            "first sign the recipe did not transfer."),
-            Table(("stress run", "proxy trial", "fit", "last loss", "first-day step", "extrapolated loss"),
-                  rows)]
+        Paragraph("The winner moved onto the target, each knob by a stated rule ('recipelab export "
+                  f"{ctx.campaign} --out DIR' writes this recipe, the runner-up and a manifest):"),
+        Table(("knob", "proxy", "target", "rule"),
+              tuple((t.knob, t.proxy, t.target, t.rule) for t in exported.transfers))]
+    first_day_tokens = int(rates.gpu_peak_flops * rates.mfu * rates.gpus * SECONDS_PER_DAY
+                           / rec.recipe.flops_per_token())
+    blocks += prediction_blocks(records, rec, ctx, recipe, first_day_tokens)
     return Section(title, tuple(blocks))
+
+
+def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: ReportContext,
+                      recipe: Recipe, first_day_tokens: int) -> list[Block]:
+    """The cloud run's predicted val_bpb (the prediction 'recipelab export' writes and
+    'recipelab verify' checks), with its band and what it rests on."""
+    try:
+        found = predict(records, rec.winner)
+    except ValueError as error:
+        return [Paragraph(f"Prediction: none ({error}).")]
+    per_token = bytes_per_token(recipe)
+    rows = []
+    first_day_step = max(1, first_day_tokens // recipe.tokens_per_step)
+    when = [("after the first day", first_day_step)] if first_day_step < recipe.steps else []
+    for label, step in (*when, ("end of the run", recipe.steps)):
+        text = step * recipe.tokens_per_step * per_token
+        center, half = found.center(text), found.half_width(text)
+        rows.append((label, f"{step:,}", f"{text:,.0f}", _fmt(center), f"{_fmt(center - half)} – "
+                     f"{_fmt(center + half)}"))
+    return [
+        Paragraph("Predicted val_bpb of the cloud run, against bytes of training text (val_bpb "
+                  "compares across tokenizers; steps do not). The target's val_bpb should be at or "
+                  f"below this band at the same bytes; check the run with 'recipelab verify "
+                  f"{ctx.campaign} --metrics RUN/metrics.csv'."),
+        Table(("when", "step", "bytes of text", "predicted val_bpb", "band"), tuple(rows)),
+        Bullets((*found.assumptions(), f"bytes per token: {per_token:g}" + (
+            "" if recipe.tokenizer == "byte" else " (assumed for BPE before the run; pretrain "
+            "measures it)"))),
+    ]
 
 
 def build_document(records: Sequence[TrialRecord], ctx: ReportContext) -> Document:

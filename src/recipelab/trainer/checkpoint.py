@@ -60,7 +60,8 @@ def _rng_tensors() -> dict[str, torch.Tensor]:
 
 
 def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-         extra: dict[str, Any]) -> None:
+         extra: dict[str, Any], keep: int = 1) -> None:
+    """Write checkpoint ``step`` and point ``latest`` at it; the newest ``keep`` stay."""
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:08d}"
     staging = root / f".{name}.partial"
@@ -77,8 +78,9 @@ def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimiz
     shutil.rmtree(final, ignore_errors=True)
     staging.rename(final)
     atomic_write_text(root / LATEST, name)
+    kept = sorted(p.name for p in root.glob("step-*"))[-max(1, keep):]
     for old in root.glob("step-*"):
-        if old.name != name:
+        if old.name != name and old.name not in kept:
             shutil.rmtree(old, ignore_errors=True)
 
 

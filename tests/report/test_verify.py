@@ -1,0 +1,90 @@
+"""``recipelab verify``: a long run's val_bpb against the campaign's prediction, on a run that
+follows the winner's recipe and on one with a deliberately worse recipe."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from recipelab.cli import app
+from recipelab.recipe import Recipe
+from recipelab.report.export import pick_winner
+from recipelab.report.prediction import Prediction, predict
+from recipelab.report.verify import MetricsError, read_evaluations, verify
+from recipelab.trainer.pretrain import PretrainConfig, run_pretrain
+from recipelab.trainer.spec import CorpusSpec
+from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.record import TrialRecord
+
+
+def _records(campaign: Path) -> list[TrialRecord]:
+    with TrajectoryStore(campaign, "nightly", readonly=True) as store:
+        return store.records()
+
+
+def _winner_run_recipe(records: list[TrialRecord]) -> Recipe:
+    """The recipe the prediction rests on: the winner's stress run, as it was trained."""
+    chosen = pick_winner(records)
+    assert chosen is not None
+    source = predict(records, chosen[0]).source_trial
+    return Recipe.model_validate(next(r for r in records if r.trial_id == source).recipe)
+
+
+def _pretrain(recipe: Recipe, out: Path, corpus: CorpusSpec) -> Path:
+    run_pretrain(PretrainConfig(recipe=recipe, out_dir=str(out), corpus=corpus, device="cpu",
+                                log_every=4, eval_every=8, ckpt_every=0, threads=1))
+    return out / "metrics.csv"
+
+
+def _verify(campaign: Path, metrics: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["verify", str(campaign), "--metrics", str(metrics)],
+                                terminal_width=200)
+    return result.exit_code, result.output
+
+
+def test_a_run_that_follows_the_winners_recipe_is_on_track(
+        finished_campaign: Path, tmp_path: Path, corpus: CorpusSpec) -> None:
+    recipe = _winner_run_recipe(_records(finished_campaign))
+    code, output = _verify(finished_campaign, _pretrain(recipe, tmp_path / "good", corpus))
+    assert code == 0, output
+    assert "verdict: on track" in output and "noise floor" in output
+
+
+def test_a_run_with_a_worse_recipe_is_worse_by_a_stated_percentage(
+        finished_campaign: Path, tmp_path: Path, corpus: CorpusSpec) -> None:
+    records = _records(finished_campaign)
+    recipe = _winner_run_recipe(records)
+    worse = recipe.apply({"optimizer.lr": recipe.optimizer.lr / 1000})
+    metrics = _pretrain(worse, tmp_path / "bad", corpus)
+    code, output = _verify(finished_campaign, metrics)
+    assert code == 1 and "verdict: worse than predicted by" in output, output
+    chosen = pick_winner(records)
+    assert chosen is not None
+    found = verify(predict(records, chosen[0]), read_evaluations(metrics))
+    assert found.verdict == "worse" and found.by is not None and found.by > 0.1
+    assert f"{found.by:.1%}" in output
+
+
+PREDICTION = Prediction(source_trial="s0001", fit=None, last_bytes=1000.0, last_val_bpb=2.0,
+                        band_base=0.05, noise_spread=0.05, fit_rmse_bpb=None, rank_agreement=None,
+                        rank_pairs=0)
+
+
+def test_a_rising_curve_above_the_band_or_a_nan_is_diverging() -> None:
+    assert verify(PREDICTION, [(1, 500.0, 2.0), (2, 1000.0, 2.5), (3, 1000.0, 3.5)]).verdict == "diverging"
+    assert verify(PREDICTION, [(1, 500.0, 2.0), (2, 1000.0, math.nan)]).verdict == "diverging"
+    flat_above = verify(PREDICTION, [(1, 500.0, 2.5), (2, 1000.0, 2.5)])
+    assert flat_above.verdict == "worse" and flat_above.by == pytest.approx(0.25)
+    assert verify(PREDICTION, [(1, 1000.0, 1.5)]).verdict == "on track"  # below: a bigger model
+
+
+def test_a_file_without_evaluations_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,tokens,bytes_seen,train_loss,val_bpb\n5,10,10,3.0,\n")
+    with pytest.raises(MetricsError, match="no evaluation yet"):
+        read_evaluations(path)
+    with pytest.raises(MetricsError, match="cannot read"):
+        read_evaluations(tmp_path / "missing.csv")
