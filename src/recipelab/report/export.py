@@ -39,7 +39,7 @@ from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import BYTE_VOCAB, Recipe, StrictModel, Target
 from recipelab.report.prediction import Prediction, bytes_per_token, predict
 from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_winner
-from recipelab.trajectory.analysis import scored_proxies
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 from recipelab.units import MIB
 
@@ -78,17 +78,16 @@ class Exported:
 
 
 def pick_winner(records: Sequence[TrialRecord]) -> tuple[TrialRecord, str] | None:
-    """The winner as the report chooses it; the one place export asks."""
+    """The winner as the Ledger names it (highest-fidelity evidence first), and why."""
     return choose_winner(records)
 
 
 def pick_runner_up(records: Sequence[TrialRecord], winner: TrialRecord) -> TrialRecord | None:
-    """The best scored proxy trial that is another recipe (not a seed re-run of the winner)."""
+    """The best-ranked candidate that is another recipe (not a seed re-run of the winner)."""
     def unseeded(record: TrialRecord) -> dict[str, object]:
         return {k: v for k, v in record.recipe.items() if k != "seed"}
 
-    others = [r for r in scored_proxies(records) if unseeded(r) != unseeded(winner)]
-    return min(others, key=lambda r: (r.val_bpb, r.trial_id)) if others else None
+    return next((r for r in Ledger(records).ranked if unseeded(r) != unseeded(winner)), None)
 
 
 def global_batch_tokens(flops: float) -> float:
