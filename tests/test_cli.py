@@ -174,7 +174,7 @@ def test_run_refuses_cuda_on_a_machine_without_it_with_the_fix(tmp_path: Path) -
                        "--device", "cuda", cwd=tmp_path)
 
     assert result.returncode == 2, result.stderr
-    assert "sees no CUDA device" in result.stderr
+    assert "sees no CUDA GPU" in result.stderr
     assert "install the CUDA build of torch" in result.stderr and "--device cpu" in result.stderr
     assert not (tmp_path / "campaigns").exists()
 

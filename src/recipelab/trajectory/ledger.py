@@ -74,8 +74,10 @@ class Winner:
     @property
     def because(self) -> str:
         if self.evidence == "stress" and self.stress is not None:
+            if self.stress.val_bpb is None:
+                return "the best proxy val_bpb among candidates whose stress run stayed stable"
             return (f"the lowest stress-run val_bpb ({self.stress.val_bpb:.4f} after "
-                    f"{self.stress.recipe.get('steps')} steps) among finalists whose stress run "
+                    f"{self.stress.recipe.get('steps')} steps) among candidates whose stress run "
                     "stayed stable")
         return ("the lowest proxy val_bpb over its seeds; no stress run has confirmed it as "
                 "stable yet, so treat it as provisional")
@@ -176,9 +178,10 @@ class Ledger:
     @property
     def winner(self) -> Winner | None:
         stable = [(s, f) for f in self.ranked for s in self.stress_runs_of(f.trial_id)
-                  if s.verdict == "stable" and has_score(s)]
-        if stable:
-            stress, pick = min(stable, key=lambda sf: (sf[0].val_bpb, sf[1].trial_id))
+                  if s.verdict == "stable"]
+        if stable:  # a stable run without a val_bpb (an older record) ranks after those with one
+            stress, pick = min(stable, key=lambda sf: (
+                sf[0].val_bpb if has_score(sf[0]) else math.inf, sf[1].val_bpb, sf[1].trial_id))
             return self._winner(pick, "stress", stress)
         scored = [(mean, f) for f in self.finalists if (mean := self.seed_mean(f)) is not None]
         if not scored:
