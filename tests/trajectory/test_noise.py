@@ -107,17 +107,27 @@ def test_the_paired_floor_resolves_a_gain_the_unpaired_spread_calls_noise() -> N
     floor = noise_floor(records)
     assert floor is not None and floor.kind == "paired"
     assert (floor.pairs, floor.recipes) == (3, 1)
-    assert floor.spread < 0.02  # the seeds' 0.6 cancels in the paired differences
-    assert floor.unpaired_spread == pytest.approx(0.6)
-    assert floor.reference() == BASELINE[0]  # the candidate is compared at its own seed
-    gain = floor.interval(records[3].val_bpb or 0.0)
+    assert floor.paired_spread is not None and floor.paired_spread < 0.02  # the seeds' 0.6
+    assert floor.floor == floor.paired_spread  # cancels in the paired differences
+    assert floor.spread == pytest.approx(0.6)
+    assert floor.reference(0) == BASELINE[0]  # a result is compared at its own seed
+    candidate = records[3].val_bpb or 0.0
+    gain = floor.interval(candidate, seed=0)
     assert gain.value == pytest.approx(0.046)
     assert 0.0 < gain.low < gain.value < gain.high
-    assert not floor.is_noise(records[3].val_bpb or 0.0)
-    assert floor.describe(records[3].val_bpb or 0.0).endswith("vs baseline")
-    assert floor.is_noise(BASELINE[0] - 0.001)
-    assert floor.describe(BASELINE[0] - 0.001).startswith("noise: ")
+    assert not floor.is_noise(candidate, seed=0)
+    assert floor.describe(candidate, seed=0).endswith("vs baseline")
+    assert floor.is_noise(BASELINE[0] - 0.001, seed=0)
+    assert floor.describe(BASELINE[0] - 0.001, seed=0).startswith("noise: ")
     assert "paired noise floor" in floor.summary() and "unpaired" in unpaired.summary()
+
+
+def test_a_bare_val_bpb_without_its_seed_is_judged_unpaired_as_before() -> None:
+    floor = noise_floor(campaign(gain=0.05))
+    assert floor is not None and floor.kind == "paired"
+    assert floor.reference() == floor.reference(7) == pytest.approx(2.5)  # the baseline mean
+    assert floor.is_noise(BASELINE[0] - 0.05)  # within the unpaired 0.6
+    assert floor.interval(2.3).low == pytest.approx(0.2 - 0.6)
 
 
 def test_a_recipe_with_a_single_shared_seed_leaves_the_floor_unpaired() -> None:
@@ -146,7 +156,7 @@ def test_a_paired_gain_averages_over_every_seed_the_baseline_shares() -> None:
     gain = paired_gain(records[3], records, floor)
     assert gain is not None and gain.seeds == 3
     assert gain.value == pytest.approx(0.05)
-    single = floor.interval(records[3].val_bpb or 0.0)
+    single = floor.interval(records[3].val_bpb or 0.0, seed=0)
     assert gain.high - gain.low < single.high - single.low
     assert not gain.is_noise
     baseline = paired_gain(records[0], records, floor)

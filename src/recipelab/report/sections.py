@@ -74,12 +74,12 @@ def eval_error(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> str:
     median = errors[len(errors) // 2]
     line = (f"evaluation slice: val_bpb's sampling error over the slice's windows is ±{median:.4f} "
             f"(one standard error, median over {len(errors)} trials)")
-    if noise is None or noise.spread <= 0:
+    if noise is None or noise.floor <= 0:
         return line
-    ratio = median / noise.spread
+    ratio = median / noise.floor
     verdict = ("negligible next to the noise floor" if ratio < 0.2 else
                "not negligible next to the noise floor: raise --eval-bytes")
-    return f"{line}, {ratio:.0%} of the noise floor ({noise.spread:.4f}): {verdict}"
+    return f"{line}, {ratio:.0%} of the {noise.kind} noise floor ({noise.floor:.4f}): {verdict}"
 
 
 def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Section:

@@ -21,7 +21,8 @@ reproducible. A gain whose interval contains 0 is noise, and no winner is named 
 Before any recipe but the baseline has two seeds, the floor falls back to the unpaired one:
 the range (max - min) of the baseline seeds' val_bpb, a gain no larger than it being noise.
 ``kind`` says which is in use. The unpaired range is far wider: on the ``cpu`` preset it swamps
-gains that the paired comparison resolves.
+gains that the paired comparison resolves. A bare val_bpb, given without its seed, can only be
+judged unpaired, against the baseline mean, as it always was; pairing needs the seed.
 """
 
 from __future__ import annotations
@@ -75,10 +76,13 @@ class Gain:
 class NoiseFloor:
     """The baseline's val_bpb over ``seeds`` (``values``, aligned) and the noise of a gain.
 
-    ``spread`` is the largest gain a seed alone produces: the range of the baseline seeds
-    when ``kind`` is ``"unpaired"``; when ``"paired"``, the larger end (in size) of the 90%
-    interval of a single-seed paired difference, bootstrapped from ``deviations`` (the
-    pooled deviations of ``pairs`` paired differences over ``recipes`` recipes).
+    ``spread`` is the range of the baseline seeds' val_bpb, the unpaired floor: what a bare
+    val_bpb is judged by when no seed is given (``is_noise(val_bpb)``), as before pairing.
+    When ``kind`` is ``"paired"``, a result given with its seed (``is_noise(val_bpb,
+    seed=...)``, or :func:`paired_gain` for a record and its seed re-runs) is compared with
+    the baseline at that seed, and its interval is bootstrapped from ``deviations`` (the
+    pooled deviations of ``pairs`` paired differences over ``recipes`` recipes);
+    ``paired_spread`` is then the largest single-seed gain the seeds alone produce (90%).
     """
 
     mean: float
@@ -91,45 +95,60 @@ class NoiseFloor:
     recipes: int = 0
 
     @property
-    def unpaired_spread(self) -> float:
-        """The range of the baseline seeds' val_bpb (today's floor without pairing)."""
-        return max(self.values) - min(self.values) if self.values else self.spread
+    def paired_spread(self) -> float | None:
+        """The larger end (in size) of a single-seed paired gain's noise interval; None
+        before any recipe but the baseline has paired seeds."""
+        if self.kind != "paired" or not self.deviations:
+            return None
+        low, high = self.noise_quantiles(paired=True)
+        return max(abs(low), abs(high))
+
+    @property
+    def floor(self) -> float:
+        """The noise floor in use: the paired spread when there is one, else the unpaired."""
+        paired = self.paired_spread
+        return self.spread if paired is None else paired
+
+    def _pairs_with(self, seed: int | None) -> bool:
+        return (seed is not None and self.kind == "paired" and bool(self.deviations)
+                and seed in self.seeds[:len(self.values)])
 
     def reference(self, seed: int | None = None) -> float:
         """What a result is compared with: in a paired floor, the baseline's val_bpb at the
-        same ``seed`` (by default the campaign's, the baseline's first), else the mean."""
-        if self.kind == "paired" and self.values:
-            at = dict(zip(self.seeds, self.values, strict=False))
-            return at.get(self.seeds[0] if seed is None else seed, self.mean)
+        same ``seed``; without a seed (or one the baseline lacks), the baseline mean."""
+        if seed is not None and self._pairs_with(seed):
+            return dict(zip(self.seeds, self.values, strict=False))[seed]
         return self.mean
 
     def gain(self, val_bpb: float, seed: int | None = None) -> float:
         """How much lower than the baseline ``val_bpb`` is (positive is better)."""
         return self.reference(seed) - val_bpb
 
-    def noise_quantiles(self, seeds: int = 1) -> tuple[float, float]:
-        """The 5th and 95th percentiles of the noise of a gain averaged over ``seeds`` seeds."""
-        if self.kind == "unpaired" or not self.deviations:
+    def noise_quantiles(self, seeds: int = 1, paired: bool = True) -> tuple[float, float]:
+        """The 5th and 95th percentiles of the noise of a gain averaged over ``seeds`` seeds
+        (paired when the floor is and ``paired``; else minus and plus the unpaired spread)."""
+        if not paired or self.kind == "unpaired" or not self.deviations:
             return -self.spread, self.spread
         tail = (1.0 - CONFIDENCE) / 2
         return _bootstrap_quantiles(self.deviations, max(1, seeds), tail)
 
     def interval(self, val_bpb: float, seed: int | None = None, seeds: int = 1) -> Gain:
-        """The gain of ``val_bpb`` with its 90% interval (``seeds``: how many seeds the value
-        is a mean over; more seeds, a narrower interval)."""
+        """The gain of ``val_bpb`` with its 90% interval: paired when the floor is paired and
+        ``seed`` is one of the baseline's, else unpaired. ``seeds`` is how many seeds a paired
+        value is the mean over; more seeds, a narrower interval."""
         value = self.gain(val_bpb, seed)
-        low, high = self.noise_quantiles(seeds)
+        low, high = self.noise_quantiles(seeds, paired=self._pairs_with(seed))
         return Gain(value=value, low=value - high, high=value - low, seeds=seeds)
 
-    def is_noise(self, val_bpb: float) -> bool:
+    def is_noise(self, val_bpb: float, seed: int | None = None) -> bool:
         """True when the interval of the gain contains 0: a lucky seed could explain it,
         and so could an unlucky one a loss of that size."""
-        return self.interval(val_bpb).is_noise
+        return self.interval(val_bpb, seed).is_noise
 
-    def describe(self, val_bpb: float) -> str:
+    def describe(self, val_bpb: float, seed: int | None = None) -> str:
         """A short label for a result: its gain and interval, led by ``noise`` when the
         interval contains 0 (see :meth:`Gain.describe`)."""
-        return self.interval(val_bpb).describe()
+        return self.interval(val_bpb, seed).describe()
 
     def summary(self) -> str:
         """One line naming the floor in use, for status and the report."""
@@ -139,7 +158,7 @@ class NoiseFloor:
             return (f"paired noise floor: a single-seed gain within [{low:+.4f}, {high:+.4f}] "
                     f"(90%, bootstrapped from {self.pairs} paired differences over "
                     f"{self.recipes} recipe(s)) is noise; baseline val_bpb {self.mean:.4f} over "
-                    f"seeds {seeds}, unpaired seed spread {self.unpaired_spread:.4f}")
+                    f"seeds {seeds}, unpaired seed spread {self.spread:.4f}")
         return (f"unpaired noise floor: baseline val_bpb {self.mean:.4f} ± {self.spread:.4f} "
                 f"over seeds {seeds}; a gain within it is marked as noise (no recipe has "
                 "paired seeds yet)")
@@ -218,11 +237,8 @@ def noise_floor(records: Iterable[TrialRecord]) -> NoiseFloor | None:
     deviations, pairs, recipes = pooled_deviations(paired_differences(records))
     if not recipes:
         return NoiseFloor(mean=mean, spread=unpaired, seeds=seeds, values=values)
-    tail = (1.0 - CONFIDENCE) / 2
-    low, high = _bootstrap_quantiles(deviations, 1, tail)
-    return NoiseFloor(mean=mean, spread=max(abs(low), abs(high)), seeds=seeds, values=values,
-                      kind="paired", deviations=tuple(deviations), pairs=pairs,
-                      recipes=recipes)
+    return NoiseFloor(mean=mean, spread=unpaired, seeds=seeds, values=values, kind="paired",
+                      deviations=tuple(deviations), pairs=pairs, recipes=recipes)
 
 
 def paired_gain(record: TrialRecord, records: Sequence[TrialRecord],
