@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import trial_process
 from recipelab.recipe import Recipe, proxy_recipe
-from recipelab.trainer.spec import TrialResult
+from recipelab.trainer.spec import TrialResult, TrialSpec
 
 SEED = 0
 TOP = 3
@@ -122,14 +122,15 @@ def trial(recipe: Recipe, steps: int, out: Path, trial_id: str,
           threads: int) -> TrialResult | None:
     """The cached result of ``recipe`` trained for ``steps``, or a fresh trainer run; None
     when the trial did not complete (it then scores ``inf``)."""
-    path = out / trial_id / "result.json"
-    if path.is_file():
+    recipe = recipe.model_copy(update={"steps": steps})
+    path, spec = out / trial_id / "result.json", out / trial_id / "spec.json"
+    if path.is_file() and spec.is_file():
         cached = TrialResult.model_validate_json(path.read_text())
-        if cached.status == "complete":
+        ran = TrialSpec.model_validate_json(spec.read_text()).recipe
+        if cached.status == "complete" and ran == recipe:
             return cached
     try:
-        result, wall = trial_process.run(recipe.model_copy(update={"steps": steps}), out,
-                                         trial_id, threads=threads)
+        result, wall = trial_process.run(recipe, out, trial_id, threads=threads)
     except RuntimeError as error:  # a diverged or crashed recipe ranks last
         print(f"  {trial_id}: {error}", flush=True)
         return None
@@ -155,7 +156,9 @@ def score(result: TrialResult | None) -> float:
 
 
 def slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)
+    """A trial id for a recipe name: ``lr/3`` and ``lr*3`` must not share a cache entry."""
+    name = name.replace("/", "-div").replace("*", "-x").replace("+", "-and-").replace("=", "")
+    return "".join(c if c.isalnum() or c == "-" else "_" for c in name)
 
 
 def print_table(names: list[str], short: dict[str, float], long: dict[str, float],
