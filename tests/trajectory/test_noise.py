@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from recipelab.trajectory.noise import (
@@ -161,3 +162,13 @@ def test_a_paired_gain_averages_over_every_seed_the_baseline_shares() -> None:
     assert not gain.is_noise
     baseline = paired_gain(records[0], records, floor)
     assert baseline is not None and baseline.value == 0.0 and baseline.is_noise
+
+
+def test_the_same_deviations_always_give_the_same_interval() -> None:
+    """The bootstrap's generator is seeded: a report rebuilt from the same records reads the
+    same (many distinct deviations, so an unseeded draw would move the percentiles)."""
+    deviations = tuple(float(x) for x in np.random.default_rng(5).normal(0.0, 0.01, size=60))
+    floor = NoiseFloor(mean=2.5, spread=0.6, seeds=(0, 1), values=(2.5, 2.6), kind="paired",
+                       deviations=deviations, pairs=60, recipes=20)
+    assert floor.noise_quantiles(3) == floor.noise_quantiles(3)
+    assert floor.interval(2.4, seed=0) == floor.interval(2.4, seed=0)
