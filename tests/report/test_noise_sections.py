@@ -83,7 +83,7 @@ def test_a_slice_whose_error_rivals_the_floor_is_called_out() -> None:
                for r in campaign(paired=True)]
     floor = noise_floor(records)
     text = markdown(summary(records, context(), floor))
-    assert "not negligible next to the noise floor: raise --eval-bytes" in text
+    assert "not negligible next to the noise floor: a larger slice" in text
 
 
 def test_records_without_the_slice_error_say_it_was_not_recorded() -> None:

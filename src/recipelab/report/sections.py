@@ -73,12 +73,15 @@ def eval_error(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> str:
                 "older recipelab)")
     median = errors[len(errors) // 2]
     line = (f"evaluation slice: val_bpb's sampling error over the slice's windows is ±{median:.4f} "
-            f"(one standard error, median over {len(errors)} trials)")
+            f"(one standard error, median over {len(errors)} trials; the error of val_bpb as an "
+            "estimate over the whole corpus: every trial is scored on the same slice, so much of "
+            "it is shared and cancels in a comparison)")
     if noise is None or noise.floor <= 0:
         return line
     ratio = median / noise.floor
     verdict = ("negligible next to the noise floor" if ratio < 0.2 else
-               "not negligible next to the noise floor: raise --eval-bytes")
+               "not negligible next to the noise floor: a larger slice (the recipe's eval_bytes) "
+               "would narrow it")
     return f"{line}, {ratio:.0%} of the {noise.kind} noise floor ({noise.floor:.4f}): {verdict}"
 
 
