@@ -230,7 +230,9 @@ def test_padding_leaves_val_bpb_exactly_the_number_it_was_in_fp32(
     eval_tokens = random_tokens(n_tokens)
     token_bytes = np.arange(256, dtype=np.int64) % 4 + 1
     padded = evaluate(model, eval_tokens, token_bytes, seq_len=seq_len, batch_size=batch_size)
-    assert padded == unpadded_bits_per_byte(model, eval_tokens, token_bytes, seq_len, batch_size)
+    unpadded = unpadded_bits_per_byte(model, eval_tokens, token_bytes, seq_len, batch_size)
+    assert (padded.bpb, padded.nats, padded.bytes, padded.tokens) == (
+        unpadded.bpb, unpadded.nats, unpadded.bytes, unpadded.tokens)
 
 
 def test_evaluation_leaves_the_model_in_the_mode_it_found_it_in() -> None:
@@ -255,3 +257,53 @@ def test_the_log_softmax_of_uniform_logits_is_minus_log_vocab() -> None:
     assert torch.equal(logits, torch.zeros_like(logits))
     assert float(F.cross_entropy(logits[0].double(), torch.tensor([0, 1, 2]))) == pytest.approx(
         math.log(300), rel=1e-12)
+
+
+# --- the sampling error of the slice itself -------------------------------------------------
+
+
+def hand_computed_stderr(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
+                         seq_len: int) -> float:
+    """The standard error of a ratio of sums, each window one sample, in float64."""
+    ids = torch.from_numpy(eval_tokens.astype(np.int64))
+    nats, n_bytes = [], []
+    with torch.no_grad():
+        for start in range(0, len(ids) - 1, seq_len):
+            targets = ids[start + 1:start + seq_len + 1]
+            inputs = ids[start:start + seq_len][:len(targets)]
+            log_probs = torch.log_softmax(model(inputs[None])[0].double(), dim=-1)
+            nats.append(-float(log_probs.gather(1, targets[:, None]).sum()))
+            n_bytes.append(float(token_bytes[targets.numpy()].sum()))
+    x, b = np.array(nats), np.array(n_bytes)
+    n, ratio = len(x), x.sum() / b.sum()
+    return math.sqrt(n / (n - 1) * float(((x - ratio * b) ** 2).sum())) / (math.log(2) * float(b.sum()))
+
+
+def test_the_sampling_error_of_val_bpb_is_the_ratio_estimators_over_windows() -> None:
+    model = fixed_model().eval()
+    eval_tokens = random_tokens(1 + 7 * SEQ_LEN + 5)
+    token_bytes = np.arange(256, dtype=np.int64) % 4 + 1
+    score = evaluate(model, eval_tokens, token_bytes)
+    assert score.windows == 8  # seven full windows and the tail
+    assert score.stderr is not None and score.stderr > 0
+    assert score.stderr == pytest.approx(
+        hand_computed_stderr(model, eval_tokens, token_bytes, SEQ_LEN), rel=1e-5)
+
+
+def test_a_slice_scored_the_same_in_every_window_has_no_sampling_error() -> None:
+    tok = byte_tokenizer()
+    score = evaluate(uniform_model(256), random_tokens(1 + 6 * SEQ_LEN), tok.token_bytes)
+    assert score.stderr == pytest.approx(0.0, abs=1e-9)
+
+
+def test_one_window_gives_no_sampling_error() -> None:
+    score = evaluate(fixed_model().eval(), random_tokens(SEQ_LEN), np.ones(256, dtype=np.int64))
+    assert (score.windows, score.stderr) == (1, None)
+
+
+def test_a_longer_slice_has_a_smaller_sampling_error() -> None:
+    model, token_bytes = fixed_model().eval(), np.ones(256, dtype=np.int64)
+    short = evaluate(model, random_tokens(1 + 8 * SEQ_LEN), token_bytes)
+    long = evaluate(model, random_tokens(1 + 128 * SEQ_LEN), token_bytes)
+    assert short.stderr is not None and long.stderr is not None
+    assert long.stderr < short.stderr

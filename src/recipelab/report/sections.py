@@ -22,7 +22,7 @@ from recipelab.report.prediction import bytes_per_token, predict
 from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
 from recipelab.text import edit_text
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
-from recipelab.trajectory.noise import NoiseFloor, noise_floor
+from recipelab.trajectory.noise import NoiseFloor, noise_floor, paired_gain
 from recipelab.trajectory.record import TrialRecord
 from recipelab.units import MIB
 
@@ -59,11 +59,33 @@ def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloo
         items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "
                      f"{edit_text(best.edit)})")
     if noise is not None:
-        items.append(f"noise floor: baseline val_bpb {noise.mean:.4f} ± {noise.spread:.4f} over seeds "
-                     f"{', '.join(map(str, noise.seeds))}; a gain within it is marked as noise")
+        items.append(noise.summary())
     else:
         items.append("noise floor: not measured (the baseline has fewer than two seeds)")
+    items.append(eval_error(records, noise))
     return Section("Summary", (Bullets(tuple(items)),))
+
+
+def eval_error(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> str:
+    """The evaluation slice's own sampling error of val_bpb, set beside the noise floor: the
+    slice is large enough when this is small next to the floor."""
+    errors = sorted(float(e) for r in records if r.kind == "proxy" and r.status == "complete"
+                    and (e := r.metrics.get("val_bpb_stderr")) is not None)
+    if not errors:
+        return ("evaluation slice: its sampling error of val_bpb was not recorded (trials of an "
+                "older recipelab)")
+    median = errors[len(errors) // 2]
+    line = (f"evaluation slice: val_bpb's sampling error over the slice's windows is ±{median:.4f} "
+            f"(one standard error, median over {len(errors)} trials; the error of val_bpb as an "
+            "estimate over the whole corpus: every trial is scored on the same slice, so much of "
+            "it is shared and cancels in a comparison)")
+    if noise is None or noise.floor <= 0:
+        return line
+    ratio = median / noise.floor
+    verdict = ("negligible next to the noise floor" if ratio < 0.2 else
+               "not negligible next to the noise floor: a larger slice (the recipe's eval_bytes) "
+               "would narrow it")
+    return f"{line}, {ratio:.0%} of the {noise.kind} noise floor ({noise.floor:.4f}): {verdict}"
 
 
 def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Section:
@@ -84,14 +106,21 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
     rows = []
     for rank, r in enumerate(scored, start=1):
         assert r.val_bpb is not None
-        mark = "" if noise is None else ("within noise" if noise.is_noise(r.val_bpb)
-                                         else f"{noise.gain(r.val_bpb):+.4f}")
+        gain = None if noise is None else paired_gain(r, records, noise)
+        mark = "" if gain is None else (f"within noise ({gain.interval_text()})" if gain.is_noise
+                                        else gain.interval_text())
         run = stress.get(r.trial_id)
         rows.append((str(rank), r.trial_id, _fmt(r.val_bpb), mark or "—", r.proposer,
                      edit_text(r.edit), r.hypothesis, (run.verdict or run.status) if run else ""))
-    blocks: list[Block] = [Table(("rank", "trial", "val_bpb", "gain vs baseline", "proposer", "edit",
-                                  "hypothesis", "stress"), tuple(rows))]
-    if noise is None:
+    blocks: list[Block] = [Table(("rank", "trial", "val_bpb", "gain vs baseline [90%]", "proposer",
+                                  "edit", "hypothesis", "stress"), tuple(rows))]
+    if noise is not None:
+        blocks.append(Paragraph(
+            "A gain is the baseline's val_bpb minus the trial's, at the same seeds (paired) when "
+            "the noise floor is paired, averaged over every seed of the recipe; in brackets its "
+            "90% interval. A gain whose interval contains 0 is within noise: no winner is named "
+            f"inside it. Noise floor in use: {noise.kind}."))
+    else:
         blocks.append(Paragraph("Gains are not marked: the noise floor needs the baseline trained with "
                                 "at least two seeds."))
     return Section("Top 10 proxy trials", tuple(blocks))

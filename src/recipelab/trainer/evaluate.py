@@ -14,6 +14,13 @@ and the tail window (and a short last batch) rarely has one. Such a batch is pad
 end of its rows, and with whole rows, and only the logits of real positions are scored. The
 model is causal, so a position never sees the padding after it, and val_bpb is the same
 number it would be without the padding.
+
+The slice is a sample of the corpus, so val_bpb carries a sampling error of its own: two
+slices of the same size would score the same model differently. ``stderr`` estimates it from
+the slice itself, treating its windows as independent samples of text: the standard error
+of a ratio of sums, ``sqrt(n / (n - 1) · Σ (nats_i - bpb·ln 2·bytes_i)²) / (ln 2 · Σ bytes_i)``
+over the ``n`` windows. Set beside the noise floor, it says whether the slice is large
+enough for its own error to be negligible.
 """
 
 from __future__ import annotations
@@ -34,10 +41,27 @@ from recipelab.recipe import FP8_TOKEN_MULTIPLE
 
 @dataclass(frozen=True)
 class BitsPerByte:
+    """val_bpb with its parts; ``stderr`` is its sampling error over ``windows`` windows of
+    the slice (None with a single window)."""
+
     bpb: float
     nats: float
     bytes: int
     tokens: int
+    stderr: float | None = None
+    windows: int = 1
+
+
+def ratio_stderr(nats: np.ndarray, n_bytes: np.ndarray) -> float | None:
+    """The standard error of ``sum(nats) / (ln 2 · sum(n_bytes))`` with windows as samples
+    (the delta method for a ratio estimator); None with fewer than two windows."""
+    n = len(nats)
+    total = float(n_bytes.sum())
+    if n < 2 or total <= 0:
+        return None
+    ratio = float(nats.sum()) / total
+    residuals = nats - ratio * n_bytes
+    return math.sqrt(n / (n - 1) * float((residuals**2).sum())) / (math.log(2) * total)
 
 
 def _windows(tokens: torch.Tensor, seq_len: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -87,16 +111,26 @@ def bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.nda
     was_training = model.training
     model.eval()
     tokens = torch.from_numpy(np.asarray(eval_tokens, dtype=np.int64)).to(device)
+    widths = torch.from_numpy(np.asarray(token_bytes, dtype=np.int64)).to(device)
     nats = torch.zeros((), dtype=torch.float64, device=device)
+    row_nats: list[torch.Tensor] = []  # per window, for the sampling error
+    row_bytes: list[torch.Tensor] = []
     for inputs, targets in _windows(tokens, seq_len):
         for start in range(0, inputs.size(0), batch_size):
             x, y = inputs[start:start + batch_size], targets[start:start + batch_size]
             with precision_context():
                 logits = model(_padded(x, seq_len))[: x.size(0), : x.size(1)]
-            nats += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(),
-                                    reduction="sum").double()
+            flat, labels = logits.float().flatten(0, 1), y.flatten()
+            nats += F.cross_entropy(flat, labels, reduction="sum").double()
+            losses = F.cross_entropy(flat, labels, reduction="none")  # the same, per token
+            row_nats.append(losses.double().view(x.shape).sum(dim=1))
+            row_bytes.append(widths[y].sum(dim=1))
     model.train(was_training)
     n_bytes = int(np.asarray(token_bytes)[np.asarray(eval_tokens[1:], dtype=np.int64)].sum())
     total = float(nats.item())
+    per_window = torch.cat(row_nats).cpu().numpy()
     return BitsPerByte(bpb=total / (math.log(2) * n_bytes), nats=total, bytes=n_bytes,
-                       tokens=int(eval_tokens.size - 1))
+                       tokens=int(eval_tokens.size - 1),
+                       stderr=ratio_stderr(per_window, torch.cat(row_bytes).cpu().numpy()
+                                           .astype(np.float64)),
+                       windows=len(per_window))

@@ -63,6 +63,7 @@ class Progress:
     """What the loop has produced so far, kept for the result whatever happens."""
 
     curve: list[CurvePoint] = field(default_factory=list)
+    losses: list[float | None] = field(default_factory=list)  # every step's, not only logged
     steps_done: int = 0
     resumed_from: int | None = None
     timed_steps: int = 0
@@ -78,24 +79,34 @@ class Interval:
     loss_sum: torch.Tensor
     grad_max: torch.Tensor
     steps: int = 0
+    losses: list[torch.Tensor] = field(default_factory=list)  # each step's, on the device
 
     @classmethod
     def zeros(cls, device: torch.device) -> Interval:
         return cls(torch.zeros((), device=device), torch.zeros((), device=device))
 
-    def state(self) -> dict[str, float | int]:
+    def state(self) -> dict[str, Any]:
         return {"loss_sum": self.loss_sum.item(), "grad_max": self.grad_max.item(),
-                "steps": self.steps}
+                "steps": self.steps, "losses": self.step_losses()}
 
-    def load(self, state: dict[str, float | int]) -> None:
+    def load(self, state: dict[str, Any]) -> None:
         self.loss_sum.fill_(state["loss_sum"])
         self.grad_max.fill_(state["grad_max"])
         self.steps = int(state["steps"])
+        self.losses = [torch.tensor(math.nan if v is None else v, device=self.loss_sum.device)
+                       for v in state.get("losses", [])]
+
+    def step_losses(self) -> list[float | None]:
+        """The interval's per-step losses read back in one transfer; None where not finite."""
+        if not self.losses:
+            return []
+        return [v if math.isfinite(v) else None for v in torch.stack(self.losses).tolist()]
 
     def reset(self) -> None:
         self.loss_sum.zero_()
         self.grad_max.zero_()
         self.steps = 0
+        self.losses = []
 
 
 ParamGroup = Literal["embeddings", "output", "hidden", "norms"]
@@ -180,7 +191,7 @@ class TrialRunner:
     def _save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
               interval: Interval) -> None:
         extra = {"curve": [p.model_dump() for p in self.progress.curve],
-                 "interval": interval.state()}
+                 "losses": self.progress.losses, "interval": interval.state()}
         checkpoint.save(self.spec.checkpoint_path, step, model, optimizer, extra)
 
     def _restore(self, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -191,6 +202,7 @@ class TrialRunner:
         if state is None:
             return 0
         self.progress.curve = [CurvePoint.model_validate(p) for p in state.extra["curve"]]
+        self.progress.losses = list(state.extra.get("losses", []))
         interval.load(state.extra["interval"])
         self.progress.resumed_from = self.progress.steps_done = state.step
         self._say(f"resumed from checkpoint at step {state.step}")
@@ -219,6 +231,7 @@ class TrialRunner:
             lr = recipe.optimizer.lr * recipe.schedule.lr_multiplier(step, recipe.steps)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group["lr_mult"]
+            step_loss = torch.zeros((), device=device)
             for micro in range(recipe.grad_accum):
                 x, y = sample_batch(data.train, recipe.batch_size, recipe.seq_len, recipe.seed,
                                     step * recipe.grad_accum + micro)
@@ -230,6 +243,8 @@ class TrialRunner:
                 objective = loss + z_coef * z_loss(flat) if z_coef else loss
                 (objective / recipe.grad_accum).backward()  # type: ignore[no-untyped-call]
                 interval.loss_sum += loss.detach() / recipe.grad_accum
+                step_loss += loss.detach() / recipe.grad_accum
+            interval.losses.append(step_loss)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -243,6 +258,7 @@ class TrialRunner:
                 progress.curve.append(point)
                 self._say(f"step {point.step} loss {point.loss:.4f} "
                           f"grad_norm {point.grad_norm:.3f} lr {lr:.3g}")
+                progress.losses += interval.step_losses()
                 _check_loss(last_loss, progress.steps_done, limit)
                 interval.reset()
             if spec.checkpoint_every and progress.steps_done % spec.checkpoint_every == 0:
@@ -284,7 +300,8 @@ class TrialRunner:
                         if progress.timed_s > 0 else None)
         return TrialResult(
             trial_id=spec.trial_id, status="complete", val_bpb=score.bpb, train_loss=train_loss,
-            steps_done=progress.steps_done, curve=progress.curve, tokens_per_s=tokens_per_s,
+            val_bpb_stderr=score.stderr, steps_done=progress.steps_done, curve=progress.curve,
+            losses=progress.losses, tokens_per_s=tokens_per_s,
             step_ms=(1000 * progress.timed_s / progress.timed_steps
                      if progress.timed_steps else None),
             peak_memory_bytes=peak_memory_bytes(device), params=model.param_count(),
@@ -298,6 +315,7 @@ class TrialRunner:
         return TrialResult(
             trial_id=self.spec.trial_id, status="failed", reason=reason,
             message=message, steps_done=self.progress.steps_done, curve=self.progress.curve,
+            losses=self.progress.losses,
             resumed_from_step=self.progress.resumed_from,
         )
 

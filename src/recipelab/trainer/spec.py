@@ -120,9 +120,14 @@ class TrialResult(StrictModel):
     reason: FailureReason | None = None
     message: str | None = None
     val_bpb: float | None = None
+    # the sampling error of val_bpb over the evaluation slice's windows (trainer.evaluate)
+    val_bpb_stderr: float | None = None
     train_loss: float | None = None
     steps_done: int = 0
     curve: list[CurvePoint] = Field(default_factory=list)
+    # every step's train loss, step 1 first (the curve has one point per log_every steps);
+    # None for a non-finite loss, which JSON cannot carry
+    losses: list[float | None] = Field(default_factory=list)
     tokens_per_s: float | None = None
     step_ms: float | None = None
     peak_memory_bytes: int | None = None
