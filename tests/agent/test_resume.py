@@ -57,7 +57,7 @@ def test_sigkill_mid_trial_and_mid_stress_run_then_restart_loses_and_duplicates_
     assert sum(r["status"] in ("complete", "failed") for r in lines if r["kind"] == "proxy") == 3
     stress = [r for r in lines if r["kind"] == "stress" and r["status"] == "complete"]
     assert len(stress) == 1 and stress[0]["metrics"]["resumed_from_step"] >= 50
-    assert [p["step"] for p in stress[0]["curve"]] == [50, 100, 150]
+    assert [p["step"] for p in stress[0]["curve"]] == [*range(7, 150, 7), 150]  # 150 // 20
     with TrajectoryStore(campaign, "kill", readonly=True) as store:
         assert store.check() == []
         assert not store.records(status="running")

@@ -53,6 +53,9 @@ STRESS_ATTEMPTS = 5
 checkpoint, so a run killed with its orchestrator loses little; one that keeps being
 interrupted may itself be what brings the orchestrator down."""
 POLL_INTERVAL_S = 0.02
+STRESS_CURVE_POINTS = 20
+"""A stress run logs at least this many curve points, whatever --stress-steps is, so its
+verdict and the report's fit see a spike (the trial keeps every step's loss as well)."""
 
 
 @dataclass(frozen=True)
@@ -305,7 +308,7 @@ class Campaign:
         trial_id = self.ledger.next_id("s")
         self.log.info("promoted", trial_id=trial_id, parent=finalist.trial_id,
                       val_bpb=finalist.val_bpb, steps=steps,
-                      **noise_marks(finalist.val_bpb, self.ledger.noise))
+                      **noise_marks(finalist.val_bpb, self.ledger.noise, recipe.seed))
         record = TrialRecord(
             campaign=self.settings.name, trial_id=trial_id, iteration=finalist.iteration,
             kind="stress", status="queued", recipe=recipe.model_dump(mode="json"),
@@ -313,7 +316,8 @@ class Campaign:
             proposer=finalist.proposer, hypothesis=finalist.hypothesis, edit=finalist.edit,
             retry_of=interrupted[0].trial_id if interrupted else None)
         self.book.launch(
-            record, recipe, log_every=self.settings.stress_log_every,
+            record, recipe, log_every=min(self.settings.stress_log_every,
+                                          max(1, steps // STRESS_CURVE_POINTS)),
             checkpoint_every=self.settings.stress_checkpoint_every, resume=True,
             out_dir=self.directory / TRIALS_DIR / f"stress-{finalist.trial_id}",
             timeout_s=self.settings.trial_timeout_s * max(1.0, steps / self.baseline.steps))

@@ -13,7 +13,8 @@ from recipelab.trainer.spec import TrialResult, code_version
 from recipelab.trajectory.record import TrialRecord
 
 RESULT_METRICS = ("train_loss", "tokens_per_s", "step_ms", "peak_memory_bytes", "params",
-                  "setup_s", "train_s", "eval_s", "steps_done", "resumed_from_step")
+                  "setup_s", "train_s", "eval_s", "steps_done", "resumed_from_step",
+                  "val_bpb_stderr", "losses")
 
 
 def agent_provenance(device: DeviceInfo, seed: int) -> dict[str, Any]:

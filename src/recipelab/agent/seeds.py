@@ -101,9 +101,12 @@ def rerun_proposals(finalists: Sequence[TrialRecord], records: Sequence[TrialRec
     return owed
 
 
-def noise_marks(val_bpb: float | None, floor: NoiseFloor | None) -> dict[str, Any]:
-    """The metrics that mark a trial's gain over the baseline as real or as noise."""
+def noise_marks(val_bpb: float | None, floor: NoiseFloor | None, seed: int | None = None
+                ) -> dict[str, Any]:
+    """The metrics that mark a trial's gain over the baseline as real or as noise: the gain
+    (against the baseline at the same ``seed`` once the floor is paired) and its 90% interval."""
     if floor is None or val_bpb is None:
         return {}
-    return {"gain_vs_baseline": round(floor.gain(val_bpb), 6),
-            "within_noise": floor.is_noise(val_bpb)}
+    gain = floor.interval(val_bpb, seed)
+    return {"gain_vs_baseline": round(gain.value, 6), "gain_low": round(gain.low, 6),
+            "gain_high": round(gain.high, 6), "within_noise": gain.is_noise}

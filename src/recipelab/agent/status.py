@@ -34,9 +34,7 @@ class StatusView:
         """The noise floor in words, or None before it is measured."""
         if self.noise is None:
             return None
-        seeds = ", ".join(str(s) for s in self.noise.seeds)
-        return (f"noise floor: baseline val_bpb {self.noise.mean:.4f} ± spread "
-                f"{self.noise.spread:.4f} over seeds {seeds}; gains within it are marked noise")
+        return self.noise.summary()
 
     def winner_line(self) -> str | None:
         if self.winner is None:
@@ -112,7 +110,7 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
     floor = ledger.noise
     complete = sorted((r for r in ledger.proxies if r.status == "complete" and r.val_bpb is not None),
                       key=lambda r: (r.val_bpb, r.trial_id))
-    marks = {r.trial_id: floor.describe(r.val_bpb) for r in complete
+    marks = {r.trial_id: floor.describe(r.val_bpb, seed=int(r.recipe.get("seed", 0))) for r in complete
              if floor is not None and r.val_bpb is not None and r.proposer != BASELINE_PROPOSER}
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],
                       stress_verdicts=verdicts, noise=floor, marks=marks, winner=ledger.winner,

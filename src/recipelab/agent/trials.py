@@ -150,7 +150,7 @@ class TrialBook:
             self.log.info("stress_verdict", trial_id=record.trial_id, parent=record.parent,
                           verdict=verdict.verdict, explanation=verdict.explanation)
         elif record.proposer != BASELINE_PROPOSER:
-            fields["metrics"].update(noise_marks(fields["val_bpb"], self.ledger.noise))
+            fields["metrics"].update(noise_marks(fields["val_bpb"], self.ledger.noise, recipe.seed))
         return self.finish(record, **fields)
 
     def finish(self, record: TrialRecord, **fields: Any) -> TrialRecord:

@@ -31,7 +31,13 @@ from functools import cached_property
 from typing import Literal, TypeVar
 
 from recipelab.recipe import BASELINE_PROPOSER
-from recipelab.trajectory.noise import SEED_RERUN_PROPOSER, NoiseFloor, noise_floor, seed_family
+from recipelab.trajectory.noise import (
+    SEED_RERUN_PROPOSER,
+    NoiseFloor,
+    noise_floor,
+    paired_gain,
+    seed_family,
+)
 from recipelab.trajectory.record import TrialRecord
 
 T = TypeVar("T")
@@ -192,8 +198,9 @@ class Ledger:
     def _winner(self, pick: TrialRecord, evidence: Evidence, stress: TrialRecord | None) -> Winner:
         mean = self.seed_mean(pick)
         assert mean is not None
+        gain = paired_gain(pick, self.proxies, self.noise) if self.noise else None
         return Winner(record=pick, mean_val_bpb=mean, seeds=len(seed_family(pick, self.proxies)),
-                      within_noise=self.noise.is_noise(mean) if self.noise else None,
+                      within_noise=gain.is_noise if gain is not None else None,
                       evidence=evidence, stress=stress)
 
     def counts(self) -> Counts:

@@ -49,7 +49,11 @@ class TrialMetrics(BaseModel):
     params: int | None = None
     peak_memory_bytes: int | None = None
     telemetry: dict[str, Any] | None = None
+    val_bpb_stderr: float | None = None  # sampling error of val_bpb over the eval slice
+    losses: list[float | None] | None = None  # every step's training loss
     gain_vs_baseline: float | None = None
+    gain_low: float | None = None  # its 90% interval
+    gain_high: float | None = None
     within_noise: bool | None = None
 
 
