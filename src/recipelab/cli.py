@@ -389,6 +389,9 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
     name = options["name"]
     directory = options["directory"] or default_campaign_dir(name)
     calibrate_from = options["calibrate_from"]
+    target = options["target"]
+    if target is not None and target not in TARGETS:  # a target file, read from anywhere later
+        options = {**options, "target": str(Path(target).expanduser().resolve())}
     given = {key: value for key, value in {
         **{key: options[key] for key in settings_options(options)},
         "corpus": given_corpus(options["corpus"], options["corpus_max_bytes"]),

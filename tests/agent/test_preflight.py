@@ -308,3 +308,15 @@ def test_a_multi_gib_parquet_corpus_costs_the_campaign_only_what_it_reads(tmp_pa
     assert settings.corpus.max_bytes == corpus_bytes_needed(settings)
     record = (tmp_path / "campaigns" / "big" / "trajectory.jsonl").read_text()
     assert '"status":"complete"' in record.replace(" ", "")
+
+
+def test_a_target_file_is_valid_input_and_a_missing_one_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+        "num_key_value_heads": 4, "intermediate_size": 688, "vocab_size": 256,
+        "hidden_act": "silu", "tie_word_embeddings": True, "max_position_embeddings": 1024}))
+    check_input(preset="tiny", target=str(config), until=None, llm_base_url=None)
+    with pytest.raises(InputError, match=r"target file .* does not exist"):
+        check_input(preset="tiny", target=str(tmp_path / "nothing.json"), until=None,
+                    llm_base_url=None)

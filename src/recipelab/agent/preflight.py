@@ -161,7 +161,10 @@ def check_input(*, preset: str | None, target: str | None, until: str | None,
     if preset is not None and preset not in PROXY_PRESETS:
         raise InputError(f"unknown --preset {preset!r}: choose one of {', '.join(PROXY_PRESETS)}")
     if target is not None and target not in TARGETS:
-        raise InputError(f"unknown --target {target!r}: choose one of {', '.join(TARGETS)}")
+        try:
+            get_target(target)  # a target file: it must exist and describe a target
+        except ValueError as error:
+            raise InputError(f"--target: {error}") from None
     if until is not None and (problem := until_problem(until)):
         raise InputError(problem)
     for url, origin in ((llm_base_url, "--llm-base-url"), (environment.read(LLM_ENV), LLM_ENV)):
