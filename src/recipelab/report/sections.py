@@ -277,10 +277,10 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
         f"{_about(rec.gpu_hours)} GPU-hours, {_about(rec.days_on_node)} days on {rates.gpus} GPUs, "
         f"${_about(rec.cost_usd)} at ${rates.usd_per_gpu_hour:.2f} per GPU-hour",
     )
-    if noise is not None and rec.winner.val_bpb is not None and noise.is_noise(rec.winner.val_bpb):
-        gain = noise.gain(rec.winner.val_bpb)
-        items += (f"caution: the winner's difference from the baseline ({gain:+.4f}) is within the "
-                  f"seed-to-seed spread ({noise.spread:.4f}); the baseline is as good a bet",)
+    gain = paired_gain(rec.winner, records, noise) if noise is not None else None
+    if gain is not None and gain.is_noise:
+        items += (f"caution: the winner's gain over the baseline ({gain.interval_text()}, 90%) "
+                  "is within the noise floor; the baseline is as good a bet",)
     blocks: list[Block] = [
         Bullets(items),
         Paragraph("The winner moved onto the target, each knob by a stated rule ('recipelab export "
