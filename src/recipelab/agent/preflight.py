@@ -161,6 +161,9 @@ def check_input(*, preset: str | None, target: str | None, until: str | None,
     if preset is not None and preset not in PROXY_PRESETS:
         raise InputError(f"unknown --preset {preset!r}: choose one of {', '.join(PROXY_PRESETS)}")
     if target is not None and target not in TARGETS:
+        if not target.endswith(".json") and not Path(target).exists():
+            raise InputError(f"unknown --target {target!r}: choose one of {', '.join(TARGETS)}, "
+                             "or give the path of a target file (config.json)")
         try:
             get_target(target)  # a target file: it must exist and describe a target
         except ValueError as error:
