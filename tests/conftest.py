@@ -48,3 +48,15 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> CorpusSpec:
 def trainer_env() -> dict[str, str]:
     """The environment for ``python -m recipelab.trainer`` subprocesses (one torch thread)."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """A Ray instance on this machine (2 CPUs, loopback) for one test module: starting one
+    costs seconds. Imported here, not at the top: Ray is an optional extra."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1", runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()

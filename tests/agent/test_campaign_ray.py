@@ -9,12 +9,10 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-import ray
 
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
@@ -23,15 +21,7 @@ from recipelab.trajectory import TrajectoryStore
 
 from .conftest import events, read_jsonl, wait_for
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_instance() -> Iterator[None]:
-    """One Ray instance for the module: starting one costs seconds."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1",
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
 @pytest.fixture

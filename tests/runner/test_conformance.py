@@ -38,16 +38,6 @@ def make_executor(name: str) -> tuple[Executor, Callable[[TrialSpec], bool]]:
     return RayExecutor(shared_files=None if name == "ray-shared" else False), has_checkpoint
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1", runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
-
-
 @pytest.fixture(params=["fake", "local", "ray-shared", "ray-scratch"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path, corpus: CorpusSpec) -> Iterator[Harness]:
     if request.param.startswith("ray"):

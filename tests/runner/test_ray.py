@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,7 @@ from recipelab.recipe import proxy_recipe
 from recipelab.runner.ray import WORKER_FILE, RayExecutor
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_instance() -> Iterator[None]:
-    """One Ray instance for the module: starting one costs seconds."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1",
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
 def tiny_spec(tmp_path: Path, corpus: CorpusSpec, trial_id: str, **update: object) -> TrialSpec:

@@ -126,12 +126,6 @@ class Campaign:
             memory_reserve_bytes=int(s.memory_reserve_gib * GIB), timeout_s=s.trial_timeout_s,
             memory_model=self.memory.model, memory_model_problem=self.memory.problem)
 
-    def finalists(self) -> list[TrialRecord]:
-        return self.ledger.finalists
-
-    def stress_candidates(self) -> list[TrialRecord]:
-        return self.ledger.stress_candidates
-
     def summary(self, stopped_early: bool = False) -> CampaignSummary:
         ledger = self.ledger
         counts = ledger.counts()
@@ -142,11 +136,14 @@ class Campaign:
 
     # -- the search ---------------------------------------------------------------------------
 
+    def _proxies_started(self) -> int:
+        """Proxy trials spent from ``--iterations``: trained, and in flight."""
+        return len(self.ledger.search_trials) + self.book.proxies_in_flight()
+
     def _search_budget_left(self) -> bool:
         """Whether another proxy trial may start (trials in flight count as spent)."""
         iterations = self.settings.iterations
-        started = len(self.ledger.search_trials) + self.book.proxies_in_flight()
-        if iterations is not None and started >= iterations:
+        if iterations is not None and self._proxies_started() >= iterations:
             return False
         if (iterations is None and self.deadline.at is None) or self.failures.failing is not None:
             return False
@@ -157,8 +154,7 @@ class Campaign:
         free = self.settings.parallel - len(self.book.inflight)
         if self.settings.iterations is None:
             return free
-        started = len(self.ledger.search_trials) + self.book.proxies_in_flight()
-        return min(free, self.settings.iterations - started)
+        return min(free, self.settings.iterations - self._proxies_started())
 
     def _search(self) -> None:
         """Keep up to ``parallel`` proxy trials in flight until the budget is spent, then wait
@@ -213,7 +209,7 @@ class Campaign:
 
     def _try(self, proposal: Proposal, *, retry_of: TrialRecord | None = None) -> None:
         """Judge ``proposal``; record its rejection, or launch it (without waiting for it)."""
-        iteration = len(self.ledger.search_trials) + self.book.proxies_in_flight()
+        iteration = self._proxies_started()
         trial_id = self.ledger.next_id("p")
         self.log.info("proposal", trial_id=trial_id, proposer=proposal.proposer,
                       edit=proposal.edit, hypothesis=proposal.hypothesis,

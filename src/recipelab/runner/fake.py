@@ -69,9 +69,8 @@ class FakeHandle(TrialHandle):
 class FakeExecutor(Executor):
     """Trials that end ``duration(spec)`` seconds after submission with ``outcome(spec)``.
 
-    ``lose(trial_id)`` makes a trial in flight come back ``interrupted`` at its next poll, as
-    when a Ray worker dies; the trials named in ``lose_midway`` are lost that way half-way
-    through their first attempt. ``submitted`` lists every spec in submission order.
+    The trials named in ``lose_midway`` come back ``interrupted`` half-way through their first
+    attempt, as when a Ray worker dies. ``submitted`` lists every spec in submission order.
     """
 
     name = "fake"
@@ -83,18 +82,10 @@ class FakeExecutor(Executor):
         self.duration = duration or (lambda spec: 0.0)
         self._device = device
         self.submitted: list[TrialSpec] = []
-        self.closed = False
-        self._inflight: dict[str, FakeHandle] = {}
         self._progress: dict[str, int] = {}  # out_dir → steps a lost stress run checkpointed
 
     def device(self, requested: str) -> DeviceInfo | None:
         return self._device
-
-    def lose(self, trial_id: str) -> None:
-        self._inflight[trial_id].lost = True
-
-    def in_flight(self) -> list[str]:
-        return list(self._inflight)
 
     def submit(self, spec: TrialSpec, *, resume: bool = False,
                timeout_s: float | None = None) -> FakeHandle:
@@ -106,7 +97,6 @@ class FakeExecutor(Executor):
         handle = FakeHandle(spec=spec, submitted_at=now,
                             deadline=now + timeout_s if timeout_s else None,
                             duration_s=self.duration(spec) * left, start_step=start)
-        self._inflight[spec.trial_id] = handle
         return handle
 
     def poll(self, handle: TrialHandle) -> TrialResult | None:
@@ -126,16 +116,12 @@ class FakeExecutor(Executor):
             result = timed_out(spec, handle.deadline - handle.submitted_at)
         else:
             return None
-        self._inflight.pop(spec.trial_id, None)
         atomic_write_text(spec.result_path, result.model_dump_json(indent=2))
         return result
 
     def cancel(self, handle: TrialHandle) -> None:
         assert isinstance(handle, FakeHandle)
         handle.cancelled = True
-
-    def close(self) -> None:
-        self.closed = True
 
     def _keep_progress(self, handle: FakeHandle, now: float) -> None:
         """What a lost stress run's checkpoints kept: its last whole ``checkpoint_every``."""
