@@ -22,6 +22,7 @@ Requests go out at temperature 0 with a fixed seed: SmolLM2 replies are then det
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -29,6 +30,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
+from recipelab.proposer import default_space
+from recipelab.proposer.llm import LLMConfig, LLMProposer, LLMUnavailable
+from recipelab.recipe import BASELINE_PROPOSER, proxy_recipe
 from tests import llm_server
 from tests.llm_server import LlmServer
 
@@ -160,3 +164,18 @@ def test_guided_json_is_silently_ignored(smollm_server: LlmServer, client: opena
     except json.JSONDecodeError:
         return
     assert schema_violations(reply) != []
+
+
+def test_the_proposer_in_auto_mode_settles_on_json_object(smollm_server: LlmServer) -> None:
+    """``structured_output='auto'`` reads the server's refusal of ``json_schema`` and moves
+    to the one form it constrains; through ``guided_json`` (ignored) it got free text."""
+    baseline = proxy_recipe("tiny")
+    proposer = LLMProposer(LLMConfig(base_url=smollm_server.base_url, temperature=0.0,
+                                     max_attempts=1),
+                           baseline, BASELINE_PROPOSER, default_space(baseline), "a small GPT")
+    try:
+        with contextlib.suppress(LLMUnavailable):  # a 135M model may still break the bounds
+            proposer.propose([], 1)
+        assert proposer.mode == "json_object"
+    finally:
+        proposer.close()

@@ -592,14 +592,20 @@ def test_auto_keeps_the_first_mode_that_works(fake: FakeOpenAI, make_llm: MakeLL
     assert proposer.mode == "guided_json"
 
 
-def test_auto_also_steps_down_on_llama_cpp_pythons_500(fake: FakeOpenAI,
-                                                       make_llm: MakeLLM) -> None:
-    """llama-cpp-python refuses an unknown response_format type with a 500, not a 400."""
+def test_auto_takes_json_object_when_llama_cpp_python_refuses_json_schema(
+        fake: FakeOpenAI, make_llm: MakeLLM) -> None:
+    """llama-cpp-python refuses an unknown response_format type with a 500 that lists the
+    types it admits; its json_object with a schema is the form it constrains (it ignores
+    guided_json silently, see tests/test_llm_server.py), so auto goes there next."""
     fake.script(error(500, "1 validation error: {'type': 'literal_error', 'loc': ('body', "
                            "'response_format', 'type'), 'msg': \"Input should be 'text' or "
                            "'json_object'\", 'input': 'json_schema'}"))
-    make_llm().propose([], 1)
-    assert ["guided_json" in r.body for r in fake.chat_requests()] == [False, True]
+    proposer = make_llm()
+    proposer.propose([], 1)
+    formats = [r.body.get("response_format", {}).get("type")
+               for r in fake.chat_requests()]
+    assert formats == ["json_schema", "json_object"]
+    assert proposer.mode == "json_object"
 
 
 def test_an_explicit_mode_the_server_refuses_is_unavailable(fake: FakeOpenAI,

@@ -365,6 +365,19 @@ def _refuses_structured_output(exc: openai.APIStatusError) -> bool:
             and any(word in text for word in STRUCTURED_OUTPUT_WORDS))
 
 
+def _modes_after_refusal(refused: Mode, message: str, remaining: list[Mode]) -> list[Mode]:
+    """The modes ``auto`` tries after the server refused ``refused``.
+
+    llama-cpp-python refuses ``json_schema`` by listing the ``response_format`` types it
+    admits, ``'text' or 'json_object'``; its ``json_object`` with a schema is the form it
+    constrains, and it silently ignores ``guided_json``, so that refusal goes straight to
+    ``json_object``.
+    """
+    if refused == "json_schema" and "'json_object'" in message:
+        return ["json_object", *(mode for mode in remaining if mode != "guided_json")]
+    return remaining
+
+
 def decoding_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The reply schema in the plain form grammar-constrained decoders handle best.
 
@@ -828,7 +841,7 @@ class LLMProposer(Proposer):
                     raise self._endpoint.unavailable(
                         f"{ask.error}; structured_output='auto' falls back to what the "
                         "server supports") from None
-                self._modes.pop(0)
+                self._modes = _modes_after_refusal(ask.mode, str(exc), self._modes[1:])
 
     def _validated(self, reply: str, parent: dict[str, Any]) -> tuple[dict[str, Any], str]:
         data = self._reply_model.model_validate_json(extract_json_object(reply)).model_dump(
