@@ -15,13 +15,21 @@ It prints, per recipe, both val_bpb and both ranks, then:
 - regret: the long-horizon val_bpb of the short ranking's pick minus the best long-horizon
   val_bpb of the set (0 when the proxy picks the long-run winner).
 
-With ``--correct-lr`` it also prints the same figures for a "horizon-corrected" ranking:
-each recipe is scored at the short horizon with its learning rate scaled by
-``(long / short) ** alpha``: the optimal learning rate falls with the tokens trained
-(roughly as ``steps ** -alpha``; Bjorck et al. 2024, arXiv 2409.19913), so a recipe's
-learning rate relative to the long run's optimum is what that scaled rate is relative to the
-short run's; the corrected short score stands for the recipe's long run. That costs one more
-short trial per recipe.
+Two corrections the campaign could make are measured against the plain short ranking, in the
+same run:
+
+- **the middle rung**: the short ranking's top ``--rung-size`` recipes train for
+  ``--rung-steps`` (default: the geometric mean of short and long) and are re-ranked by the
+  rung, either by its last point or by its curve (a power law ``a + b·t^-c`` fitted to the
+  second half of its per-step losses, read at the long horizon); the rest keep their short
+  order below them;
+- **the horizon rule**: the optimal learning rate falls with the tokens trained (roughly as
+  ``steps ** -alpha``; Bjorck et al. 2024, arXiv 2409.19913). ``alpha`` is fitted from the
+  learning-rate family's short and rung results (the minimum of a quadratic in log lr at
+  each horizon), the way a campaign would fit it from its own proxy and rung trials; the
+  rung ranking's top three then also train at the long horizon with their learning rate
+  scaled by ``(long / short) ** -alpha``, and the regret of the best of three is compared
+  with and without the scaling.
 
 Trials are real trainer subprocesses, one at a time (``--parallel 1``), with ``--threads``
 intra-op threads. Results are cached in ``--out`` (a trial whose ``result.json`` exists is
@@ -30,13 +38,14 @@ long trial, over the recipes that have both figures so far. Long trials run in t
 best, worst, second best, second worst, ... of the short ranking, so a run stopped early has
 measured the proxy's picks (what regret and top-3 overlap need) and a spread of the rest.
 
-    python bench/fidelity.py [--long-steps 1000] [--short-steps 60] [--threads 1]
-                             [--out DIR] [--correct-lr --alpha 0.3]
+    python bench/fidelity.py [--preset tiny] [--long-steps 1000] [--short-steps 60]
+                             [--rung-steps N] [--rung-size 10] [--threads 1] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -50,12 +59,11 @@ import trial_process
 from recipelab.recipe import Recipe, proxy_recipe
 from recipelab.trainer.spec import TrialResult, TrialSpec
 
-SEED = 0
 TOP = 3
 
 
-def recipes(base: Recipe) -> dict[str, Recipe]:
-    """Sixteen recipes spread across the space, named by their edit of the baseline."""
+def recipes(base: Recipe, seed: int) -> dict[str, Recipe]:
+    """Eighteen recipes spread across the space, named by their edit of the baseline."""
     lr = base.optimizer.lr
     edits: dict[str, dict[str, object]] = {
         "baseline": {},
@@ -65,17 +73,23 @@ def recipes(base: Recipe) -> dict[str, Recipe]:
         "lr*3": {"optimizer.lr": lr * 3},
         "lr*10": {"optimizer.lr": lr * 10},
         "linear": {"schedule.kind": "linear"},
-        "wsd": {"schedule.kind": "constant-cooldown"},
+        "wsd": {"schedule.kind": "wsd"},
         "wd=0": {"optimizer.weight_decay": 0.0},
         "wd=0.3": {"optimizer.weight_decay": 0.3},
         "beta2=0.99": {"optimizer.beta2": 0.99},
         "beta2=0.9": {"optimizer.beta2": 0.9},
         "warmup=0": {"schedule.warmup_steps": 0},
         "warmup=20": {"schedule.warmup_steps": 20},
-        "lr/3+wsd": {"optimizer.lr": lr / 3, "schedule.kind": "constant-cooldown"},
+        "lr/3+wsd": {"optimizer.lr": lr / 3, "schedule.kind": "wsd"},
         "lr*3+wd=0.3": {"optimizer.lr": lr * 3, "optimizer.weight_decay": 0.3},
+        "z-loss": {"stability.z_loss": 1e-3},
+        "init/2": {"stability.init_std": base.stability.init_std / 2},
     }
-    return {name: base.apply({**edit, "seed": SEED}) for name, edit in edits.items()}
+    return {name: base.apply({**edit, "seed": seed}) for name, edit in edits.items()}
+
+
+LR_FAMILY = ("lr/10", "lr/3", "baseline", "lr*2", "lr*3", "lr*10")
+"""The recipes that differ from the baseline only in learning rate: the horizon rule's data."""
 
 
 def ranks(values: list[float]) -> np.ndarray:
@@ -161,27 +175,85 @@ def slug(name: str) -> str:
     return "".join(c if c.isalnum() or c == "-" else "_" for c in name)
 
 
-def print_table(names: list[str], short: dict[str, float], long: dict[str, float],
-                corrected: dict[str, float], long_steps: int, short_steps: int) -> None:
-    done = [n for n in names if n in short and n in long]
-    if len(done) < 2:
-        return
-    s, lg = [short[n] for n in done], [long[n] for n in done]
-    rs, rl = ranks(s), ranks(lg)
-    print(f"\n{'recipe':<14} {'@' + str(short_steps):>9} {'rank':>5} "
-          f"{'@' + str(long_steps):>9} {'rank':>5}")
-    for i, name in enumerate(done):
-        print(f"{name:<14} {s[i]:>9.4f} {rs[i]:>5.1f} {lg[i]:>9.4f} {rl[i]:>5.1f}")
-    rows = [("plain " + str(short_steps) + "-step", fidelity(done, s, lg))]
-    if all(n in corrected for n in done):
-        rows.append(("horizon-corrected lr",
-                     fidelity(done, [corrected[n] for n in done], lg)))
-    print(f"\n{len(done)} recipes, {short_steps} vs {long_steps} steps, seed {SEED} for all")
-    print(f"{'ranking':<24} {'spearman':>8} {'top-3':>6} {'regret':>8}  pick -> long best")
-    for label, f in rows:
-        print(f"{label:<24} {f.spearman:>8.3f} {f.top_overlap:>4}/{min(TOP, len(done))} "
+def rung_order(names: list[str], short: dict[str, float], rung: dict[str, float],
+               size: int) -> list[str]:
+    """The campaign's order with a middle rung: the short ranking's top ``size`` re-ranked by
+    their ``rung`` score, then the rest in their short order."""
+    by_short = sorted(names, key=lambda n: (short[n], n))
+    top = sorted(by_short[:size], key=lambda n: (rung.get(n, math.inf), n))
+    return top + by_short[size:]
+
+
+def position_scores(order: list[str]) -> dict[str, float]:
+    """Scores that rank ``order`` as given (its position), for :func:`fidelity`."""
+    return {name: float(i) for i, name in enumerate(order)}
+
+
+def power_law_at(losses: list[float | None], horizon: int) -> float:
+    """The loss a fitted ``a + b·t^-c`` predicts at step ``horizon``, from the second half of
+    a run's per-step losses (the first half is warm-up and the fast initial fall); ``inf``
+    when the curve is too short or not finite. ``c`` is searched on a grid and ``a, b`` are
+    a linear least-squares fit for each ``c``."""
+    values = np.asarray([math.inf if v is None else v for v in losses], dtype=float)
+    steps = np.arange(1, len(values) + 1, dtype=float)
+    half = len(values) // 2
+    t, y = steps[half:], values[half:]
+    if len(y) < 8 or not np.isfinite(y).all():
+        return math.inf
+    best: tuple[float, float] = (math.inf, math.inf)
+    for c in np.linspace(0.05, 2.0, 40):
+        design = np.stack([np.ones_like(t), t ** -c], axis=1)
+        (a, b), *_ = np.linalg.lstsq(design, y, rcond=None)
+        error = float(((design @ np.array([a, b]) - y) ** 2).sum())
+        if b >= 0 and error < best[0]:
+            best = (error, float(a + b * horizon ** -c))
+    return best[1]
+
+
+def best_log_lr(points: dict[float, float]) -> float | None:
+    """The log learning rate at the minimum of a quadratic fitted to (log lr, val_bpb),
+    within the measured range; None without three finite points or without a minimum."""
+    finite = {math.log(lr): v for lr, v in points.items() if math.isfinite(v)}
+    if len(finite) < 3:
+        return None
+    x, y = np.array(list(finite)), np.array(list(finite.values()))
+    curvature, slope, _ = np.polyfit(x, y, 2)
+    if curvature <= 0:
+        return None
+    return float(np.clip(-slope / (2 * curvature), x.min(), x.max()))
+
+
+def fit_alpha(lrs: dict[str, float], short: dict[str, float], rung: dict[str, float],
+              short_steps: int, rung_steps: int) -> float | None:
+    """The horizon rule's exponent: how fast the best learning rate falls from the short to
+    the rung horizon, ``ln(lr*_short / lr*_rung) / ln(rung / short)``, clamped to [0, 1]."""
+    at_short = best_log_lr({lrs[n]: short[n] for n in LR_FAMILY if n in short})
+    at_rung = best_log_lr({lrs[n]: rung[n] for n in LR_FAMILY if n in rung})
+    if at_short is None or at_rung is None:
+        return None
+    return min(1.0, max(0.0, (at_short - at_rung) / math.log(rung_steps / short_steps)))
+
+
+def print_rankings(names: list[str], rows: list[tuple[str, dict[str, float]]],
+                   long: dict[str, float], long_steps: int, seed: int) -> None:
+    done = [n for n in names if n in long]
+    print(f"\n{len(done)} recipes against their {long_steps}-step ranking, seed {seed} for all")
+    print(f"{'ranking':<28} {'spearman':>8} {'top-3':>6} {'regret':>8}  pick -> long best")
+    for label, scores in rows:
+        f = fidelity(done, [scores[n] for n in done], [long[n] for n in done])
+        print(f"{label:<28} {f.spearman:>8.3f} {f.top_overlap:>4}/{min(TOP, len(done))} "
               f"{f.regret:>8.4f}  {f.pick} -> {f.best}")
     sys.stdout.flush()
+
+
+def print_table(names: list[str], columns: list[tuple[str, dict[str, float]]]) -> None:
+    print(f"\n{'recipe':<14}" + "".join(f" {label:>9} {'rank':>5}" for label, _ in columns))
+    rank_of = [dict(zip(names, ranks([c.get(n, math.inf) for n in names]), strict=True))
+               for _, c in columns]
+    for name in names:
+        print(f"{name:<14}" + "".join(
+            f" {c.get(name, math.inf):>9.4f} {r[name]:>5.1f}"
+            for (_, c), r in zip(columns, rank_of, strict=True)))
 
 
 def main() -> None:
@@ -189,43 +261,66 @@ def main() -> None:
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--short-steps", type=int, default=60)
     parser.add_argument("--long-steps", type=int, default=1000)
+    parser.add_argument("--rung-steps", type=int, default=None,
+                        help="the middle rung's steps (default: geometric mean of short, long)")
+    parser.add_argument("--rung-size", type=int, default=10)
+    parser.add_argument("--eval-bytes", type=int, default=32_768,
+                        help="evaluation slice (at least the preset's), the same at every horizon")
+    parser.add_argument("--seed", type=int, default=0, help="the training seed of every trial")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--parallel", type=int, default=1, choices=[1],
-                        help="trials at a time (one: trials share no core)")
     parser.add_argument("--out", type=Path,
                         default=Path(tempfile.gettempdir()) / "recipelab-fidelity",
                         help="where trials run and their results are cached")
-    parser.add_argument("--correct-lr", action="store_true",
-                        help="also rank by short trials at a horizon-corrected learning rate")
-    parser.add_argument("--alpha", type=float, default=0.3,
-                        help="exponent of the horizon rule lr ~ steps ** -alpha")
     args = parser.parse_args()
+    rung_steps = args.rung_steps or round(math.sqrt(args.short_steps * args.long_steps))
 
     base = proxy_recipe(args.preset)
-    space = recipes(base)
+    base = base.apply({"eval_bytes": max(base.eval_bytes, args.eval_bytes)})
+    space = recipes(base, args.seed)
     names = list(space)
-    short: dict[str, float] = {}
+    out = args.out / f"{args.preset}-seed{args.seed}"
+    print(f"{len(names)} recipes on the {args.preset} preset: {args.short_steps}, {rung_steps} "
+          f"and {args.long_steps} steps, {args.threads} thread(s), eval {base.eval_bytes:,} B",
+          flush=True)
+
+    def run(name: str, steps: int, prefix: str, recipe: Recipe | None = None) -> TrialResult | None:
+        return trial(recipe or space[name], steps, out, f"{prefix}{steps}-{slug(name)}",
+                     args.threads)
+
+    short = {n: score(run(n, args.short_steps, "s")) for n in names}
+    rung_results = {n: run(n, rung_steps, "r") for n in names}
+    rung = {n: score(r) for n, r in rung_results.items()}
+    curve = {n: power_law_at(r.losses, args.long_steps) if r else math.inf
+             for n, r in rung_results.items()}
+    lrs = {n: space[n].optimizer.lr for n in names}
+    alpha = fit_alpha(lrs, short, rung, args.short_steps, rung_steps)
+    print(f"\nhorizon rule fitted from the learning-rate family at {args.short_steps} and "
+          f"{rung_steps} steps: alpha = {'none (no minimum)' if alpha is None else f'{alpha:.3f}'}")
+
+    with_rung = rung_order(names, short, rung, args.rung_size)
+    with_curve = rung_order(names, short, curve, args.rung_size)
     long: dict[str, float] = {}
-    corrected: dict[str, float] = {}
-    factor = (args.long_steps / args.short_steps) ** args.alpha
-    print(f"{len(names)} recipes on the {args.preset} preset; short {args.short_steps} steps, "
-          f"long {args.long_steps} steps, {args.threads} thread(s)", flush=True)
-    for name in names:
-        result = trial(space[name], args.short_steps, args.out, f"s{args.short_steps}-{slug(name)}",
-                       args.threads)
-        short[name] = score(result)
-    if args.correct_lr:
-        for name in names:
-            recipe = space[name]
-            scaled = recipe.apply({"optimizer.lr": recipe.optimizer.lr * factor})
-            result = trial(scaled, args.short_steps, args.out,
-                           f"c{args.short_steps}-{args.long_steps}-{slug(name)}", args.threads)
-            corrected[name] = score(result)
-    for name in from_both_ends(sorted(names, key=lambda n: (short[n], n))):
-        result = trial(space[name], args.long_steps, args.out, f"l{args.long_steps}-{slug(name)}",
-                       args.threads)
-        long[name] = score(result)
-        print_table(names, short, long, corrected, args.long_steps, args.short_steps)
+    for name in from_both_ends(with_rung):
+        long[name] = score(run(name, args.long_steps, "l"))
+    rows = [(f"plain {args.short_steps}-step", short),
+            (f"rung top-{args.rung_size}, last point", position_scores(with_rung)),
+            (f"rung top-{args.rung_size}, curve", position_scores(with_curve)),
+            (f"all at {rung_steps} steps", rung)]
+    print_table(names, [(f"@{args.short_steps}", short), (f"@{rung_steps}", rung),
+                        ("curve", curve), (f"@{args.long_steps}", long)])
+    print_rankings(names, rows, long, args.long_steps, args.seed)
+
+    best_long = min(long.values())
+    factor = (args.long_steps / args.short_steps) ** -(alpha or 0.0)
+    print(f"\nstress candidates (the rung's top {TOP}) at {args.long_steps} steps, as found and "
+          f"with lr x {factor:.3f}; regret against the best of the {len(names)}:")
+    scaled: dict[str, float] = {}
+    for name in with_rung[:TOP]:
+        recipe = space[name].apply({"optimizer.lr": space[name].optimizer.lr * factor})
+        scaled[name] = long[name] if factor == 1.0 else score(run(name, args.long_steps, "h", recipe))
+        print(f"  {name:<14} {long[name]:.4f} -> {scaled[name]:.4f}")
+    print(f"  best of {TOP}: as found regret {min(long[n] for n in scaled) - best_long:+.4f}, "
+          f"horizon-scaled regret {min(scaled.values()) - best_long:+.4f}")
 
 
 if __name__ == "__main__":

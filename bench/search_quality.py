@@ -14,7 +14,8 @@ The hybrid needs an OpenAI-compatible endpoint: ``--llm-base-url`` (or
 left out and the table says so. Trials run in this process, one thread, one after another.
 
     python bench/search_quality.py [--preset cpu] [--trials 16] [--seeds 3]
-        [--proposers tpe,cmaes,random,hybrid] [--llm-base-url URL] [--searchable shape.norm]
+        [--proposers tpe,cmaes,random,hybrid] [--llm-base-url URL]
+        [--llm-structured-output json_object] [--searchable shape.norm]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import random
 import statistics
 import tempfile
 from collections.abc import Sequence
+from typing import get_args
 
 import torch
 from rich.console import Console
@@ -36,7 +38,7 @@ from rich.table import Table
 from recipelab.guardrails import GuardContext, detect_device, judge
 from recipelab.proposer import ClassicalProposer, Observation, Proposer, default_space
 from recipelab.proposer.hybrid import HybridProposer
-from recipelab.proposer.llm import LLMConfig, LLMProposer
+from recipelab.proposer.llm import LLMConfig, LLMProposer, StructuredOutput
 from recipelab.proposer.space import SearchSpace
 from recipelab.recipe import (
     BASELINE_PROPOSER,
@@ -63,12 +65,18 @@ def train(recipe: Recipe, corpus: CorpusSpec, trial_id: str) -> Observation:
                        val_bpb=result.val_bpb, reason=result.reason)
 
 
+@dataclasses.dataclass(frozen=True)
+class SearchResult:
+    best: float
+    llm_trials: int  # trained trials the LLM proposed (not a classical fallback)
+
+
 def search(proposer: Proposer, baseline: Recipe, first: Observation, ctx: GuardContext,
-           corpus: CorpusSpec, trials: int, max_rejections: int) -> float:
+           corpus: CorpusSpec, trials: int, max_rejections: int) -> SearchResult:
     """The best val_bpb after ``trials`` trained trials (the baseline's included)."""
     history = [first]
     seen = {baseline.fingerprint()}
-    trained, rejections = 1, 0
+    trained, rejections, llm_trials = 1, 0, 0
     while trained < trials and rejections < max_rejections:
         proposals = proposer.propose(history, 1)
         if not proposals:
@@ -87,9 +95,10 @@ def search(proposer: Proposer, baseline: Recipe, first: Observation, ctx: GuardC
         seen.add(verdict.recipe.fingerprint())
         history.append(train(verdict.recipe, corpus, trial_id))
         trained += 1
+        llm_trials += proposals[0].proposer.startswith("llm") and proposals[0].fallback is None
     scores = [obs.val_bpb for obs in history if obs.val_bpb is not None
               and math.isfinite(obs.val_bpb)]
-    return min(scores) if scores else math.inf
+    return SearchResult(min(scores) if scores else math.inf, llm_trials)
 
 
 def interval(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
@@ -101,14 +110,16 @@ def interval(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
 
 
 def make_proposer(name: str, baseline: Recipe, space: SearchSpace, seed: int,
-                  target_description: str, llm_base_url: str | None) -> Proposer:
+                  target_description: str, llm_base_url: str | None,
+                  structured_output: StructuredOutput = "auto") -> Proposer:
     classical = ClassicalProposer(baseline, BASELINE_PROPOSER, space,
                                   sampler="tpe" if name == "hybrid" else name,  # type: ignore[arg-type]
                                   seed=seed)
     if name != "hybrid":
         return classical
     assert llm_base_url is not None
-    llm = LLMProposer(LLMConfig(base_url=llm_base_url), baseline, BASELINE_PROPOSER, space,
+    llm = LLMProposer(LLMConfig(base_url=llm_base_url, structured_output=structured_output),
+                      baseline, BASELINE_PROPOSER, space,
                       target_description)
     return HybridProposer(classical, llm, llm_share=0.3)
 
@@ -120,6 +131,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--proposers", default="tpe,cmaes,random,hybrid")
     parser.add_argument("--llm-base-url", default=os.environ.get("RECIPELAB_LLM_BASE_URL"))
+    parser.add_argument("--llm-structured-output", default="auto",
+                        choices=get_args(StructuredOutput),
+                        help="how the LLM's reply is constrained (llama.cpp: json_object)")
     parser.add_argument("--searchable", action="append", default=[])
     parser.add_argument("--max-rejections", type=int, default=25)
     args = parser.parse_args()
@@ -139,25 +153,28 @@ def main() -> None:
     console.print(f"baseline val_bpb {first.val_bpb:.4f}")
 
     table = Table(title=f"best val_bpb after {args.trials} trials (lower is better)")
-    for column in ("proposer", "mean", "95% interval", "per seed"):
+    for column in ("proposer", "mean", "95% interval", "per seed", "LLM's trials"):
         table.add_column(column)
     for name in args.proposers.split(","):
         if name == "hybrid" and not args.llm_base_url:
-            table.add_row(name, "-", "-", "no LLM endpoint (--llm-base-url)")
+            table.add_row(name, "-", "-", "no LLM endpoint (--llm-base-url)", "-")
             continue
-        bests = []
+        bests, llm_trials = [], 0
         for seed in range(args.seeds):
             proposer = make_proposer(name, baseline, space, seed, target.description,
-                                     args.llm_base_url)
+                                     args.llm_base_url, args.llm_structured_output)
             try:
-                bests.append(search(proposer, baseline, first, ctx, corpus, args.trials,
-                                    args.max_rejections))
+                found = search(proposer, baseline, first, ctx, corpus, args.trials,
+                               args.max_rejections)
+                bests.append(found.best)
+                llm_trials += found.llm_trials
             finally:
                 proposer.close()
             console.print(f"{name} seed {seed}: {bests[-1]:.4f}")
         low, high = interval(bests)
         table.add_row(name, f"{statistics.fmean(bests):.4f}", f"[{low:.4f}, {high:.4f}]",
-                      ", ".join(f"{b:.4f}" for b in bests))
+                      ", ".join(f"{b:.4f}" for b in bests),
+                      f"{llm_trials} of {args.seeds * (args.trials - 1)}" if name == "hybrid" else "-")
     console.print(table)
 
 
