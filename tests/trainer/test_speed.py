@@ -25,7 +25,7 @@ from recipelab.trainer.device import (
     to_device,
 )
 from recipelab.trainer.loop import build_optimizer
-from recipelab.trainer.model import GPT, Block
+from recipelab.trainer.model import GPT, Block, make_norm
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 
 TINY = proxy_recipe("tiny")
@@ -166,3 +166,74 @@ def test_attention_rotating_queries_and_keys_in_one_pass_equals_the_textbook_lay
     y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     expected = attn.out(y.transpose(1, 2).reshape(2, 32, H * hd))
     torch.testing.assert_close(attn(x), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_without_rotation_or_qk_norm_equals_the_textbook_layer() -> None:
+    """Learned positions: queries, keys and values come from one split of the projection."""
+    shape = TINY.shape.model_copy(update={"n_head": 4, "n_kv_head": 2, "position": "learned"})
+    torch.manual_seed(0)
+    block = GPT(shape, 32).blocks[0]
+    assert isinstance(block, Block)
+    attn = block.attn
+    x = torch.randn(2, 32, shape.d_model, requires_grad=True)
+    H, KV, hd = shape.n_head, shape.n_kv_head, shape.head_dim
+    q, k, v = attn.qkv(x).split([H * hd, KV * hd, KV * hd], dim=-1)
+    q = q.view(2, 32, H, hd).transpose(1, 2)
+    k = k.view(2, 32, KV, hd).transpose(1, 2).repeat_interleave(H // KV, dim=1)
+    v = v.view(2, 32, KV, hd).transpose(1, 2).repeat_interleave(H // KV, dim=1)
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = attn.out(y.transpose(1, 2).reshape(2, 32, H * hd))
+    torch.testing.assert_close(attn(x), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_swiglu_gives_autograds_outputs_and_gradients_bit_for_bit() -> None:
+    """The fused gate+up layer's hand-written backward runs autograd's own kernels, so a
+    SwiGLU recipe trains exactly as it did when autograd differentiated it."""
+    torch.manual_seed(0)
+    block = GPT(TINY.shape, 16).blocks[0]
+    assert isinstance(block, Block)
+    ffn = block.ffn
+    x = torch.randn(3, 16, TINY.shape.d_model, requires_grad=True)
+    grad = torch.randn(3, 16, TINY.shape.d_model)
+    leaves = (x, ffn.up.get_parameter("weight"), ffn.down.get_parameter("weight"))
+    got = ffn(x)
+    got.backward(grad)
+    got_grads = [leaf.grad for leaf in leaves]
+    for leaf in leaves:
+        leaf.grad = None
+    gate, value = ffn.up(x).split(ffn.hidden, dim=-1)
+    expected = ffn.down(torch.nn.functional.silu(gate) * value)
+    expected.backward(grad)
+    assert torch.equal(got, expected)
+    for mine, leaf in zip(got_grads, leaves, strict=True):
+        assert mine is not None and leaf.grad is not None and torch.equal(mine, leaf.grad)
+
+
+def test_rmsnorm_matches_torchs_output_bitwise_and_its_gradients() -> None:
+    """The written-out backward (the CPU fp32 path) against torch's ``nn.RMSNorm``: the same
+    output bits, the same state-dict key (older checkpoints load), gradients equal to
+    rounding."""
+    torch.manual_seed(0)
+    ours = make_norm("rmsnorm", 48)
+    theirs = torch.nn.RMSNorm(48, eps=1e-6)
+    torch.nn.init.normal_(theirs.weight)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(4, 16, 48, requires_grad=True)
+    grad = torch.randn(4, 16, 48)
+    got = ours(x)
+    assert got.grad_fn is not None and "RMSNorm" in type(got.grad_fn).__name__, "fast path"
+    got.backward(grad)
+    got_grads = (x.grad, ours.get_parameter("weight").grad)
+    x.grad = None
+    expected = theirs(x)
+    expected.backward(grad)
+    assert torch.equal(got, expected)
+    torch.testing.assert_close(got_grads[0], x.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_grads[1], theirs.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # torch's own note
+def test_rmsnorm_of_bf16_activations_keeps_torchs_upcasting_path() -> None:
+    ours = make_norm("rmsnorm", 32)
+    x = torch.randn(2, 8, 32).to(torch.bfloat16)
+    torch.testing.assert_close(ours(x), torch.nn.RMSNorm(32, eps=1e-6)(x), rtol=0, atol=0)

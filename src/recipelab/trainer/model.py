@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,8 +30,84 @@ def plain_linear(in_features: int, out_features: int) -> nn.Module:
 
 def make_norm(kind: str, width: int) -> nn.Module:
     if kind == "rmsnorm":
-        return nn.RMSNorm(width, eps=1e-6)
+        return RMSNorm(width, eps=1e-6)
     return nn.LayerNorm(width, eps=1e-5)
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """RMSNorm over the last dimension with its backward written out.
+
+    torch's CPU RMSNorm is a composite of six kernels whose autograd backward runs about a
+    dozen more, each a full pass over the activations; LayerNorm, by contrast, is one fused
+    kernel each way. The forward here runs the composite's own kernels in its order (so its
+    output is bitwise the same); the backward is the closed form
+    ``dx = rstd * (g*w - x_hat * mean(g*w * x_hat))``, ``dw = sum(g * x_hat)``, in fewer passes.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None,
+                eps: float) -> torch.Tensor:
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+        normed = x * rstd
+        ctx.save_for_backward(normed, rstd, weight)
+        return normed * weight if weight is not None else normed
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        normed, rstd, weight = ctx.saved_tensors
+        grad_weight = None
+        if weight is not None and ctx.needs_input_grad[1]:
+            grad_weight = (grad * normed).reshape(-1, normed.size(-1)).sum(0)
+        grad_normed = grad * weight if weight is not None else grad
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            mean = (grad_normed * normed).mean(-1, keepdim=True)
+            grad_x = (grad_normed - normed * mean).mul_(rstd)
+        return grad_x, grad_weight, None
+
+
+class RMSNorm(nn.RMSNorm):
+    """``nn.RMSNorm`` (same parameter, same state-dict key, bitwise the same output) with the
+    written-out backward of :class:`_RMSNormFunction` for fp32 on the CPU."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x.device.type != "cpu" or x.dtype != torch.float32
+                or tuple(self.normalized_shape) != (x.size(-1),)):
+            return super().forward(x)  # a GPU has a fused kernel; bf16 keeps torch's upcasting
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        out: torch.Tensor = _RMSNormFunction.apply(  # type: ignore[no-untyped-call]
+            x, self.weight, eps)
+        return out
+
+
+class _SwiGLUFunction(torch.autograd.Function):
+    """``silu(gate) * value`` of the fused gate+up projection's output ``h = [gate | value]``.
+
+    The same kernels autograd would run, in the same order (so the same bits), except that
+    both halves of the gradient are written straight into one ``h``-shaped tensor: autograd
+    would produce them separately and then copy them together (the backward of ``split``),
+    a full extra pass over the widest activation of the block.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, hidden: int) -> torch.Tensor:
+        gate, value = h.narrow(-1, 0, hidden), h.narrow(-1, hidden, hidden)
+        activated = F.silu(gate)
+        ctx.save_for_backward(h, activated)
+        ctx.hidden = hidden
+        out: torch.Tensor = activated * value
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        h, activated = ctx.saved_tensors
+        hidden = ctx.hidden
+        gate, value = h.narrow(-1, 0, hidden), h.narrow(-1, hidden, hidden)
+        grad_h = torch.empty_like(h)
+        grad_gate, grad_value = grad_h.narrow(-1, 0, hidden), grad_h.narrow(-1, hidden, hidden)
+        torch.mul(grad, activated, out=grad_value)
+        torch.ops.aten.silu_backward.grad_input(grad * value, gate, grad_input=grad_gate)
+        return grad_h, None
 
 
 class Rotary(nn.Module):
@@ -73,13 +150,16 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, KV = self.n_head, self.n_kv_head
         qkv = self.qkv(x).view(B, T, H + 2 * KV, self.head_dim)  # (B, T, H+2KV, hd)
-        qk, v = qkv.split([H + KV, KV], dim=2)
-        if self.q_norm is not None and self.k_norm is not None:
+        if self.rotary is None and self.q_norm is None:
+            q, k, v = qkv.split([H, KV, KV], dim=2)  # one split: one copy in the backward
+        else:
+            qk, v = qkv.split([H + KV, KV], dim=2)
+            if self.q_norm is not None and self.k_norm is not None:
+                q, k = qk.split([H, KV], dim=2)
+                qk = torch.cat((self.q_norm(q), self.k_norm(k)), dim=2)
+            if self.rotary is not None:
+                qk = self.rotary(qk)  # queries and keys in one pass
             q, k = qk.split([H, KV], dim=2)
-            qk = torch.cat((self.q_norm(q), self.k_norm(k)), dim=2)
-        if self.rotary is not None:
-            qk = self.rotary(qk)  # queries and keys in one pass
-        q, k = qk.split([H, KV], dim=2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, hd)
         y = F.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=self.n_kv_head != self.n_head)
@@ -99,8 +179,7 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)
         if self.activation == "swiglu":
-            gate, value = h.split(self.hidden, dim=-1)
-            h = F.silu(gate) * value
+            h = _SwiGLUFunction.apply(h, self.hidden)  # type: ignore[no-untyped-call]
         elif self.activation == "gelu":
             h = F.gelu(h, approximate="tanh")
         else:
