@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from recipelab.recipe import flatten
 from recipelab.text import clip, edit_json
 from recipelab.trajectory.analysis import knob_importance
+from recipelab.trajectory.horizon import fit_alpha
 from recipelab.trajectory.noise import SEED_RERUN_PROPOSER, baseline_seed_trials
 from recipelab.trajectory.record import TrialRecord
 
@@ -81,6 +82,7 @@ class Calibration:
     trials: tuple[PriorTrial, ...] = ()
     problems: tuple[CalibrationProblem, ...] = ()
     campaigns: tuple[str, ...] = field(default=())
+    horizon_fits: tuple[float, ...] = ()  # each campaign's fitted alpha (trajectory.horizon)
 
     def counts(self) -> dict[str, int]:
         """Trials by status, plus the campaigns and problems: the figures a log line needs."""
@@ -181,6 +183,7 @@ def load_calibration(paths: Iterable[str | Path]) -> Calibration:
     files, problems = trajectory_files(paths)
     trials: list[PriorTrial] = []
     campaigns: list[str] = []
+    horizon_fits: list[float] = []
     for path in files:
         records, bad_lines = _read_records(path)
         problems += bad_lines
@@ -194,7 +197,9 @@ def load_calibration(paths: Iterable[str | Path]) -> Calibration:
             trials += priors
             problems += campaign_problems
             campaigns.append(campaign)
-    return Calibration(tuple(trials), tuple(problems), tuple(campaigns))
+            if (alpha := fit_alpha(members)) is not None:
+                horizon_fits.append(alpha)
+    return Calibration(tuple(trials), tuple(problems), tuple(campaigns), tuple(horizon_fits))
 
 
 # -- the summary an LLM proposer reads ---------------------------------------------------------
