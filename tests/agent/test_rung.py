@@ -13,7 +13,8 @@ import pytest
 
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
-from recipelab.agent.status import campaign_status
+from recipelab.agent.status import _plan_text, campaign_status
+from recipelab.agent.window import MARGIN, TrialTimes, plan_window
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.trainer.spec import CurvePoint, TrialResult, TrialSpec
 from recipelab.trajectory.record import TrialRecord
@@ -188,3 +189,35 @@ def test_a_window_keeps_time_for_the_rung_so_its_stress_run_still_happens(
     assert summary.stress_runs == 1
     planned = events(tmp_path, "window_planned")
     assert planned and planned[0]["rung_runs"] == 4 and planned[0]["stress_runs"] == 1
+
+
+def test_the_rung_steps_default_to_the_geometric_mean_and_must_lie_between_the_fidelities(
+        tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={"stress_steps": 1000, "promote": 3,
+                                                "rung_size": 10})
+    assert settings.resolved_rung_steps(60) == 245
+    assert settings.rung_skip_reason(60) is None
+    assert settings.model_copy(update={"rung_steps": 500}).resolved_rung_steps(60) == 500
+    for steps in (60, 1000, 20):
+        reason = settings.model_copy(update={"rung_steps": steps}).rung_skip_reason(60)
+        assert reason is not None and "--rung-steps" in reason
+    assert "0" in (settings.model_copy(update={"rung_size": 0}).rung_skip_reason(60) or "")
+    assert "--promote 3" in (settings.model_copy(update={"rung_size": 3}).rung_skip_reason(60) or "")
+
+
+def test_the_window_plan_reserves_the_rung_in_waves_and_says_so() -> None:
+    deadline = datetime(2026, 1, 1, 8, 0, tzinfo=timezone.utc)
+    times = TrialTimes(fixed_s=1.0, per_step_s=0.1)
+    common = {"proxy_steps": 60, "stress_steps": 1000, "promote": 3, "fidelity": 0,
+              "noise_seeds": 1, "parallel": 2}
+    without = plan_window(deadline, times, **common)
+    with_rung = plan_window(deadline, times, rung_steps=245, rung_runs=10, **common)
+
+    rung_s = 1.0 + 0.1 * 245
+    assert with_rung.rung_s == pytest.approx(rung_s)
+    assert with_rung.phase2_s - without.phase2_s == pytest.approx(MARGIN * 5 * rung_s)
+    assert "10 rung runs of ~0.4 min" in with_rung.describe()
+    event = with_rung.as_event()
+    assert event["rung_runs"] == 10
+    text = _plan_text(event)
+    assert text is not None and "10 rung runs, 3 stress runs planned" in text
