@@ -542,7 +542,8 @@ def stress(
     fidelity: Annotated[int | None, typer.Option(
         help="also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement")] = None,
 ) -> None:
-    """Promote the best proxy trials to stress runs now (skips those already run)."""
+    """Promote the best proxy trials to stress runs now, through the middle rung when the
+    campaign has one (skips the runs already done)."""
     directory = campaign_dir(campaign)
     if settings_store.load(directory) is None:
         fail(f"no campaign at {directory}: start one with 'recipelab run'")

@@ -6,6 +6,7 @@ rung's order differ on demand (a real trainer cannot be made to disagree with it
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from recipelab.agent.window import MARGIN, TrialTimes, plan_window
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.trainer.spec import CurvePoint, TrialResult, TrialSpec
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.rung import rung_score
 
 from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
 
@@ -221,3 +223,25 @@ def test_the_window_plan_reserves_the_rung_in_waves_and_says_so() -> None:
     assert event["rung_runs"] == 10
     text = _plan_text(event)
     assert text is not None and "10 rung runs, 3 stress runs planned" in text
+
+
+def test_a_real_campaign_trains_its_rung_runs_in_trainer_processes(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    """The rung end to end on the real trainer: the trainer accepts a rung spec, keeps every
+    step's loss, checkpoints, and the stress run goes to the rung's best."""
+    settings = tiny_settings.model_copy(update={"iterations": 4, "promote": 1, "rung_size": 2})
+    edits = [{"optimizer.lr": 0.02}, {"optimizer.lr": 0.005}, {"optimizer.lr": 0.003}]
+
+    summary = Campaign(settings, tmp_path, proposer=ScriptedProposer(settings.baseline(), edits)).run()
+
+    records = [TrialRecord.model_validate(r) for r in read_jsonl(tmp_path / "trajectory.jsonl")]
+    rung = [r for r in records if r.kind == "rung"]
+    assert len(rung) == 2 and all(r.status == "complete" for r in rung)
+    for run in rung:
+        assert run.recipe["steps"] == 24 and len(run.measured.losses or []) == 24
+        assert [p["step"] for p in run.curve] == list(range(1, 25))
+        assert (tmp_path / "trials" / f"rung-{run.parent}" / "trial.log").exists()
+    best = min(rung, key=lambda r: (rung_score(r) or math.inf, r.parent or ""))
+    stress = [r for r in records if r.kind == "stress"]
+    assert [s.parent for s in stress] == [best.parent]
+    assert summary.rung_runs == 2

@@ -54,7 +54,7 @@ from recipelab.units import GIB
 
 PROXY_LOG_EVERY = 10
 STRESS_ATTEMPTS = 5
-"""Interruptions after which a stress run is given up. Each attempt resumes from the last
+"""Interruptions after which a stress (or rung) run is given up. Each attempt resumes from the last
 checkpoint, so a run killed with its orchestrator loses little; one that keeps being
 interrupted may itself be what brings the orchestrator down."""
 POLL_INTERVAL_S = 0.02
