@@ -205,6 +205,7 @@ def test_the_rung_steps_default_to_the_geometric_mean_and_must_lie_between_the_f
         assert reason is not None and "--rung-steps" in reason
     assert "0" in (settings.model_copy(update={"rung_size": 0}).rung_skip_reason(60) or "")
     assert "--promote 3" in (settings.model_copy(update={"rung_size": 3}).rung_skip_reason(60) or "")
+    assert "--promote is 0" in (settings.model_copy(update={"promote": 0}).rung_skip_reason(60) or "")
 
 
 def test_the_window_plan_reserves_the_rung_in_waves_and_says_so() -> None:

@@ -115,6 +115,8 @@ class CampaignSettings(StrictModel):
         """Why this campaign runs no middle rung, or None when it runs one."""
         if self.rung_size == 0:
             return "--rung-size is 0"
+        if self.promote == 0:
+            return "--promote is 0: there is no stress run for the rung to choose"
         if self.rung_size <= self.promote:
             return (f"--rung-size {self.rung_size} is not more than --promote {self.promote}: "
                     "the rung would have nothing to choose")
