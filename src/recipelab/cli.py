@@ -452,6 +452,12 @@ def run(
     stress_steps: Annotated[int | None, typer.Option(help="steps of each stress run")] = None,
     fidelity: Annotated[int | None, typer.Option(
         help="also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement")] = None,
+    rung_size: Annotated[int | None, typer.Option(
+        help="middle rung: train the top N candidates for --rung-steps and stress-run the "
+        "rung's best (default 10; 0, or not more than --promote, disables it)")] = None,
+    rung_steps: Annotated[int | None, typer.Option(
+        help="steps of each rung run, between the proxy's and --stress-steps (default: their "
+        "geometric mean, 245 for 60 and 1,000)")] = None,
     proposer: Annotated[str | None, typer.Option(
         help="classical, llm or hybrid (default: hybrid when an LLM is configured)")] = None,
     llm_base_url: Annotated[str | None, typer.Option(
@@ -536,7 +542,8 @@ def stress(
     fidelity: Annotated[int | None, typer.Option(
         help="also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement")] = None,
 ) -> None:
-    """Promote the best proxy trials to stress runs now (skips those already run)."""
+    """Promote the best proxy trials to stress runs now, through the middle rung when the
+    campaign has one (skips the runs already done)."""
     directory = campaign_dir(campaign)
     if settings_store.load(directory) is None:
         fail(f"no campaign at {directory}: start one with 'recipelab run'")

@@ -22,9 +22,11 @@ from recipelab.trainer.spec import CorpusSpec
 
 @pytest.fixture
 def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
+    """Phase 2 without the middle rung (rung_size 0): the specifications of the rung set it
+    themselves (tests/agent/test_rung.py)."""
     return CampaignSettings(name="tiny", preset="tiny", iterations=3, promote=1,
                             stress_steps=30, stress_log_every=10, stress_checkpoint_every=10,
-                            corpus=corpus, trial_timeout_s=120, noise_seeds=1)
+                            corpus=corpus, trial_timeout_s=120, noise_seeds=1, rung_size=0)
 
 
 FAKE_STEP_S = 2e-3

@@ -1,4 +1,4 @@
-"""The campaign loop: propose, check, train, record; then promote finalists to stress runs.
+"""The campaign loop: propose, check, train, record; then the middle rung; then stress runs.
 
 :class:`Campaign` is the scheduler. It decides what runs next and when to stop; everything
 it decides from is read from a :class:`~recipelab.trajectory.ledger.Ledger` of the records,
@@ -10,12 +10,17 @@ The agent is the only writer of the trajectory. Its state lives in the store, ne
 memory, so that ``recipelab run`` after any crash (or a kill -9) picks up where it stopped:
 trials left running become ``interrupted`` and run once more, stress runs continue from
 their checkpoints, and a completed trial is never run or recorded twice.
+
+Phase 2 climbs in fidelity: seed re-runs settle close finalists, the **middle rung** trains
+the top ``rung_size`` candidates for ``rung_steps`` (a 60-step lead is a weak guide to which
+recipes deserve 1,000 steps), and the stress runs go to the rung's best.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,7 +54,7 @@ from recipelab.units import GIB
 
 PROXY_LOG_EVERY = 10
 STRESS_ATTEMPTS = 5
-"""Interruptions after which a stress run is given up. Each attempt resumes from the last
+"""Interruptions after which a stress (or rung) run is given up. Each attempt resumes from the last
 checkpoint, so a run killed with its orchestrator loses little; one that keeps being
 interrupted may itself be what brings the orchestrator down."""
 POLL_INTERVAL_S = 0.02
@@ -68,6 +73,7 @@ class CampaignSummary:
     noise: NoiseFloor | None = None  # measured from the baseline's seeds
     winner: Winner | None = None  # named by the highest-fidelity evidence (see Ledger)
     failing: str | None = None  # the reason a run of failed trials stopped the campaign
+    rung_runs: int = 0
 
 
 class Campaign:
@@ -132,7 +138,8 @@ class Campaign:
         return CampaignSummary(
             proxy_trials=counts.trained, rejected=counts.rejected,
             stress_runs=counts.stress_trained, best=ledger.best, stopped_early=stopped_early,
-            noise=ledger.noise, winner=ledger.winner, failing=self.failures.failing)
+            noise=ledger.noise, winner=ledger.winner, failing=self.failures.failing,
+            rung_runs=counts.rung_trained)
 
     # -- the search ---------------------------------------------------------------------------
 
@@ -252,24 +259,89 @@ class Campaign:
                              proposer=proposal.proposer)
         return saved
 
-    # -- Phase 2: seed re-runs and stress runs -------------------------------------------------
+    # -- Phase 2: seed re-runs, the middle rung, stress runs -----------------------------------
 
     def promote(self) -> None:
-        """Stress-run the stress candidates, up to ``parallel`` at a time; one lost while
-        running is resumed from its checkpoint."""
+        """Settle close finalists, run the middle rung, then stress-run the stress candidates
+        (chosen by the rung when it ran; see :class:`Ledger`)."""
         self._settle_close_finalists()
-        candidates = self.ledger.stress_candidates
+        self._rung()
+        self._in_waves("stress", self.ledger.stress_candidates, self._stress)
+
+    def _in_waves(self, kind: str, candidates: Sequence[TrialRecord],
+                  start: Callable[[TrialRecord], None]) -> None:
+        """Start a run of ``kind`` for each candidate, up to ``parallel`` at a time; one lost
+        while running is started again (``start`` resumes it from its checkpoint)."""
         queue = list(candidates)
         while True:
             for record in self.book.poll(cancel=self.stops.cancel):
-                if (record.kind == "stress" and record.status == "interrupted"
+                if (record.kind == kind and record.status == "interrupted"
                         and not self.stops.cancel):
                     queue += [f for f in candidates if f.trial_id == record.parent]
             while queue and not self.stops.stop and len(self.book.inflight) < self.settings.parallel:
-                self._stress(queue.pop(0))
+                start(queue.pop(0))
             if not self.book.inflight and (not queue or self.stops.stop):
                 return
             time.sleep(POLL_INTERVAL_S)
+
+    def _rung(self) -> None:
+        """Train the rung candidates for the rung's steps, unless the rung is off or has
+        nothing to choose (``rung_skipped`` says why)."""
+        candidates = self.ledger.rung_candidates
+        reason = self.settings.rung_skip_reason(self.baseline.steps)
+        if reason is None and len(candidates) <= self.settings.promote:
+            reason = (f"only {len(candidates)} candidate(s), not more than --promote "
+                      f"{self.settings.promote}: the rung would have nothing to choose")
+        if reason is not None:
+            self.log.info("rung_skipped", reason=reason)
+            return
+        self._in_waves("rung", candidates, self._rung_run)
+
+    def _rung_run(self, candidate: TrialRecord) -> None:
+        steps = self.settings.resolved_rung_steps(self.baseline.steps)
+        interrupted = self._longer_run_due(candidate, self.ledger.rung_runs_of(candidate.trial_id),
+                                           "rung", steps)
+        if interrupted is None:
+            return
+        trial_id = self.ledger.next_id("r")
+        self.log.info("rung_started", trial_id=trial_id, parent=candidate.trial_id, steps=steps)
+        self._launch_longer(candidate, trial_id, "rung", steps, interrupted,
+                            log_every=max(1, steps // STRESS_CURVE_POINTS))
+
+    def _longer_run_due(self, candidate: TrialRecord, runs: Sequence[TrialRecord], kind: str,
+                        steps: int) -> list[TrialRecord] | None:
+        """The candidate's interrupted runs of ``kind`` when another is due; None (with an
+        event when it is news) when one already trained, the attempts are spent, or it cannot
+        finish before the deadline."""
+        if any(r.trained for r in runs):
+            return None
+        interrupted = [r for r in runs if r.status == "interrupted"]
+        if len(interrupted) >= STRESS_ATTEMPTS:
+            self.log.warning(f"{kind}_given_up", trial_id=candidate.trial_id,
+                             attempts=len(interrupted))
+            return None
+        if not self.deadline.fits(self.ledger.proxies, steps):
+            self.log.info(f"{kind}_skipped", trial_id=candidate.trial_id,
+                          reason="cannot finish before the campaign's deadline")
+            return None
+        return interrupted
+
+    def _launch_longer(self, candidate: TrialRecord, trial_id: str, kind: str, steps: int,
+                       interrupted: Sequence[TrialRecord], *, log_every: int) -> None:
+        """Launch ``candidate``'s recipe for ``steps`` as a checkpointed run of ``kind`` that
+        resumes an interrupted one from its folder (``trials/<kind>-<candidate id>``)."""
+        recipe = Recipe.model_validate(candidate.recipe).apply({"steps": steps})
+        record = TrialRecord(
+            campaign=self.settings.name, trial_id=trial_id, iteration=candidate.iteration,
+            kind=kind, status="queued", recipe=recipe.model_dump(mode="json"),
+            fingerprint=recipe.fingerprint(), parent=candidate.trial_id,
+            proposer=candidate.proposer, hypothesis=candidate.hypothesis, edit=candidate.edit,
+            retry_of=interrupted[0].trial_id if interrupted else None)
+        self.book.launch(
+            record, recipe, log_every=log_every,
+            checkpoint_every=self.settings.stress_checkpoint_every, resume=True,
+            out_dir=self.directory / TRIALS_DIR / f"{kind}-{candidate.trial_id}",
+            timeout_s=self.settings.trial_timeout_s * max(1.0, steps / self.baseline.steps))
 
     def _settle_close_finalists(self) -> None:
         """Re-run with more seeds the finalists whose lead is within the noise floor, so the
@@ -287,36 +359,18 @@ class Campaign:
             time.sleep(POLL_INTERVAL_S)
 
     def _stress(self, finalist: TrialRecord) -> None:
-        runs = self.ledger.stress_runs_of(finalist.trial_id)
-        if any(r.trained for r in runs):
-            return
-        interrupted = [r for r in runs if r.status == "interrupted"]
-        if len(interrupted) >= STRESS_ATTEMPTS:
-            self.log.warning("stress_given_up", trial_id=finalist.trial_id,
-                             attempts=len(interrupted))
-            return
         steps = self.settings.stress_steps
-        if not self.deadline.fits(self.ledger.proxies, steps):
-            self.log.info("stress_skipped", trial_id=finalist.trial_id,
-                          reason="cannot finish before the campaign's deadline")
+        interrupted = self._longer_run_due(finalist, self.ledger.stress_runs_of(finalist.trial_id),
+                                           "stress", steps)
+        if interrupted is None:
             return
-        recipe = Recipe.model_validate(finalist.recipe).apply({"steps": steps})
         trial_id = self.ledger.next_id("s")
         self.log.info("promoted", trial_id=trial_id, parent=finalist.trial_id,
                       val_bpb=finalist.val_bpb, steps=steps,
-                      **noise_marks(finalist.val_bpb, self.ledger.noise, recipe.seed))
-        record = TrialRecord(
-            campaign=self.settings.name, trial_id=trial_id, iteration=finalist.iteration,
-            kind="stress", status="queued", recipe=recipe.model_dump(mode="json"),
-            fingerprint=recipe.fingerprint(), parent=finalist.trial_id,
-            proposer=finalist.proposer, hypothesis=finalist.hypothesis, edit=finalist.edit,
-            retry_of=interrupted[0].trial_id if interrupted else None)
-        self.book.launch(
-            record, recipe, log_every=min(self.settings.stress_log_every,
-                                          max(1, steps // STRESS_CURVE_POINTS)),
-            checkpoint_every=self.settings.stress_checkpoint_every, resume=True,
-            out_dir=self.directory / TRIALS_DIR / f"stress-{finalist.trial_id}",
-            timeout_s=self.settings.trial_timeout_s * max(1.0, steps / self.baseline.steps))
+                      **noise_marks(finalist.val_bpb, self.ledger.noise, finalist.recipe.get("seed")))
+        self._launch_longer(finalist, trial_id, "stress", steps, interrupted,
+                            log_every=min(self.settings.stress_log_every,
+                                          max(1, steps // STRESS_CURVE_POINTS)))
 
     # -- the whole campaign ------------------------------------------------------------------
 
@@ -381,7 +435,8 @@ class Campaign:
             self.promote()
         summary = self.summary(stopped_early=self.stops.stop)
         self.log.info("campaign_finished", proxy_trials=summary.proxy_trials,
-                      rejected=summary.rejected, stress_runs=summary.stress_runs,
+                      rejected=summary.rejected, rung_runs=summary.rung_runs,
+                      stress_runs=summary.stress_runs,
                       best_trial=summary.best.trial_id if summary.best else None,
                       best_val_bpb=summary.best.val_bpb if summary.best else None,
                       winner=summary.winner.record.trial_id if summary.winner else None,

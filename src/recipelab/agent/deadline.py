@@ -47,9 +47,12 @@ class Deadline:
     def _plan(self, times: TrialTimes) -> WindowPlan:
         assert self.at is not None
         s = self.settings
+        rung = s.rung_skip_reason(self.proxy_steps) is None
         return plan_window(self.at, times, proxy_steps=self.proxy_steps,
                            stress_steps=s.stress_steps, promote=s.promote, fidelity=s.fidelity,
-                           noise_seeds=s.noise_seeds, parallel=s.parallel)
+                           noise_seeds=s.noise_seeds, parallel=s.parallel,
+                           rung_steps=s.resolved_rung_steps(self.proxy_steps) if rung else 0,
+                           rung_runs=s.rung_size if rung else 0)
 
     def initial_plan(self, proxies: Sequence[TrialRecord]) -> WindowPlan | None:
         """The plan from trials a resumed campaign already measured (for its start event)."""
@@ -114,5 +117,5 @@ class Deadline:
             self.search_spent = True
             self.log.info("search_window_spent", search_until=plan.search_until.isoformat(),
                           reason="the rest of the window is kept for Phase 2 (seed re-runs, "
-                          "stress runs)")
+                          "rung runs, stress runs)")
         return False

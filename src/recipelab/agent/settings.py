@@ -8,6 +8,7 @@ proposer, promotion) may.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from datetime import datetime, time, timedelta
@@ -44,6 +45,9 @@ class CampaignSettings(StrictModel):
     stress_log_every: int = Field(default=50, ge=1)
     stress_checkpoint_every: int = Field(default=50, ge=1)
     fidelity: int = Field(default=0, ge=0)  # mid-ranked trials stress-run besides the finalists
+    # the middle rung: the top candidates trained for rung_steps before the stress runs
+    rung_size: int = Field(default=10, ge=0)
+    rung_steps: int | None = Field(default=None, ge=1)  # None: see resolved_rung_steps
     proposer: Literal["classical", "llm", "hybrid"] | None = None  # None: hybrid with an LLM
     llm_base_url: str | None = None
     llm_model: str | None = None
@@ -98,6 +102,29 @@ class CampaignSettings(StrictModel):
         """Whether a trial of ``kind`` is compiled: stress runs when ``compile_stress`` is
         set; never a 60-step proxy, which ends before compiling pays for itself."""
         return self.compile_stress and kind == "stress"
+
+    def resolved_rung_steps(self, proxy_steps: int) -> int:
+        """The rung runs' steps: ``rung_steps``, or the geometric mean of the proxy's and the
+        stress runs' steps (60 and 1,000 give 245), halfway between them on the log scale
+        where loss curves are compared."""
+        if self.rung_steps is not None:
+            return self.rung_steps
+        return round(math.sqrt(proxy_steps * self.stress_steps))
+
+    def rung_skip_reason(self, proxy_steps: int) -> str | None:
+        """Why this campaign runs no middle rung, or None when it runs one."""
+        if self.rung_size == 0:
+            return "--rung-size is 0"
+        if self.promote == 0:
+            return "--promote is 0: there is no stress run for the rung to choose"
+        if self.rung_size <= self.promote:
+            return (f"--rung-size {self.rung_size} is not more than --promote {self.promote}: "
+                    "the rung would have nothing to choose")
+        steps = self.resolved_rung_steps(proxy_steps)
+        if not proxy_steps < steps < self.stress_steps:
+            return (f"rung steps {steps} are not between the proxy's {proxy_steps} and "
+                    f"--stress-steps {self.stress_steps}: give --rung-steps a value between them")
+        return None
 
     def deadline(self, started: datetime) -> datetime | None:
         """When launching must stop: ``--hours`` after start, or the next ``--until`` time."""

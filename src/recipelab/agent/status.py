@@ -41,9 +41,14 @@ class StatusView:
             return None
         w = self.winner
         mark = " (within noise of the baseline)" if w.within_noise else ""
-        evidence = (f"; its stress run {w.stress.trial_id} stayed stable at val_bpb "
-                    f"{w.stress.val_bpb:.4f}" if w.stress is not None and w.stress.val_bpb is not None
-                    else "; no stable stress run yet (provisional)")
+        if w.stress is not None and w.stress.val_bpb is not None:
+            evidence = (f"; its stress run {w.stress.trial_id} stayed stable at val_bpb "
+                        f"{w.stress.val_bpb:.4f}")
+        elif w.rung is not None and w.rung.val_bpb is not None:
+            evidence = (f"; best in the rung ({w.rung.trial_id}, val_bpb {w.rung.val_bpb:.4f}), "
+                        "no stable stress run yet (provisional)")
+        else:
+            evidence = "; no stable stress run yet (provisional)"
         return (f"winner: {w.record.trial_id}, mean val_bpb {w.mean_val_bpb:.4f} over "
                 f"{w.seeds} seed{'s' if w.seeds != 1 else ''}{mark}{evidence}")
 
@@ -53,7 +58,7 @@ def progress_line(settings: CampaignSettings, ledger: Ledger) -> str:
 
     A finalist's seed re-runs are part of promotion, so they are shown apart and never
     against the budget; an interrupted trial is counted as interrupted, and its one re-run
-    (when trained) among the trained; stress runs are counted on their own.
+    (when trained) among the trained; rung runs and stress runs are counted on their own.
     """
     c = ledger.counts()
     details = [f"{c.failed} failed"] if c.failed else []
@@ -64,6 +69,8 @@ def progress_line(settings: CampaignSettings, ledger: Ledger) -> str:
     line = f"{c.trained}{budget} proxy trials trained"
     line += f" ({', '.join(details)})" if details else ""
     line += f", {c.rejected} rejected" if c.rejected else ""
+    line += (f", +{c.rung_trained} rung run{'s' if c.rung_trained != 1 else ''}"
+             if c.rung_trained else "")
     line += (f", {c.stress_trained} stress run{'s' if c.stress_trained != 1 else ''}"
              if c.stress_total else "")
     line += f", {c.running} running" if c.running else ""
@@ -90,13 +97,17 @@ def _plan_text(event: dict[str, Any]) -> str | None:
                            datetime.fromisoformat(str(event["deadline"])))
     except (KeyError, ValueError):
         return None
-    runs = event.get("stress_runs")
-    return f"{split} ({runs} stress runs planned)" if isinstance(runs, int) else split
+    runs, rung = event.get("stress_runs"), event.get("rung_runs")
+    if not isinstance(runs, int):
+        return split
+    rung_text = f"{rung} rung runs, " if isinstance(rung, int) and rung else ""
+    return f"{split} ({rung_text}{runs} stress runs planned)"
 
 
 def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
                     window: str | None = None) -> StatusView:
-    ledger = Ledger(records, promote=settings.promote, fidelity=settings.fidelity)
+    ledger = Ledger(records, promote=settings.promote, fidelity=settings.fidelity,
+                    rung_size=settings.rung_size)
     walls = [wall for r in ledger.search_trials if (wall := r.measured.wall_s) is not None]
     eta = ""
     left = max(0, (settings.iterations or 0) - len(ledger.search_trials))

@@ -79,7 +79,8 @@ class TrialBook:
         """The records as a :class:`Ledger`, read from the store once per change."""
         if self._ledger is None:
             self._ledger = Ledger(self.store.records(), promote=self.settings.promote,
-                                  fidelity=self.settings.fidelity)
+                                  fidelity=self.settings.fidelity,
+                                  rung_size=self.settings.rung_size)
         return self._ledger
 
     def write(self, record: TrialRecord) -> None:
@@ -149,7 +150,7 @@ class TrialBook:
             fields["message"] = result.message or verdict.explanation
             self.log.info("stress_verdict", trial_id=record.trial_id, parent=record.parent,
                           verdict=verdict.verdict, explanation=verdict.explanation)
-        elif record.proposer != BASELINE_PROPOSER:
+        elif record.kind == "proxy" and record.proposer != BASELINE_PROPOSER:
             fields["metrics"].update(noise_marks(fields["val_bpb"], self.ledger.noise, recipe.seed))
         return self.finish(record, **fields)
 

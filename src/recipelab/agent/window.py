@@ -1,10 +1,10 @@
 """Planning a time window (``--hours``/``--until``): how long to search so Phase 2 still fits.
 
 A campaign bounded by a deadline has two phases: the proxy search, then Phase 2 (seed
-re-runs of close finalists, then the stress runs). If the search filled the window, every
-stress run would be skipped for lack of time, and an overnight campaign would end without
-the one check that catches late divergence. So the search stops launching at
-``search_until``: the deadline minus what Phase 2 is expected to take.
+re-runs of close finalists, the middle rung's runs, then the stress runs). If the search
+filled the window, every stress run would be skipped for lack of time, and an overnight
+campaign would end without the one check that catches late divergence. So the search stops
+launching at ``search_until``: the deadline minus what Phase 2 is expected to take.
 
 Phase 2's time comes from the proxy trials already measured: a trial's wall time is split
 into a fixed part (process start, data, evaluation) and a per-step part (``train_s`` over
@@ -106,6 +106,8 @@ class WindowPlan:
     reruns: int
     stress_runs: int
     parallel: int
+    rung_s: float = 0.0  # one rung run
+    rung_runs: int = 0
 
     def search_may_launch(self, now: datetime) -> bool:
         """Whether a proxy trial started now ends before Phase 2 must start."""
@@ -120,8 +122,11 @@ class WindowPlan:
 
     def describe(self) -> str:
         """The split in local clock times, e.g. ``search until 05:40, stress 05:40–08:00``."""
-        return (f"{split_text(self.search_until, self.deadline)} ({self.stress_runs} stress "
-                f"run{'s' if self.stress_runs != 1 else ''} of ~{self.stress_s / 60:.1f} min"
+        return (f"{split_text(self.search_until, self.deadline)} ("
+                + (f"{self.rung_runs} rung run{'s' if self.rung_runs != 1 else ''} of "
+                   f"~{self.rung_s / 60:.1f} min, " if self.rung_runs else "")
+                + f"{self.stress_runs} stress run{'s' if self.stress_runs != 1 else ''} of "
+                f"~{self.stress_s / 60:.1f} min"
                 + (f", up to {self.reruns} seed re-runs" if self.reruns else "")
                 + (f", {self.parallel} at a time" if self.parallel > 1 else "") + ")")
 
@@ -131,6 +136,7 @@ class WindowPlan:
                 "proxy_s": round(self.proxy_s, 2), "stress_s": round(self.stress_s, 2),
                 "phase2_s": round(self.phase2_s, 2), "reruns": self.reruns,
                 "stress_runs": self.stress_runs, "parallel": self.parallel,
+                "rung_s": round(self.rung_s, 2), "rung_runs": self.rung_runs,
                 "plan": self.describe()}
 
 
@@ -141,21 +147,26 @@ def split_text(search_until: datetime, deadline: datetime) -> str:
 
 
 def plan_window(deadline: datetime, times: TrialTimes, *, proxy_steps: int, stress_steps: int,
-                promote: int, fidelity: int, noise_seeds: int, parallel: int) -> WindowPlan:
+                promote: int, fidelity: int, noise_seeds: int, parallel: int,
+                rung_steps: int = 0, rung_runs: int = 0) -> WindowPlan:
     """Reserve Phase 2's time at the end of the window.
 
-    Phase 2 is the seed re-runs (in waves of ``parallel``), then the stress runs (the
-    ``promote`` finalists and ``fidelity`` mid-ranked trials, in waves of ``parallel``).
+    Phase 2 is the seed re-runs (in waves of ``parallel``), the ``rung_runs`` rung runs of
+    ``rung_steps`` (in waves of ``parallel``; none when the rung is off), then the stress runs
+    (the ``promote`` finalists and ``fidelity`` mid-ranked trials, in waves of ``parallel``).
     """
     proxy_s = times.seconds(proxy_steps)
     stress_s = times.seconds(stress_steps)
+    rung_s = times.seconds(rung_steps) if rung_runs else 0.0
     reruns = expected_reruns(promote, noise_seeds) if promote else 0
     stress_runs = promote + fidelity
     phase2_s = MARGIN * (math.ceil(reruns / parallel) * proxy_s
+                         + math.ceil(rung_runs / parallel) * rung_s
                          + math.ceil(stress_runs / parallel) * stress_s) + REPORT_RESERVE_S
     return WindowPlan(deadline=deadline, search_until=deadline - timedelta(seconds=phase2_s),
                       proxy_s=proxy_s, stress_s=stress_s, phase2_s=phase2_s, reruns=reruns,
-                      stress_runs=stress_runs, parallel=parallel)
+                      stress_runs=stress_runs, parallel=parallel, rung_s=rung_s,
+                      rung_runs=rung_runs)
 
 
 def too_short_message(plan: WindowPlan, now: datetime, stress_steps: int) -> str:

@@ -77,7 +77,8 @@ def stress_curves(panels: Sequence[StressPanel]) -> bytes:
         ax.plot(panel.steps, panel.losses, marker=".", label="loss")
         if panel.fit is not None and panel.steps:
             fit = panel.fit
-            xs = [panel.steps[0] + (panel.steps[-1] - panel.steps[0]) * i / 50 for i in range(51)]
+            first = max(panel.steps[0], 1.0)  # the law is fitted, and defined, from step 1
+            xs = [first + (panel.steps[-1] - first) * i / 50 for i in range(51)]
             ax.plot(xs, [fit(x) for x in xs], linestyle="--", color="black", linewidth=1,
                     label="power-law fit")
         ax.set_title(f"{panel.trial_id} (from {panel.parent}): {panel.verdict or 'no verdict'}",

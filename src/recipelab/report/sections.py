@@ -22,6 +22,7 @@ from recipelab.report.prediction import bytes_per_token, predict
 from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
 from recipelab.text import edit_text
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.noise import NoiseFloor, noise_floor, paired_gain
 from recipelab.trajectory.record import TrialRecord
 from recipelab.units import MIB
@@ -53,6 +54,7 @@ def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloo
     scored = sorted(scored_proxies(records), key=lambda r: (r.val_bpb, r.trial_id))
     items = [f"target: {ctx.target.name} ({ctx.target.params:,} parameters); proxy preset: {ctx.preset}",
              "proxy trials: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none yet"),
+             f"rung runs: {sum(r.kind == 'rung' and r.is_terminal for r in records)}",
              f"stress runs: {sum(r.kind == 'stress' and r.is_terminal for r in records)}"]
     if scored:
         best = scored[0]
@@ -124,6 +126,37 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
         blocks.append(Paragraph("Gains are not marked: the noise floor needs the baseline trained with "
                                 "at least two seeds."))
     return Section("Top 10 proxy trials", tuple(blocks))
+
+
+def rung_runs(records: Sequence[TrialRecord]) -> Section:
+    """The middle rung: each candidate's proxy val_bpb beside its rung run's, and how far the
+    rung moved it in the ranking (a positive change climbed; ``excluded`` did not score)."""
+    title = "Middle rung"
+    runs = {r.parent: r for r in records if r.kind == "rung" and r.parent and r.is_terminal}
+    if not runs:
+        return Section(title, (Paragraph(
+            "No rung runs: after the search the top candidates (--rung-size) are trained for "
+            "--rung-steps and the stress runs go to the rung's best; the rung is off, had "
+            "nothing to choose, or has not run yet."),))
+    ledger = Ledger(records)
+    proxy_order = [r for r in ledger.ranked if r.trial_id in runs]
+    rung_rank = {r.trial_id: i for i, r in enumerate(ledger.rung_ranked, start=1)}
+    rows = []
+    for proxy_rank, candidate in enumerate(proxy_order, start=1):
+        best = ledger.best_rung_run(candidate.trial_id)
+        run = best[1] if best is not None else runs[candidate.trial_id]
+        rank = rung_rank.get(candidate.trial_id)
+        change = "excluded" if rank is None else f"{proxy_rank - rank:+d}"
+        rows.append((candidate.trial_id, _fmt(candidate.val_bpb), run.trial_id, run.status,
+                     _fmt(run.val_bpb), str(proxy_rank), "—" if rank is None else str(rank),
+                     change))
+    steps = next((r.recipe.get("steps") for r in runs.values()), None)
+    return Section(title, (
+        Paragraph(f"The top candidates of the proxy ranking, each trained for {steps} steps; the "
+                  "stress runs go to the best of this ranking. A run that did not complete, or "
+                  "whose loss at the end was above its loss at the start, is excluded."),
+        Table(("proxy trial", "proxy val_bpb", "rung run", "status", "rung val_bpb",
+               "proxy rank", "rung rank", "rank change"), tuple(rows))))
 
 
 def stress_runs(records: Sequence[TrialRecord]) -> Section:
@@ -325,6 +358,7 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
 def build_document(records: Sequence[TrialRecord], ctx: ReportContext) -> Document:
     noise = noise_floor(records)
     sections = [summary(records, ctx, noise), progress(records, noise), top_trials(records, noise),
-                stress_runs(records), importance(records), *reasons(records), resources(records),
-                energy(records), rank_agreement(records), recommendation(records, ctx, noise)]
+                rung_runs(records), stress_runs(records), importance(records), *reasons(records),
+                resources(records), energy(records), rank_agreement(records),
+                recommendation(records, ctx, noise)]
     return Document(f"recipelab report: campaign {ctx.campaign}", tuple(sections))

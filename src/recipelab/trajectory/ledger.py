@@ -12,13 +12,20 @@ never disagree:
   never candidates;
 - **candidates**: complete proxy trials with a finite val_bpb that are not extra seeds,
   ranked by (val_bpb, trial id); **best** is the first, **finalists** the first ``promote``;
-- **stress candidates**: the finalists, then ``fidelity`` trials spread over the rest of the
-  ranking, so proxy-to-stress agreement is measured on more than the top few;
+- **rung candidates**: the first ``rung_size`` candidates, each trained once more for the
+  rung's steps (a **rung run**, kind ``rung``); **rung ranked**: the candidates with a
+  scored rung run (:func:`~recipelab.trajectory.rung.rung_score`: complete, finite, not
+  diverged), by that score then trial id;
+- **stress candidates**: the first ``promote`` of the rung ranking when the rung ran (at
+  least one scored rung run), else the finalists; then ``fidelity`` trials spread over the
+  rest of the proxy ranking, so proxy-to-stress agreement is measured on more than the top
+  few;
 - **retries**: interrupted trials not yet re-run (a candidate is re-run once);
 - **winner**: named by the highest-fidelity evidence there is. Among candidates whose stress
   run stayed stable, the lowest stress val_bpb wins (a 60-step lead that a long run does not
-  keep is not a lead). Without a stable stress run, the finalist with the lowest mean val_bpb
-  over its seeds wins, and the winner says its evidence is only the proxy.
+  keep is not a lead). Without a stable stress run, the candidate with the best scored rung
+  run wins (evidence ``rung``); without one either, the finalist with the lowest mean
+  val_bpb over its seeds wins, and the winner says its evidence is only the proxy.
 """
 
 from __future__ import annotations
@@ -39,9 +46,10 @@ from recipelab.trajectory.noise import (
     seed_family,
 )
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.rung import rung_score
 
 T = TypeVar("T")
-Evidence = Literal["stress", "proxy"]
+Evidence = Literal["stress", "rung", "proxy"]
 
 
 def is_extra_seed(record: TrialRecord) -> bool:
@@ -76,6 +84,7 @@ class Winner:
     within_noise: bool | None  # None without a noise floor
     evidence: Evidence = "proxy"
     stress: TrialRecord | None = None  # its stable stress run, when that decided
+    rung: TrialRecord | None = None  # its best rung run, when that decided
 
     @property
     def because(self) -> str:
@@ -85,6 +94,10 @@ class Winner:
             return (f"the lowest stress-run val_bpb ({self.stress.val_bpb:.4f} after "
                     f"{self.stress.recipe.get('steps')} steps) among candidates whose stress run "
                     "stayed stable")
+        if self.evidence == "rung" and self.rung is not None:
+            return (f"the best rung-run val_bpb ({self.rung.val_bpb:.4f} after "
+                    f"{self.rung.recipe.get('steps')} steps) among the rung's candidates; no "
+                    "stress run has confirmed it as stable yet, so treat it as provisional")
         return ("the lowest proxy val_bpb over its seeds; no stress run has confirmed it as "
                 "stable yet, so treat it as provisional")
 
@@ -102,16 +115,18 @@ class Counts:
     stress_trained: int
     stress_total: int
     running: int
+    rung_trained: int = 0
 
 
 class Ledger:
     """The records of one campaign and every definition read from them (see the module)."""
 
     def __init__(self, records: Sequence[TrialRecord], *, promote: int = 3,
-                 fidelity: int = 0) -> None:
+                 fidelity: int = 0, rung_size: int = 10) -> None:
         self.records = list(records)
         self.promote = promote
         self.fidelity = fidelity
+        self.rung_size = rung_size
 
     def of_kind(self, kind: str) -> list[TrialRecord]:
         return [r for r in self.records if r.kind == kind]
@@ -123,6 +138,10 @@ class Ledger:
     @cached_property
     def stress(self) -> list[TrialRecord]:
         return self.of_kind("stress")
+
+    @cached_property
+    def rung(self) -> list[TrialRecord]:
+        return self.of_kind("rung")
 
     @cached_property
     def search_trials(self) -> list[TrialRecord]:
@@ -143,8 +162,34 @@ class Ledger:
         return self.ranked[:self.promote]
 
     @property
+    def rung_candidates(self) -> list[TrialRecord]:
+        return self.ranked[:self.rung_size]
+
+    def rung_runs_of(self, proxy_id: str) -> list[TrialRecord]:
+        return [r for r in self.rung if r.parent == proxy_id]
+
+    def best_rung_run(self, proxy_id: str) -> tuple[float, TrialRecord] | None:
+        """The candidate's best scored rung run, with its score."""
+        scored = [(score, r) for r in self.rung_runs_of(proxy_id)
+                  if (score := rung_score(r)) is not None]
+        return min(scored, key=lambda sr: (sr[0], sr[1].trial_id)) if scored else None
+
+    @cached_property
+    def rung_ranked(self) -> list[TrialRecord]:
+        """The candidates with a scored rung run, best first (whatever ``rung_size`` was
+        when they ran: the records are the truth)."""
+        scored = [(best[0], c) for c in self.ranked
+                  if (best := self.best_rung_run(c.trial_id)) is not None]
+        return [c for _, c in sorted(scored, key=lambda sc: (sc[0], sc[1].trial_id))]
+
+    @property
     def stress_candidates(self) -> list[TrialRecord]:
-        return self.finalists + mid_ranked(self.ranked[self.promote:], self.fidelity)
+        """The rung's first ``promote`` when the rung ran, else the finalists; then the
+        ``fidelity`` mid-ranked trials of the proxy ranking not already chosen."""
+        chosen = self.rung_ranked[:self.promote] if self.rung_ranked else self.finalists
+        taken = {r.trial_id for r in chosen}
+        extras = mid_ranked(self.ranked[self.promote:], self.fidelity)
+        return chosen + [r for r in extras if r.trial_id not in taken]
 
     @cached_property
     def noise(self) -> NoiseFloor | None:
@@ -189,19 +234,25 @@ class Ledger:
             stress, pick = min(stable, key=lambda sf: (
                 sf[0].val_bpb if has_score(sf[0]) else math.inf, sf[1].val_bpb, sf[1].trial_id))
             return self._winner(pick, "stress", stress)
+        if self.rung_ranked:
+            pick = self.rung_ranked[0]
+            best = self.best_rung_run(pick.trial_id)
+            assert best is not None
+            return self._winner(pick, "rung", None, rung=best[1])
         scored = [(mean, f) for f in self.finalists if (mean := self.seed_mean(f)) is not None]
         if not scored:
             return None
         _, pick = min(scored, key=lambda mf: (mf[0], mf[1].trial_id))
         return self._winner(pick, "proxy", None)
 
-    def _winner(self, pick: TrialRecord, evidence: Evidence, stress: TrialRecord | None) -> Winner:
+    def _winner(self, pick: TrialRecord, evidence: Evidence, stress: TrialRecord | None, *,
+                rung: TrialRecord | None = None) -> Winner:
         mean = self.seed_mean(pick)
         assert mean is not None
         gain = paired_gain(pick, self.proxies, self.noise) if self.noise else None
         return Winner(record=pick, mean_val_bpb=mean, seeds=len(seed_family(pick, self.proxies)),
                       within_noise=gain.is_noise if gain is not None else None,
-                      evidence=evidence, stress=stress)
+                      evidence=evidence, stress=stress, rung=rung)
 
     def counts(self) -> Counts:
         retried = {r.retry_of for r in self.records if r.retry_of}
@@ -214,4 +265,5 @@ class Ledger:
             interrupted_rerun=requeued, interrupted_pending=len(lost) - requeued,
             rejected=sum(r.status == "rejected" for r in self.proxies),
             stress_trained=sum(r.trained for r in self.stress), stress_total=len(self.stress),
-            running=sum(r.status == "running" for r in self.records))
+            running=sum(r.status == "running" for r in self.records),
+            rung_trained=sum(r.trained for r in self.rung))
