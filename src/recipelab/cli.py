@@ -458,6 +458,10 @@ def run(
     rung_steps: Annotated[int | None, typer.Option(
         help="steps of each rung run, between the proxy's and --stress-steps (default: their "
         "geometric mean, 245 for 60 and 1,000)")] = None,
+    horizon_rule: Annotated[bool | None, typer.Option(
+        "--horizon-rule/--no-horizon-rule",
+        help="stress-run at the learning rate the horizon rule fitted from the proxies and the "
+        "rung gives (default on; without a fit the rate is the proxy's)")] = None,
     proposer: Annotated[str | None, typer.Option(
         help="classical, llm or hybrid (default: hybrid when an LLM is configured)")] = None,
     llm_base_url: Annotated[str | None, typer.Option(
@@ -699,8 +703,10 @@ def export(
     tokens_per_param: Annotated[float, typer.Option(help="planned tokens per parameter")] = 20.0,
     gpus: Annotated[int, typer.Option(help="GPUs of the cloud run (the batch splits over them)")] = 8,
     eval_bytes: Annotated[int, typer.Option(help="least held-out bytes to evaluate on")] = 8 << 20,
-    lr_horizon_exponent: Annotated[float, typer.Option(
-        help="β of the learning-rate horizon rule lr × (tokens ratio)^-β (0: no correction)")] = 0.0,
+    lr_horizon_exponent: Annotated[float | None, typer.Option(
+        help="β of the learning-rate horizon rule lr × (tokens ratio)^-β (0: no correction; "
+        "default: the rule fitted from the campaign's proxies and rung runs, and its "
+        "calibration campaigns)")] = None,
 ) -> None:
     """Write the winner at the target's full shape (recipe.json for 'recipelab pretrain'),
     the runner-up, the transfer table, the predicted val_bpb curve and a manifest."""
@@ -708,6 +714,11 @@ def export(
     from recipelab.report.export import ExportOptions, write_export
 
     settings, records = read_campaign(campaign)
+    if lr_horizon_exponent is None:
+        from recipelab.trajectory.calibration import load_calibration
+        from recipelab.trajectory.horizon import horizon_rule
+        lr_horizon_exponent = horizon_rule(
+            records, load_calibration(settings.calibrate_from).horizon_fits).alpha
     try:
         options = ExportOptions(tokens_per_param=tokens_per_param, gpus=gpus,
                                 eval_bytes=eval_bytes, lr_horizon_exponent=lr_horizon_exponent)

@@ -111,3 +111,10 @@ def test_a_campaign_measures_the_noise_floor_and_marks_a_within_noise_gain(
     assert f"winner: {summary.winner.record.trial_id}" in result.output
     row = next(line for line in result.output.splitlines() if "p0003" in line)
     assert "noise" in row
+
+    # seed re-runs are the candidate's evidence, not rows of the top trials of their own
+    report = (tmp_path / "report" / "report.md").read_text()
+    top = report.split("## Top 10 proxy trials")[1].split("\n## ")[0]
+    for rerun in reruns:
+        assert f"| {rerun['trial_id']} |" not in top
+        assert rerun["trial_id"] not in result.output

@@ -47,6 +47,7 @@ from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
 from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.runner import Executor, build_executor
 from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.horizon import horizon_rule
 from recipelab.trajectory.ledger import Ledger, Winner
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord, utc_now
@@ -266,6 +267,9 @@ class Campaign:
         (chosen by the rung when it ran; see :class:`Ledger`)."""
         self._settle_close_finalists()
         self._rung()
+        rule = horizon_rule(self.ledger.records, self.priors.calibration.horizon_fits)
+        self.log.info("horizon_rule", alpha=rule.alpha, fits=rule.fits, rule=rule.describe(),
+                      applied=self.settings.horizon_rule and rule.fits > 0)
         self._in_waves("stress", self.ledger.stress_candidates, self._stress)
 
     def _in_waves(self, kind: str, candidates: Sequence[TrialRecord],
@@ -327,10 +331,13 @@ class Campaign:
         return interrupted
 
     def _launch_longer(self, candidate: TrialRecord, trial_id: str, kind: str, steps: int,
-                       interrupted: Sequence[TrialRecord], *, log_every: int) -> None:
-        """Launch ``candidate``'s recipe for ``steps`` as a checkpointed run of ``kind`` that
-        resumes an interrupted one from its folder (``trials/<kind>-<candidate id>``)."""
-        recipe = Recipe.model_validate(candidate.recipe).apply({"steps": steps})
+                       interrupted: Sequence[TrialRecord], *, log_every: int,
+                       lr_factor: float = 1.0) -> None:
+        """Launch ``candidate``'s recipe for ``steps``, at ``lr_factor`` times its learning
+        rate, as a checkpointed run of ``kind`` that resumes an interrupted one from its folder
+        (``trials/<kind>-<candidate id>``)."""
+        recipe = Recipe.model_validate(candidate.recipe)
+        recipe = recipe.apply({"steps": steps, "optimizer.lr": recipe.optimizer.lr * lr_factor})
         record = TrialRecord(
             campaign=self.settings.name, trial_id=trial_id, iteration=candidate.iteration,
             kind=kind, status="queued", recipe=recipe.model_dump(mode="json"),
@@ -365,12 +372,26 @@ class Campaign:
         if interrupted is None:
             return
         trial_id = self.ledger.next_id("s")
+        lr = float(finalist.recipe["optimizer"]["lr"])
+        # a resumed attempt keeps the rate its checkpoint was trained at
+        lr_factor = (float(interrupted[0].recipe["optimizer"]["lr"]) / lr if interrupted
+                     else self._horizon_factor(steps))
         self.log.info("promoted", trial_id=trial_id, parent=finalist.trial_id,
-                      val_bpb=finalist.val_bpb, steps=steps,
+                      val_bpb=finalist.val_bpb, steps=steps, lr=lr * lr_factor,
+                      lr_factor=lr_factor,
                       **noise_marks(finalist.val_bpb, self.ledger.noise, finalist.recipe.get("seed")))
         self._launch_longer(finalist, trial_id, "stress", steps, interrupted,
                             log_every=min(self.settings.stress_log_every,
-                                          max(1, steps // STRESS_CURVE_POINTS)))
+                                          max(1, steps // STRESS_CURVE_POINTS)),
+                            lr_factor=lr_factor)
+
+    def _horizon_factor(self, steps: int) -> float:
+        """What a proxy's learning rate is multiplied by for a run of ``steps``: the horizon
+        rule fitted from this campaign's proxies and rung runs and its calibration."""
+        if not self.settings.horizon_rule:
+            return 1.0
+        rule = horizon_rule(self.ledger.records, self.priors.calibration.horizon_fits)
+        return rule.factor(self.baseline.steps, steps)
 
     # -- the whole campaign ------------------------------------------------------------------
 

@@ -48,6 +48,8 @@ class CampaignSettings(StrictModel):
     # the middle rung: the top candidates trained for rung_steps before the stress runs
     rung_size: int = Field(default=10, ge=0)
     rung_steps: int | None = Field(default=None, ge=1)  # None: see resolved_rung_steps
+    # stress runs train at the learning rate the horizon rule gives (trajectory.horizon)
+    horizon_rule: bool = True
     proposer: Literal["classical", "llm", "hybrid"] | None = None  # None: hybrid with an LLM
     llm_base_url: str | None = None
     llm_model: str | None = None

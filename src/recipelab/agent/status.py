@@ -119,8 +119,7 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
                         for r in records if r.status == "running") or None
     verdicts = {r.parent: r.verdict for r in ledger.stress if r.parent and r.verdict}
     floor = ledger.noise
-    complete = sorted((r for r in ledger.proxies if r.status == "complete" and r.val_bpb is not None),
-                      key=lambda r: (r.val_bpb, r.trial_id))
+    complete = ledger.ranked  # seed re-runs are evidence about a candidate, not rows of their own
     marks = {r.trial_id: floor.describe(r.val_bpb, seed=int(r.recipe.get("seed", 0))) for r in complete
              if floor is not None and r.val_bpb is not None and r.proposer != BASELINE_PROPOSER}
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],

@@ -101,7 +101,7 @@ def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sectio
 
 
 def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Section:
-    scored = sorted(scored_proxies(records), key=lambda r: (r.val_bpb, r.trial_id))[:TOP_N]
+    scored = Ledger(records).ranked[:TOP_N]  # a seed re-run is its candidate's evidence, not a row
     if not scored:
         return Section("Top 10 proxy trials", (Paragraph("No proxy trial has completed yet."),))
     stress = _stress_of(records)
