@@ -58,6 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trial_process
 from recipelab.recipe import Recipe, proxy_recipe
 from recipelab.trainer.spec import TrialResult, TrialSpec
+from recipelab.trajectory.horizon import best_log_lr
+from recipelab.trajectory.rung import curve_score
 
 TOP = 3
 
@@ -189,46 +191,12 @@ def position_scores(order: list[str]) -> dict[str, float]:
     return {name: float(i) for i, name in enumerate(order)}
 
 
-def power_law_at(losses: list[float | None], horizon: int) -> float:
-    """The loss a fitted ``a + b·t^-c`` predicts at step ``horizon``, from the second half of
-    a run's per-step losses (the first half is warm-up and the fast initial fall); ``inf``
-    when the curve is too short or not finite. ``c`` is searched on a grid and ``a, b`` are
-    a linear least-squares fit for each ``c``."""
-    values = np.asarray([math.inf if v is None else v for v in losses], dtype=float)
-    steps = np.arange(1, len(values) + 1, dtype=float)
-    half = len(values) // 2
-    t, y = steps[half:], values[half:]
-    if len(y) < 8 or not np.isfinite(y).all():
-        return math.inf
-    best: tuple[float, float] = (math.inf, math.inf)
-    for c in np.linspace(0.05, 2.0, 40):
-        design = np.stack([np.ones_like(t), t ** -c], axis=1)
-        (a, b), *_ = np.linalg.lstsq(design, y, rcond=None)
-        error = float(((design @ np.array([a, b]) - y) ** 2).sum())
-        if b >= 0 and error < best[0]:
-            best = (error, float(a + b * horizon ** -c))
-    return best[1]
-
-
-def best_log_lr(points: dict[float, float]) -> float | None:
-    """The log learning rate at the minimum of a quadratic fitted to (log lr, val_bpb),
-    within the measured range; None without three finite points or without a minimum."""
-    finite = {math.log(lr): v for lr, v in points.items() if math.isfinite(v)}
-    if len(finite) < 3:
-        return None
-    x, y = np.array(list(finite)), np.array(list(finite.values()))
-    curvature, slope, _ = np.polyfit(x, y, 2)
-    if curvature <= 0:
-        return None
-    return float(np.clip(-slope / (2 * curvature), x.min(), x.max()))
-
-
 def fit_alpha(lrs: dict[str, float], short: dict[str, float], rung: dict[str, float],
               short_steps: int, rung_steps: int) -> float | None:
     """The horizon rule's exponent: how fast the best learning rate falls from the short to
     the rung horizon, ``ln(lr*_short / lr*_rung) / ln(rung / short)``, clamped to [0, 1]."""
-    at_short = best_log_lr({lrs[n]: short[n] for n in LR_FAMILY if n in short})
-    at_rung = best_log_lr({lrs[n]: rung[n] for n in LR_FAMILY if n in rung})
+    at_short = best_log_lr([(lrs[n], short[n]) for n in LR_FAMILY if n in short])
+    at_rung = best_log_lr([(lrs[n], rung[n]) for n in LR_FAMILY if n in rung])
     if at_short is None or at_rung is None:
         return None
     return min(1.0, max(0.0, (at_short - at_rung) / math.log(rung_steps / short_steps)))
@@ -290,8 +258,9 @@ def main() -> None:
     short = {n: score(run(n, args.short_steps, "s")) for n in names}
     rung_results = {n: run(n, rung_steps, "r") for n in names}
     rung = {n: score(r) for n, r in rung_results.items()}
-    curve = {n: power_law_at(r.losses, args.long_steps) if r else math.inf
-             for n, r in rung_results.items()}
+    predicted = {n: None if r is None else curve_score(r.losses, args.long_steps)
+                 for n, r in rung_results.items()}
+    curve = {n: math.inf if p is None else p for n, p in predicted.items()}
     lrs = {n: space[n].optimizer.lr for n in names}
     alpha = fit_alpha(lrs, short, rung, args.short_steps, rung_steps)
     print(f"\nhorizon rule fitted from the learning-rate family at {args.short_steps} and "
