@@ -43,7 +43,8 @@ class HorizonRule:
 
     def describe(self) -> str:
         if not self.fits:
-            return "no horizon rule (it needs rung runs at 3 or more learning rates)"
+            return ("no horizon rule: it needs 3 or more learning rates among both the proxies "
+                    "and the rung runs, with a best rate inside each")
         return f"alpha {self.alpha:.3f}, the mean of {self.fits} campaign fit(s)"
 
 
