@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -22,6 +23,8 @@ from recipelab.report.export import (
 )
 from recipelab.report.prediction import predict
 from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.horizon import horizon_rule
+from recipelab.trajectory.record import TrialRecord
 
 PROXY = proxy_recipe("cpu", "llama2-7b")
 
@@ -122,3 +125,34 @@ def test_export_of_a_campaign_without_a_completed_trial_says_what_to_do(tmp_path
         pass
     result = CliRunner().invoke(app, ["export", str(directory), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "no completed proxy trial" in result.output
+
+
+def test_export_moves_the_learning_rate_by_the_campaigns_fitted_horizon_rule(
+        finished_campaign: Path, tmp_path: Path) -> None:
+    """Without --lr-horizon-exponent the rule fitted from the proxies and the rung applies
+    (here the rung's best rate is below the proxies')."""
+    directory = tmp_path / "nightly"
+    shutil.copytree(finished_campaign, directory)
+    base = proxy_recipe("tiny")
+    with TrajectoryStore(directory, "nightly") as store:
+        for i, lr in enumerate((1e-3, 3e-3, 1e-2, 3e-2)):
+            for kind, steps, best in (("proxy", 20, 1e-2), ("rung", 80, 5e-3)):
+                recipe = base.apply({"optimizer.lr": lr, "steps": steps})
+                store.append(TrialRecord(
+                    campaign="nightly", trial_id=f"{kind[0]}9{i:03d}", kind=kind,
+                    status="complete", val_bpb=9.0 + 0.1 * math.log(lr / best) ** 2,
+                    recipe=recipe.model_dump(mode="json"), fingerprint=recipe.fingerprint(),
+                    proposer="classical-tpe", edit={"optimizer.lr": lr}))
+
+    def exported_lr(*options: str) -> float:
+        out = tmp_path / f"cloud{len(options)}"
+        result = CliRunner().invoke(app, ["export", str(directory), "--out", str(out), *options])
+        assert result.exit_code == 0, result.output
+        return Recipe.model_validate_json((out / "recipe.json").read_text()).optimizer.lr
+
+    with TrajectoryStore(directory, "nightly", readonly=True) as store:
+        alpha = horizon_rule(store.records()).alpha
+    assert alpha > 0
+    fitted, none = exported_lr(), exported_lr("--lr-horizon-exponent", "0")
+    assert fitted < none
+    assert f"^-{alpha:g} " in (tmp_path / "cloud0" / "transfer.md").read_text()
