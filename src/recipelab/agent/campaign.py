@@ -267,9 +267,12 @@ class Campaign:
         (chosen by the rung when it ran; see :class:`Ledger`)."""
         self._settle_close_finalists()
         self._rung()
+        # fitted once: the proxies and rung runs it reads are all in by now
         rule = horizon_rule(self.ledger.records, self.priors.calibration.horizon_fits)
         self.log.info("horizon_rule", alpha=rule.alpha, fits=rule.fits, rule=rule.describe(),
                       applied=self.settings.horizon_rule and rule.fits > 0)
+        self._stress_lr_factor = (rule.factor(self.baseline.steps, self.settings.stress_steps)
+                                  if self.settings.horizon_rule else 1.0)
         self._in_waves("stress", self.ledger.stress_candidates, self._stress)
 
     def _in_waves(self, kind: str, candidates: Sequence[TrialRecord],
@@ -375,7 +378,7 @@ class Campaign:
         lr = float(finalist.recipe["optimizer"]["lr"])
         # a resumed attempt keeps the rate its checkpoint was trained at
         lr_factor = (float(interrupted[0].recipe["optimizer"]["lr"]) / lr if interrupted
-                     else self._horizon_factor(steps))
+                     else self._stress_lr_factor)
         self.log.info("promoted", trial_id=trial_id, parent=finalist.trial_id,
                       val_bpb=finalist.val_bpb, steps=steps, lr=lr * lr_factor,
                       lr_factor=lr_factor,
@@ -384,14 +387,6 @@ class Campaign:
                             log_every=min(self.settings.stress_log_every,
                                           max(1, steps // STRESS_CURVE_POINTS)),
                             lr_factor=lr_factor)
-
-    def _horizon_factor(self, steps: int) -> float:
-        """What a proxy's learning rate is multiplied by for a run of ``steps``: the horizon
-        rule fitted from this campaign's proxies and rung runs and its calibration."""
-        if not self.settings.horizon_rule:
-            return 1.0
-        rule = horizon_rule(self.ledger.records, self.priors.calibration.horizon_fits)
-        return rule.factor(self.baseline.steps, steps)
 
     # -- the whole campaign ------------------------------------------------------------------
 
