@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from recipelab.agent.preflight import (
+    CHECKPOINT_BYTES_PER_PARAM,
+    TRIAL_FILES_BYTES,
     UNIFIED_MEMORY_RESERVE_GIB,
     InputError,
     absolute_corpus,
@@ -23,6 +25,7 @@ from recipelab.agent.preflight import (
     check_llm,
     corpus_bytes_needed,
     default_memory_reserve_gib,
+    disk_needed_bytes,
     is_unified_memory,
     llm_url_problem,
     proven_trial,
@@ -156,6 +159,15 @@ def test_a_disk_without_room_for_the_plan_is_an_error(tmp_path: Path) -> None:
     assert "free some space" in result.fix and "campaigns/c" in result.fix
     assert not (tmp_path / "campaigns").exists()
 
+
+def test_the_disk_estimate_counts_each_rung_runs_checkpoint() -> None:
+    with_rung = CampaignSettings(name="c", preset="tiny", iterations=20, rung_size=6)
+    without = with_rung.model_copy(update={"rung_size": 0})
+    needed, how = disk_needed_bytes(with_rung, with_rung.baseline())
+    plain, _ = disk_needed_bytes(without, without.baseline())
+    checkpoint = CHECKPOINT_BYTES_PER_PARAM * with_rung.baseline().param_count()
+    assert needed - plain == 6 * (checkpoint + TRIAL_FILES_BYTES)
+    assert "6 rung checkpoint(s)" in how
 
 FULL_DISK_CHECK = """
 import resource, sys

@@ -15,7 +15,7 @@ what was found, the fix), and refuses the night when any of them is an error:
 - ``memory``: which memory model the guardrail uses and how much memory is kept for an LLM
   server sharing the device;
 - ``disk``: the campaign directory's disk is writable and has room for the trials' files,
-  the stress runs' checkpoints and the tokenized corpus;
+  the rung and stress runs' checkpoints and the tokenized corpus;
 - ``trial``: the baseline trains 2 steps and is evaluated in full in a real trainer
   subprocess on the real device and precision, so a path that can only fail on the target
   (fp8 through TransformerEngine, bf16) fails in the first minute;
@@ -85,7 +85,7 @@ TRIAL_FILES_BYTES = 256 * 1024
 about 100 KiB, a proxy trial's a few KiB."""
 
 CHECKPOINT_BYTES_PER_PARAM = 12
-"""A stress checkpoint: fp32 weights (4 B) and AdamW's two moments (8 B) per parameter."""
+"""A rung or stress checkpoint: fp32 weights (4 B) and AdamW's two moments (8 B) per parameter."""
 
 MIN_TRIAL_SECONDS = 10.0
 """For a campaign bounded by time, the most trials it can run assumes none is shorter."""
@@ -248,14 +248,17 @@ def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int
     """The bytes tonight's campaign writes, and how that was estimated."""
     trials = planned_proxy_trials(settings)
     stress = settings.promote + settings.fidelity
+    rung = settings.rung_size if settings.rung_skip_reason(baseline.steps) is None else 0
+    longer = stress + rung
     params = baseline.param_count()
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
-    # each stress run keeps its last checkpoint; one being written briefly doubles its run's
-    checkpoints = (stress + min(stress, settings.parallel)) * checkpoint if stress else 0
-    files = (trials + stress) * TRIAL_FILES_BYTES
+    # each rung and stress run keeps its last checkpoint; one being written briefly doubles
+    # its run's
+    checkpoints = (longer + min(longer, settings.parallel)) * checkpoint if longer else 0
+    files = (trials + longer) * TRIAL_FILES_BYTES
     corpus = 4 * (settings.corpus.max_bytes or 0)  # int32 token ids of the capped text
     how = (f"{trials:,} proxy trials x {TRIAL_FILES_BYTES // 1024} KiB, {stress} stress "
-           f"checkpoint(s) of {params:,} params x {CHECKPOINT_BYTES_PER_PARAM} B = "
+           f"and {rung} rung checkpoint(s) of {params:,} params x {CHECKPOINT_BYTES_PER_PARAM} B = "
            f"{size(checkpoint)}" + (f", tokenized corpus {size(corpus)}" if corpus else ""))
     return files + checkpoints + corpus, how
 
