@@ -165,19 +165,34 @@ def stress_runs(records: Sequence[TrialRecord]) -> Section:
         return Section("Stress runs", (Paragraph(
             "No stress runs yet: finalists are stress-run when the proxy search ends "
             "(or now, with 'recipelab stress CAMPAIGN')."),))
+    by_id = {r.trial_id: r for r in records}
     panels = []
     rows = []
+    scaled = False
     for r in runs:
         steps = [float(p["step"]) for p in r.curve]
         losses = [float(p["loss"]) for p in r.curve]
         panels.append(plots.StressPanel(r.trial_id, r.parent, r.verdict, steps, losses,
                                         fit_power_law(steps, losses)))
-        rows.append((r.trial_id, r.parent or "", r.status, r.verdict or "—",
+        lr = float(r.recipe["optimizer"]["lr"])
+        parent = by_id.get(r.parent or "")
+        factor = lr / float(parent.recipe["optimizer"]["lr"]) if parent else 1.0
+        scaled = scaled or not math.isclose(factor, 1.0)
+        rate = f"{lr:.3g}" + ("" if math.isclose(factor, 1.0) else f" (proxy's x {factor:.3g})")
+        rows.append((r.trial_id, r.parent or "", r.status, r.verdict or "—", rate,
                      _fmt(losses[-1] if losses else None), _fmt(r.val_bpb), r.message or ""))
+    blocks: list[Block] = []
+    if scaled:
+        blocks.append(Paragraph(
+            "A stress run marked 'proxy's x' trained at its proxy's learning rate scaled by the "
+            "campaign's horizon rule, (stress steps / proxy steps)^-alpha, fitted from how the "
+            "best rate fell between the proxies and the middle rung (turn it off with "
+            "--no-horizon-rule)."))
     return Section("Stress runs", (
+        *blocks,
         Image("stress_curves.png", plots.stress_curves(panels), "stress-run loss curves"),
-        Table(("stress run", "proxy trial", "status", "verdict", "final loss", "val_bpb", "note"),
-              tuple(rows))))
+        Table(("stress run", "proxy trial", "status", "verdict", "learning rate", "final loss",
+               "val_bpb", "note"), tuple(rows))))
 
 
 def importance(records: Sequence[TrialRecord]) -> Section:

@@ -1,0 +1,37 @@
+"""The report's stress runs: each run's learning rate, and when the horizon rule moved it, by
+how much and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recipelab.report.document import Document
+from recipelab.report.render import to_markdown
+from recipelab.report.sections import stress_runs
+from recipelab.trajectory.record import TrialRecord
+
+CURVE = [{"step": s, "loss": 3.0 - s / 100} for s in (10, 20, 30)]
+
+
+def record(trial_id: str, kind: str, lr: float, **fields: Any) -> TrialRecord:
+    return TrialRecord(campaign="c", trial_id=trial_id, status="complete", kind=kind,
+                       proposer="tpe", val_bpb=2.5, recipe={"optimizer": {"lr": lr}}, **fields)
+
+
+def stress_markdown(stress_lr: float) -> str:
+    records = [record("p0001", "proxy", 0.01),
+               record("s0000", "stress", stress_lr, parent="p0001", verdict="stable",
+                      curve=CURVE)]
+    return to_markdown(Document("report", (stress_runs(records),)))
+
+
+def test_a_stress_run_at_a_horizon_scaled_rate_says_so_with_the_factor() -> None:
+    text = stress_markdown(0.0006)
+    assert "| s0000 | p0001 | complete | stable | 0.0006 (proxy's x 0.06) |" in text
+    assert "horizon rule" in text and "--no-horizon-rule" in text
+
+
+def test_a_stress_run_at_its_proxys_rate_shows_the_rate_alone() -> None:
+    text = stress_markdown(0.01)
+    assert "| s0000 | p0001 | complete | stable | 0.01 |" in text
+    assert "horizon rule" not in text
