@@ -840,11 +840,12 @@ def verify(
     from recipelab.report.prediction import predict
     from recipelab.report.verify import MetricsError, read_evaluations
     from recipelab.report.verify import verify as check_run
+    from recipelab.trajectory.ledger import Ledger
 
     _, records = read_campaign(campaign)
     chosen = pick_winner(records)
     if chosen is None:
-        fail(f"campaign {campaign} has no completed proxy trial, so there is no prediction")
+        fail(f"campaign {campaign} has no prediction: {Ledger(records).no_winner_reason}")
     try:
         prediction = predict(records, chosen[0])
         found = check_run(prediction, read_evaluations(metrics))

@@ -124,7 +124,7 @@ def test_export_of_a_campaign_without_a_completed_trial_says_what_to_do(tmp_path
     with TrajectoryStore(directory, "empty"):
         pass
     result = CliRunner().invoke(app, ["export", str(directory), "--out", str(tmp_path / "o")])
-    assert result.exit_code == 2 and "no completed proxy trial" in result.output
+    assert result.exit_code == 2 and "no proxy trial has completed yet" in result.output
 
 
 def test_export_moves_the_learning_rate_by_the_campaigns_fitted_horizon_rule(

@@ -121,7 +121,7 @@ def test_an_unfinished_campaign_gets_a_report_that_says_what_is_missing(
 def test_a_campaign_with_no_trials_yet_still_gets_a_report(tmp_path: Path) -> None:
     markdown, page = write_report(tmp_path, [], context())
     text = markdown.read_text()
-    assert "No proxy trial has completed yet" in text and "nothing to recommend" in text
+    assert "Nothing to recommend: no proxy trial has completed yet" in text
     assert page.exists() and not list(markdown.parent.glob("*.png"))
 
 

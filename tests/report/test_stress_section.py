@@ -1,13 +1,15 @@
-"""The report's stress runs: each run's learning rate, and when the horizon rule moved it, by
-how much and why."""
+"""The report's stress runs: each run's learning rate, when the horizon rule moved it by how
+much and why, and no recommendation of a recipe its own stress run refuted."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from recipelab.recipe import get_target
+from recipelab.report import ReportContext
 from recipelab.report.document import Document
 from recipelab.report.render import to_markdown
-from recipelab.report.sections import stress_runs
+from recipelab.report.sections import recommendation, stress_runs
 from recipelab.trajectory.record import TrialRecord
 
 CURVE = [{"step": s, "loss": 3.0 - s / 100} for s in (10, 20, 30)]
@@ -15,7 +17,8 @@ CURVE = [{"step": s, "loss": 3.0 - s / 100} for s in (10, 20, 30)]
 
 def record(trial_id: str, kind: str, lr: float, **fields: Any) -> TrialRecord:
     return TrialRecord(campaign="c", trial_id=trial_id, status="complete", kind=kind,
-                       proposer="tpe", val_bpb=2.5, recipe={"optimizer": {"lr": lr}}, **fields)
+                       proposer="tpe", val_bpb=2.5, recipe={"seed": 0, "optimizer": {"lr": lr}},
+                       **fields)
 
 
 def stress_markdown(stress_lr: float) -> str:
@@ -35,3 +38,11 @@ def test_a_stress_run_at_its_proxys_rate_shows_the_rate_alone() -> None:
     text = stress_markdown(0.01)
     assert "| s0000 | p0001 | complete | stable | 0.01 |" in text
     assert "horizon rule" not in text
+
+
+def test_no_recipe_is_recommended_when_every_finalists_stress_run_diverged() -> None:
+    records = [record("p0001", "proxy", 0.01),
+               record("s0000", "stress", 0.01, parent="p0001", verdict="diverged", curve=CURVE)]
+    section = recommendation(records, ReportContext("nightly", get_target("toy"), "tiny"), None)
+    text = to_markdown(Document("report", (section,)))
+    assert "Nothing to recommend: every finalist's own stress run failed its verdict" in text

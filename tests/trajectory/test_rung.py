@@ -123,7 +123,9 @@ def test_the_winner_rests_on_the_rung_until_a_stress_run_stays_stable() -> None:
     assert "provisional" in winner.because
 
     diverged_stress = stress("s0000", "p0002", 1.6, "diverged")
-    assert Ledger(PROXIES + runs + [diverged_stress], promote=1, rung_size=3).winner.evidence == "rung"  # type: ignore[union-attr]
+    winner = Ledger(PROXIES + runs + [diverged_stress], promote=1, rung_size=3).winner
+    assert winner is not None and winner.evidence == "rung"
+    assert winner.record.trial_id == "p0001", "the rung's best diverged: the next one stands"
 
     stable = stress("s0001", "p0001", 1.65, "stable")
     winner = Ledger(PROXIES + runs + [diverged_stress, stable], promote=1, rung_size=3).winner
@@ -138,3 +140,20 @@ def test_rung_runs_are_counted_apart_from_proxy_and_stress_runs() -> None:
                rung("r0001", "p0002", None, status="interrupted")]
     counts = Ledger(records).counts()
     assert counts.rung_trained == 1 and counts.trained == 5 and counts.stress_total == 0
+
+
+def test_a_candidate_whose_stress_run_failed_its_verdict_is_never_the_provisional_winner() -> None:
+    runs = [rung("r0000", "p0001", 1.80)]
+    spiked = stress("s0000", "p0001", 1.7, "grad-spike")
+    winner = Ledger(PROXIES + runs + [spiked], promote=1, rung_size=3).winner
+    assert winner is None, "every candidate the rung and the proxies offer has been refuted"
+
+    flat = stress("s0000", "p0001", 1.7, "flat")
+    winner = Ledger([*PROXIES, flat], promote=2).winner
+    assert winner is not None and winner.evidence == "proxy"
+    assert winner.record.trial_id == "p0002"
+
+    crashed = TrialRecord(campaign="c", trial_id="s0000", kind="stress", status="failed",
+                          parent="p0001", recipe={"seed": 0, "steps": 1000})
+    winner = Ledger([*PROXIES, crashed], promote=2).winner
+    assert winner is not None and winner.record.trial_id == "p0001", "a crash is no verdict"

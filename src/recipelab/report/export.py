@@ -197,8 +197,8 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
     """Write every export file into ``out``; returns the paths written."""
     chosen = pick_winner(records)
     if chosen is None:
-        raise ValueError(f"campaign {campaign} has no completed proxy trial to export yet: "
-                         "run it first ('recipelab run')")
+        raise ValueError(f"campaign {campaign} has nothing to export: "
+                         f"{Ledger(records).no_winner_reason} (run it with 'recipelab run')")
     winner, because = chosen
     exported = transfer(Recipe.model_validate(winner.recipe), winner.edit, target, options)
     prediction = predict(records, winner)

@@ -310,7 +310,8 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
     title = "Recommendation for the cloud run"
     found = recommend(records, ctx.target, ctx.rates)
     if found is None:
-        return Section(title, (Paragraph("No proxy trial has completed yet: nothing to recommend."),))
+        return Section(title, (Paragraph(
+            f"Nothing to recommend: {Ledger(records).no_winner_reason}."),))
     rec, rates = found, ctx.rates
     exported = transfer(Recipe.model_validate(rec.winner.recipe), rec.winner.edit, ctx.target,
                         ExportOptions(tokens_per_param=rates.tokens_per_param, gpus=rates.gpus))

@@ -222,6 +222,12 @@ class Ledger:
     def stress_runs_of(self, proxy_id: str) -> list[TrialRecord]:
         return [r for r in self.stress if r.parent == proxy_id]
 
+    def refuted(self, proxy_id: str) -> bool:
+        """Whether a stress run of ``proxy_id`` was judged unstable (diverged, flat or spiking):
+        a provisional winner must not be a recipe its own long run has already failed. A run
+        that failed without a verdict (a crash, a timeout) says nothing about the recipe."""
+        return any(s.verdict not in (None, "stable") for s in self.stress_runs_of(proxy_id))
+
     def seed_mean(self, record: TrialRecord) -> float | None:
         values = [r.val_bpb for r in seed_family(record, self.proxies) if r.val_bpb is not None]
         return statistics.fmean(values) if values else None
@@ -234,16 +240,27 @@ class Ledger:
             stress, pick = min(stable, key=lambda sf: (
                 sf[0].val_bpb if has_score(sf[0]) else math.inf, sf[1].val_bpb, sf[1].trial_id))
             return self._winner(pick, "stress", stress)
-        if self.rung_ranked:
-            pick = self.rung_ranked[0]
+        standing = [r for r in self.rung_ranked if not self.refuted(r.trial_id)]
+        if standing:
+            pick = standing[0]
             best = self.best_rung_run(pick.trial_id)
             assert best is not None
             return self._winner(pick, "rung", None, rung=best[1])
-        scored = [(mean, f) for f in self.finalists if (mean := self.seed_mean(f)) is not None]
+        scored = [(mean, f) for f in self.finalists
+                  if not self.refuted(f.trial_id) and (mean := self.seed_mean(f)) is not None]
         if not scored:
             return None
         _, pick = min(scored, key=lambda mf: (mf[0], mf[1].trial_id))
         return self._winner(pick, "proxy", None)
+
+    @property
+    def no_winner_reason(self) -> str:
+        """Why :attr:`winner` is None, in words for the report and the commands."""
+        if any(self.seed_mean(f) is not None for f in self.finalists):
+            return ("every finalist's own stress run failed its verdict (diverged, flat or "
+                    "spiking), so no recipe is recommended: see the stress runs, then search "
+                    "again with a wider --promote or lower learning rates")
+        return "no proxy trial has completed yet"
 
     def _winner(self, pick: TrialRecord, evidence: Evidence, stress: TrialRecord | None, *,
                 rung: TrialRecord | None = None) -> Winner:
