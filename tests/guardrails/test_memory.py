@@ -42,6 +42,17 @@ def test_unfused_attention_on_cuda_pays_for_the_score_matrix() -> None:
     assert analytic_peak_bytes(odd_heads, CPU) < analytic_peak_bytes(even_heads, CPU)
 
 
+def test_gelu_in_fp32_on_the_cpu_counts_the_sigmoid_its_backward_keeps() -> None:
+    """The trainer's fp32 CPU GELU saves one more ``ffn_hidden``-wide tensor per layer and
+    token; CUDA's fused GELU does not."""
+    gelu = BIG.apply({"shape.activation": "gelu"})
+    shape = gelu.shape
+    extra = shape.n_layer * shape.ffn_hidden * gelu.batch_size * gelu.seq_len * 4
+    h100_gpu = analytic_peak_bytes(gelu, H100) - PROCESS_OVERHEAD_BYTES["cuda"]
+    assert analytic_peak_bytes(gelu, CPU) - PROCESS_OVERHEAD_BYTES["cpu"] == h100_gpu + extra
+    assert (analytic_peak_bytes(BIG, CPU) - PROCESS_OVERHEAD_BYTES["cpu"]
+            == analytic_peak_bytes(BIG, H100) - PROCESS_OVERHEAD_BYTES["cuda"])
+
 def test_calibration_factor_is_the_median_measured_over_predicted_ratio() -> None:
     predicted = analytic_peak_bytes(BASELINE, CPU)
     trials = [measured(BASELINE, peak_memory_bytes=round(predicted * r)) for r in (1.2, 1.5, 3.0)]

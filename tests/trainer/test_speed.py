@@ -25,7 +25,7 @@ from recipelab.trainer.device import (
     to_device,
 )
 from recipelab.trainer.loop import build_optimizer
-from recipelab.trainer.model import GPT, Block, make_norm
+from recipelab.trainer.model import GPT, Block, gelu_tanh, make_norm
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 
 TINY = proxy_recipe("tiny")
@@ -237,3 +237,27 @@ def test_rmsnorm_of_bf16_activations_keeps_torchs_upcasting_path() -> None:
     ours = make_norm("rmsnorm", 32)
     x = torch.randn(2, 8, 32).to(torch.bfloat16)
     torch.testing.assert_close(ours(x), torch.nn.RMSNorm(32, eps=1e-6)(x), rtol=0, atol=0)
+
+
+def test_gelu_tanh_matches_torchs_tanh_gelu_and_its_gradient_to_rounding() -> None:
+    """The written-out CPU fp32 GELU is torch's ``approximate="tanh"`` GELU, computed another
+    way: outputs and gradients agree to fp32 rounding across the whole range, tails included
+    (where ``x * sigmoid`` must not turn into a NaN)."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(4096) * 3, torch.tensor([-100.0, -20.0, -8.0, 0.0, 8.0, 20.0,
+                                                          100.0])]).requires_grad_()
+    grad = torch.randn_like(x)
+    got = gelu_tanh(x)
+    assert got.grad_fn is not None and "GELUTanh" in type(got.grad_fn).__name__, "fast path"
+    (got_grad,) = torch.autograd.grad(got, x, grad)
+    x64 = x.detach().double().requires_grad_()
+    expected = torch.nn.functional.gelu(x64, approximate="tanh")
+    (expected_grad,) = torch.autograd.grad(expected, x64, grad.double())
+    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_grad.double(), expected_grad, rtol=1e-5, atol=1e-5)
+
+
+def test_gelu_tanh_of_bf16_activations_is_torchs_own_kernel() -> None:
+    x = torch.randn(64).to(torch.bfloat16)
+    expected = torch.nn.functional.gelu(x, approximate="tanh")
+    torch.testing.assert_close(gelu_tanh(x), expected, rtol=0, atol=0)

@@ -19,6 +19,8 @@ k = n_kv_head * head_dim, h = ffn_hidden, H = n_head, T = seq_len), is::
     A = 4d                              block input and norm output, attention and FFN
       + 4a + 3k                         q/k/v, rotated q and k, attention output, its reshape
       + 4h | 2h | 3h                    FFN: swiglu (gate+up, silu, product) | gelu | relu2
+                                        (gelu 3h in fp32 on the CPU, whose written-out
+                                        backward keeps the sigmoid)
       + 2 * H * T   (unfused only)      attention scores and probabilities
 
 The (B, H, T, T) scores exist only when SDPA falls back to its math path: PyTorch's CPU
@@ -47,15 +49,20 @@ ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}
 LOGIT_BYTES = 4
 LOGIT_COPIES = 3
 FFN_SAVED_PER_HIDDEN = {"swiglu": 4, "gelu": 2, "relu2": 3}
+CPU_FP32_GELU_EXTRA = 1  # the sigmoid kept by the trainer's fp32 CPU GELU
 CUDA_FUSED_HEAD_DIM_MULTIPLE = 8
 CALIBRATION_MIN, CALIBRATION_MAX = 0.25, 4.0
 """A calibration factor outside these bounds says the measurements are wrong, not the model."""
 
 
-def activation_elements_per_token(shape: Shape, seq_len: int, fused_attention: bool) -> int:
+def activation_elements_per_token(shape: Shape, seq_len: int, fused_attention: bool,
+                                  cpu_fp32: bool = False) -> int:
     """Elements one transformer block saves for backward per token (``A`` above)."""
+    ffn = FFN_SAVED_PER_HIDDEN[shape.activation]
+    if cpu_fp32 and shape.activation == "gelu":
+        ffn += CPU_FP32_GELU_EXTRA
     saved = (4 * shape.d_model + 4 * shape.attn_width + 3 * shape.kv_width
-             + FFN_SAVED_PER_HIDDEN[shape.activation] * shape.ffn_hidden)
+             + ffn * shape.ffn_hidden)
     if not fused_attention:
         saved += 2 * shape.n_head * seq_len
     return saved
@@ -70,7 +77,9 @@ def analytic_peak_bytes(recipe: Recipe, device: DeviceInfo) -> int:
     states = STATE_BYTES_PER_PARAM * params
     if recipe.precision != "fp32":
         states += CAST_BYTES_PER_PARAM * params
-    per_token = shape.n_layer * activation_elements_per_token(shape, recipe.seq_len, fused)
+    cpu_fp32 = device.kind == "cpu" and recipe.precision == "fp32"
+    per_token = shape.n_layer * activation_elements_per_token(shape, recipe.seq_len, fused,
+                                                              cpu_fp32)
     activations = tokens * (per_token + 2 * shape.d_model) * ACTIVATION_BYTES[recipe.precision]
     logits = tokens * shape.vocab_size * LOGIT_BYTES * LOGIT_COPIES
     return PROCESS_OVERHEAD_BYTES[device.kind] + states + activations + logits

@@ -110,6 +110,48 @@ class _SwiGLUFunction(torch.autograd.Function):
         return grad_h, None
 
 
+GELU_TANH_SCALE = 2 * math.sqrt(2 / math.pi)
+GELU_TANH_CUBIC = 0.044715
+
+
+class _GELUTanhFunction(torch.autograd.Function):
+    """GELU's tanh form, ``0.5 x (1 + tanh(u))`` with ``u = sqrt(2/pi) (x + 0.044715 x^3)``,
+    computed as the identical ``x * sigmoid(2u)`` with its backward written out.
+
+    The same function as ``F.gelu(x, approximate="tanh")`` to fp32 rounding, but torch's CPU
+    tanh costs about 3x its sigmoid on AVX2, and its GELU runs that tanh again in the
+    backward. Here the forward keeps ``sigmoid(2u)`` for the backward, which is then a few
+    multiply-adds: about a third less time per layer, for one more ``ffn_hidden``-wide
+    tensor saved per token (the memory model counts it).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.addcmul(x.new_tensor(GELU_TANH_SCALE), x, x,
+                             value=GELU_TANH_SCALE * GELU_TANH_CUBIC)
+        gate = gate.mul_(x).sigmoid_()  # sigmoid(2u) = (1 + tanh(u)) / 2
+        ctx.save_for_backward(x, gate)
+        return x * gate
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        x, gate = ctx.saved_tensors
+        # d/dx x s(2u) = s + x s (1 - s) 2u', where 2u' = scale (1 + 3 cubic x^2)
+        slope = torch.addcmul(x.new_tensor(GELU_TANH_SCALE), x, x,
+                              value=3 * GELU_TANH_SCALE * GELU_TANH_CUBIC)
+        slope.mul_(x).mul_(torch.addcmul(gate, gate, gate, value=-1)).add_(gate)
+        return slope.mul_(grad)
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU, tanh form: the written-out :class:`_GELUTanhFunction` for fp32 on the CPU,
+    torch's fused kernel elsewhere."""
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        return F.gelu(x, approximate="tanh")
+    out: torch.Tensor = _GELUTanhFunction.apply(x)  # type: ignore[no-untyped-call]
+    return out
+
+
 class Rotary(nn.Module):
     """Rotary position embedding with cos/sin tables computed once, not per step.
 
@@ -181,7 +223,7 @@ class FeedForward(nn.Module):
         if self.activation == "swiglu":
             h = _SwiGLUFunction.apply(h, self.hidden)  # type: ignore[no-untyped-call]
         elif self.activation == "gelu":
-            h = F.gelu(h, approximate="tanh")
+            h = gelu_tanh(h)
         else:
             h = F.relu(h).square()
         out: torch.Tensor = self.down(h)
