@@ -142,16 +142,19 @@ def test_rung_runs_are_counted_apart_from_proxy_and_stress_runs() -> None:
     assert counts.rung_trained == 1 and counts.trained == 5 and counts.stress_total == 0
 
 
-def test_a_candidate_whose_stress_run_failed_its_verdict_is_never_the_provisional_winner() -> None:
+def test_a_candidate_whose_stress_run_diverged_is_never_the_provisional_winner() -> None:
     runs = [rung("r0000", "p0001", 1.80)]
-    spiked = stress("s0000", "p0001", 1.7, "grad-spike")
-    winner = Ledger(PROXIES + runs + [spiked], promote=1, rung_size=3).winner
+    diverged_stress = stress("s0000", "p0001", 1.7, "diverged")
+    winner = Ledger(PROXIES + runs + [diverged_stress], promote=1, rung_size=3).winner
     assert winner is None, "every candidate the rung and the proxies offer has been refuted"
 
-    flat = stress("s0000", "p0001", 1.7, "flat")
-    winner = Ledger([*PROXIES, flat], promote=2).winner
+    winner = Ledger([*PROXIES, diverged_stress], promote=2).winner
     assert winner is not None and winner.evidence == "proxy"
     assert winner.record.trial_id == "p0002"
+
+    for warning in ("flat", "grad-spike"):  # shown in the report, but no refutation
+        winner = Ledger([*PROXIES, stress("s0000", "p0001", 1.7, warning)], promote=2).winner
+        assert winner is not None and winner.record.trial_id == "p0001"
 
     crashed = TrialRecord(campaign="c", trial_id="s0000", kind="stress", status="failed",
                           parent="p0001", recipe={"seed": 0, "steps": 1000})

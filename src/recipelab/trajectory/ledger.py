@@ -223,10 +223,11 @@ class Ledger:
         return [r for r in self.stress if r.parent == proxy_id]
 
     def refuted(self, proxy_id: str) -> bool:
-        """Whether a stress run of ``proxy_id`` was judged unstable (diverged, flat or spiking):
-        a provisional winner must not be a recipe its own long run has already failed. A run
-        that failed without a verdict (a crash, a timeout) says nothing about the recipe."""
-        return any(s.verdict not in (None, "stable") for s in self.stress_runs_of(proxy_id))
+        """Whether a stress run of ``proxy_id`` diverged: a provisional winner must not be a
+        recipe its own long run has already blown up. A flat tail or a gradient spike is a
+        warning the report shows, not a refutation (a converged run is flat), and a run that
+        failed without a verdict (a crash, a timeout) says nothing about the recipe."""
+        return any(s.verdict == "diverged" for s in self.stress_runs_of(proxy_id))
 
     def seed_mean(self, record: TrialRecord) -> float | None:
         values = [r.val_bpb for r in seed_family(record, self.proxies) if r.val_bpb is not None]
@@ -257,9 +258,9 @@ class Ledger:
     def no_winner_reason(self) -> str:
         """Why :attr:`winner` is None, in words for the report and the commands."""
         if any(self.seed_mean(f) is not None for f in self.finalists):
-            return ("every finalist's own stress run failed its verdict (diverged, flat or "
-                    "spiking), so no recipe is recommended: see the stress runs, then search "
-                    "again with a wider --promote or lower learning rates")
+            return ("every finalist's own stress run diverged, so no recipe is recommended: "
+                    "see the stress runs, then search again with a wider --promote or lower "
+                    "learning rates")
         return "no proxy trial has completed yet"
 
     def _winner(self, pick: TrialRecord, evidence: Evidence, stress: TrialRecord | None, *,
