@@ -46,3 +46,12 @@ def test_no_recipe_is_recommended_when_every_finalists_stress_run_diverged() -> 
     section = recommendation(records, ReportContext("nightly", get_target("toy"), "tiny"), None)
     text = to_markdown(Document("report", (section,)))
     assert "Nothing to recommend: every finalist's own stress run diverged" in text
+
+
+def test_a_stress_record_without_a_recipe_shows_no_rate_instead_of_failing() -> None:
+    records = [record("p0001", "proxy", 0.01),
+               TrialRecord(campaign="c", trial_id="s0000", status="complete", kind="stress",
+                           proposer="tpe", val_bpb=2.5, parent="p0001", verdict="stable",
+                           curve=CURVE)]
+    text = to_markdown(Document("report", (stress_runs(records),)))
+    assert "| s0000 | p0001 | complete | stable | — |" in text

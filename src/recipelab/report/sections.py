@@ -159,6 +159,12 @@ def rung_runs(records: Sequence[TrialRecord]) -> Section:
                "proxy rank", "rung rank", "rank change"), tuple(rows))))
 
 
+def _lr(record: TrialRecord | None) -> float | None:
+    """The record's learning rate, or None for a record without one."""
+    lr = (record.recipe.get("optimizer") or {}).get("lr") if record is not None else None
+    return float(lr) if lr is not None else None
+
+
 def stress_runs(records: Sequence[TrialRecord]) -> Section:
     runs = [r for r in records if r.kind == "stress" and r.is_terminal]
     if not runs:
@@ -174,11 +180,11 @@ def stress_runs(records: Sequence[TrialRecord]) -> Section:
         losses = [float(p["loss"]) for p in r.curve]
         panels.append(plots.StressPanel(r.trial_id, r.parent, r.verdict, steps, losses,
                                         fit_power_law(steps, losses)))
-        lr = float(r.recipe["optimizer"]["lr"])
-        parent = by_id.get(r.parent or "")
-        factor = lr / float(parent.recipe["optimizer"]["lr"]) if parent else 1.0
+        lr, parent_lr = _lr(r), _lr(by_id.get(r.parent or ""))
+        factor = lr / parent_lr if lr is not None and parent_lr else 1.0
         scaled = scaled or not math.isclose(factor, 1.0)
-        rate = f"{lr:.3g}" + ("" if math.isclose(factor, 1.0) else f" (proxy's x {factor:.3g})")
+        rate = ("—" if lr is None else f"{lr:.3g}"
+                + ("" if math.isclose(factor, 1.0) else f" (proxy's x {factor:.3g})"))
         rows.append((r.trial_id, r.parent or "", r.status, r.verdict or "—", rate,
                      _fmt(losses[-1] if losses else None), _fmt(r.val_bpb), r.message or ""))
     blocks: list[Block] = []
