@@ -150,8 +150,9 @@ def test_the_default_model_gives_the_output_it_gave_before_the_stability_knobs(
     torch.manual_seed(0)
     gpt = GPT(shape(**changes), 128)
     x = torch.arange(64).view(2, 32) % 256
-    # Exact on the machine that recorded them; the tolerance only absorbs other CPUs' kernels.
-    assert gpt(x).double().sum().item() == pytest.approx(output_sum, rel=1e-6)
+    # Exact on the machine that recorded them; the tolerance only absorbs other CPUs' kernels
+    # (AVX-512 against AVX2 moved the second sum, 16,384 logits that nearly cancel, by 2.5e-6).
+    assert gpt(x).double().sum().item() == pytest.approx(output_sum, rel=1e-6, abs=1e-5)
     weights = sum(p.double().square().sum().item() for p in gpt.parameters())
     assert weights == pytest.approx(weight_square_sum, rel=1e-9)
 
