@@ -17,6 +17,10 @@ What it measures
       ``cpu`` preset shapes, against the reference at the same depth, width, heads and
       tokens per step: what a campaign's trials actually train.
 
+    Both loops run in this one process, set up as a trial process is (``configure_device``:
+    on the CPU, glibc keeps the memory a step frees), so neither gains on the other from
+    process settings; ``bench/host_memory.py`` measures that setting on its own.
+
     Machines are shared and noisy, so within each comparison the two loops alternate
     (recipelab, reference, recipelab, reference, ...), each round on a fresh model, the
     first ``--warmup`` steps of every round untimed, and the table reports medians.
@@ -71,6 +75,7 @@ from recipelab.trainer import loop as trainer_loop
 from recipelab.trainer.data import Dataset, load_dataset
 from recipelab.trainer.device import (
     autocast,
+    configure_device,
     configure_threads,
     linear_factory,
     resolve_device,
@@ -254,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device("auto")
     precision = args.precision or ("bf16" if device.type == "cuda" else "fp32")
     configure_threads(args.threads)
+    configure_device(device)  # as a trial process does; the reference gains the same
     todo = [c for c in cases(args.steps, precision)
             if not args.only or any(o in c.name for o in args.only)]
     data = load_dataset(CorpusSpec(source="python-docs"), tokenizer="byte", vocab_size=256,

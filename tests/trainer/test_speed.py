@@ -4,6 +4,7 @@ implementation per device, the CUDA-only fast paths and the optional torch.compi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from recipelab import environment
 from recipelab.agent.settings import CampaignSettings
 from recipelab.cli import app
 from recipelab.recipe import proxy_recipe
@@ -118,6 +120,38 @@ def test_tf32_is_enabled_for_cuda_devices_only() -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = False
+
+
+TRAINING_STEPS = """
+import resource, torch
+from recipelab.trainer.device import configure_device
+configure_device(torch.device("cpu"))
+torch.set_num_threads(1)
+mlp = torch.nn.Sequential(torch.nn.Linear(192, 768), torch.nn.GELU(), torch.nn.Linear(768, 192))
+x = torch.randn(4096, 192)  # the cpu preset's tokens per step: 12 MiB hidden activations
+for step in range(60):
+    if step == 10:
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    mlp(x).square().mean().backward()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+"""
+
+
+def page_faults_after_ten_steps(keep_freed_memory: str) -> int:
+    """Minor page faults of steps 11 to 60 of a small MLP's training, in a fresh process: the
+    allocator settings are per process and cannot be undone."""
+    done = subprocess.run([sys.executable, "-c", TRAINING_STEPS], capture_output=True,
+                          text=True, check=True,
+                          env={**os.environ, environment.KEEP_FREED_MEMORY: keep_freed_memory})
+    return int(done.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings")
+def test_a_cpu_trainer_process_reuses_the_memory_its_steps_free() -> None:
+    kept = page_faults_after_ten_steps("1")
+    default = page_faults_after_ten_steps("0")
+    assert default > 20_000, "with glibc's defaults the steps fault their activations in again"
+    assert kept * 10 < default, f"{kept:,} page faults with freed memory kept, {default:,} without"
 
 
 def test_compile_is_off_unless_asked_and_caches_under_recipelabs_cache(

@@ -5,6 +5,7 @@ on the paths that need them, so the CPU path never touches them."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import importlib.util
 import os
@@ -83,13 +84,45 @@ def maybe_compile(model: nn.Module, enabled: bool) -> nn.Module:
 def configure_device(device: torch.device) -> None:
     """Speed settings of a CUDA device: TF32 tensor cores for the matmuls and convolutions of
     an fp32 recipe (10-bit mantissa, the accuracy every fp32 pretraining run accepts) and
-    cuDNN's autotuner. The CPU keeps full fp32."""
+    cuDNN's autotuner. The CPU keeps full fp32, and its process keeps the memory it frees
+    (:func:`keep_freed_memory`)."""
     if device.type != "cuda":
+        keep_freed_memory()
         return
     torch.set_float32_matmul_precision("high")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
+MMAP_THRESHOLD_MAX = 32 * 2**20  # the largest M_MMAP_THRESHOLD glibc accepts on 64-bit
+NEVER_TRIM = 2**31 - 1  # M_TRIM_THRESHOLD is a C int
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc keep the memory a training step frees for the next step.
+
+    A CPU step allocates and frees the same activation-sized tensors, megabytes each, every
+    step. By default glibc serves many of them from fresh ``mmap`` pages or trims them off
+    the heap when freed, so each step page-faults its activations in again. Serving blocks
+    up to 32 MiB from the heap and never trimming it took a ``cpu``-preset trial from 300,000
+    to 435,000 minor page faults down to 135,000, and its step time down by 2% to 3%
+    (``bench/host_memory.py``). The resident set then stays at the step's peak, which is what
+    the memory guardrail budgets anyway.
+
+    Returns whether the allocator took both settings: not with another C library (musl,
+    macOS), nor when ``RECIPELAB_KEEP_FREED_MEMORY=0`` asks for glibc's defaults.
+    """
+    if environment.read(environment.KEEP_FREED_MEMORY) == "0":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(
+        mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))
 
 
 def optimizer_options(device: torch.device) -> dict[str, bool]:
