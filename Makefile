@@ -52,6 +52,7 @@ test: lint $(VENV)/.llm-test-deps
 bench: setup
 	$(BIN)/python bench/trainer_throughput.py
 	$(BIN)/python bench/thread_policy.py
+	$(BIN)/python bench/host_memory.py
 	$(BIN)/python bench/compile_cost.py
 	$(BIN)/python bench/loop_overhead.py
 	$(BIN)/python bench/llm_latency.py
