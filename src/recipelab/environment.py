@@ -18,7 +18,7 @@ LLM_MODEL = "RECIPELAB_LLM_MODEL"
 LLM_API_KEYS = ("RECIPELAB_LLM_API_KEY", "OPENAI_API_KEY")  # the first that is set
 SECRETS = (*LLM_API_KEYS, "NGC_API_KEY", "PGPASSWORD")  # scrubbed from every log line
 GPU_SHARERS = "RECIPELAB_GPU_SHARERS"  # trials an executor runs on one GPU at once
-KEEP_FREED_MEMORY = "RECIPELAB_KEEP_FREED_MEMORY"  # 0: leave glibc's malloc at its defaults
+KEEP_FREED_MEMORY = "RECIPELAB_KEEP_FREED_MEMORY"  # 0 or off: leave glibc's malloc at its defaults
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 TORCH_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
 

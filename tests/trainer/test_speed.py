@@ -23,6 +23,7 @@ from recipelab.trainer.device import (
     compile_cache_dir,
     configure_device,
     configure_threads,
+    keep_freed_memory,
     maybe_compile,
     optimizer_options,
     to_device,
@@ -153,6 +154,13 @@ def test_a_cpu_trainer_process_reuses_the_memory_its_steps_free() -> None:
     default = page_faults_after_ten_steps("0")
     assert default > 20_000, "with glibc's defaults the steps fault their activations in again"
     assert kept * 10 < default, f"{kept:,} page faults with freed memory kept, {default:,} without"
+
+
+@pytest.mark.parametrize("off", ["0", "off", "False", "no"])
+def test_freed_memory_is_left_to_glibc_when_the_environment_says_so(
+        off: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(environment.KEEP_FREED_MEMORY, off)
+    assert keep_freed_memory() is False
 
 
 def test_compile_is_off_unless_asked_and_caches_under_recipelabs_cache(

@@ -98,6 +98,7 @@ def configure_device(device: torch.device) -> None:
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
 MMAP_THRESHOLD_MAX = 32 * 2**20  # the largest M_MMAP_THRESHOLD glibc accepts on 64-bit
 NEVER_TRIM = 2**31 - 1  # M_TRIM_THRESHOLD is a C int
+OFF = frozenset({"0", "false", "no", "off"})
 
 
 def keep_freed_memory() -> bool:
@@ -112,9 +113,10 @@ def keep_freed_memory() -> bool:
     the memory guardrail budgets anyway.
 
     Returns whether the allocator took both settings: not with another C library (musl,
-    macOS), nor when ``RECIPELAB_KEEP_FREED_MEMORY=0`` asks for glibc's defaults.
+    macOS), nor when ``RECIPELAB_KEEP_FREED_MEMORY`` is 0, false, no or off: glibc's defaults.
     """
-    if environment.read(environment.KEEP_FREED_MEMORY) == "0":
+    setting = environment.read(environment.KEEP_FREED_MEMORY)
+    if setting is not None and setting.lower() in OFF:
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
