@@ -19,7 +19,6 @@ Run it with ``.venv/bin/python bench/host_memory.py [--rounds 3] [--steps 60]``.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
 import sys
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trial_process
 from recipelab import environment
 from recipelab.recipe import proxy_recipe
+from thread_policy import load_average
 
 WAYS = {"kept": {}, "default": {environment.KEEP_FREED_MEMORY: "0"}}
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     recipe = proxy_recipe("cpu").apply({"steps": args.steps})
     print(f"{args.rounds} rounds of one cpu-preset trial ({args.steps} steps, 1 thread) per way, "
-          f"alternating; load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"alternating; load average before: {load_average()}")
     steps: dict[str, list[float]] = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory(prefix="recipelab-host-memory-") as tmp:
         for r in range(args.rounds):
