@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,11 +29,15 @@ exec setpriv --reuid={uid} --regid={uid} --clear-groups env -i PATH=/usr/bin:/bi
 @pytest.mark.skipif(os.geteuid() != 0 or not all(map(shutil.which, ("unshare", "setpriv"))),
                     reason="needs root, unshare and setpriv to act out a user without either")
 def test_without_postgresql_or_root_the_start_script_exits_3_saying_what_to_install() -> None:
-    script = ROOT / "scripts" / "start-test-postgres"
-    done = subprocess.run(
-        ["unshare", "--mount", "bash", "-c", HIDE_POSTGRES_THEN_RUN_AS_NOBODY.format(uid=NOBODY),
-         "bash", "bash", str(script)],
-        capture_output=True, text=True, timeout=120, check=False)
+    with tempfile.TemporaryDirectory() as checkout:  # nobody may not reach ours (mktemp -d)
+        Path(checkout).chmod(0o711)  # nobody needs to pass through, nothing more
+        script = Path(checkout) / "scripts" / "start-test-postgres"
+        script.parent.mkdir(mode=0o711)
+        shutil.copy(ROOT / "scripts" / "start-test-postgres", script)
+        done = subprocess.run(
+            ["unshare", "--mount", "bash", "-c",
+             HIDE_POSTGRES_THEN_RUN_AS_NOBODY.format(uid=NOBODY), "bash", "bash", str(script)],
+            capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 3, done.stderr
     assert "apt-get install postgresql" in done.stderr
     assert done.stdout == ""
