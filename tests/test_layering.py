@@ -1,6 +1,7 @@
 """The package's layering, read from the source: every ``import recipelab.X`` (at module level
 or inside a function) points down the chain
-``cli → (agent, envelope) → runner → (proposer, guardrails, trainer, trajectory, report) → recipe``,
+``cli → (agent, envelope) → (runner, longrun) → (proposer, guardrails, trainer, trajectory, report)
+→ recipe``,
 never up or sideways between agent and envelope, and the packages form no cycle."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import recipelab
 
 PACKAGE = Path(recipelab.__file__).parent
-LAYER = {"__main__": -1, "cli": 0, "agent": 1, "envelope": 1, "runner": 2,
+LAYER = {"__main__": -1, "cli": 0, "agent": 1, "envelope": 1, "runner": 2, "longrun": 2,
          "proposer": 3, "guardrails": 3, "trainer": 3, "trajectory": 3, "report": 3,
          "recipe": 4}
 BASE = 5  # small shared modules with no recipelab imports of their own (units, text, fsutil...)

@@ -784,7 +784,7 @@ def pretrain(
     checkpoints, a budget guard and metrics. Exit status 3 when the budget stopped it."""
     import os
 
-    from recipelab.trainer.pretrain import (
+    from recipelab.longrun.run import (
         EXIT_BUDGET,
         PretrainConfig,
         dry_run_report,

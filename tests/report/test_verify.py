@@ -14,7 +14,7 @@ from recipelab.recipe import Recipe
 from recipelab.report.export import pick_winner
 from recipelab.report.prediction import Prediction, predict
 from recipelab.report.verify import MetricsError, read_evaluations, verify
-from recipelab.trainer.pretrain import PretrainConfig, run_pretrain
+from recipelab.longrun.run import PretrainConfig, run_pretrain
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.record import TrialRecord

@@ -11,8 +11,8 @@ billed cloud run needs on top:
   K kept) and ``--resume-from-latest``, which continues the uninterrupted curve exactly: the
   schedule and the batches are functions of the step, and the metrics rows and the partial
   logging interval are in the checkpoint;
-- a budget guard (:mod:`recipelab.trainer.budget`), a throughput floor, and an injected
-  loss spike with its postmortem (:mod:`recipelab.trainer.spike`);
+- a budget guard (:mod:`recipelab.longrun.budget`), a throughput floor, and an injected
+  loss spike with its postmortem (:mod:`recipelab.longrun.spike`);
 - ``metrics.csv``, plots, ``final.safetensors``, ``manifest.json`` and structlog events in
   ``events.jsonl``.
 
@@ -47,7 +47,7 @@ from torch.nn.parallel import DistributedDataParallel
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import Recipe, StrictModel
 from recipelab.trainer import checkpoint
-from recipelab.trainer.budget import BudgetGuard, BudgetStatus, read_elapsed, write_budget
+from recipelab.longrun.budget import BudgetGuard, BudgetStatus, read_elapsed, write_budget
 from recipelab.trainer.data import Dataset, load_dataset, sample_batch
 from recipelab.trainer.device import (
     autocast,
@@ -62,7 +62,7 @@ from recipelab.trainer.evaluate import bits_per_byte
 from recipelab.trainer.loop import build_optimizer
 from recipelab.trainer.model import GPT
 from recipelab.trainer.spec import CorpusSpec
-from recipelab.trainer.spike import SpikeTrace, rare_batch, rarest_tokens
+from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 
 METRICS_FILE = "metrics.csv"
 EVENTS_FILE = "events.jsonl"
@@ -498,7 +498,7 @@ class LongRun:
 
     def _finish(self, model: nn.Module, status: BudgetStatus, stop: StopReason,
                 steps_done: int) -> None:
-        from recipelab.trainer.pretrain_plots import write_plots
+        from recipelab.longrun.plots import write_plots
 
         if stop == "complete":
             save_model(model, str(self.out / FINAL_FILE))

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from recipelab.cli import app
 from recipelab.recipe import proxy_recipe
-from recipelab.trainer.pretrain import (
+from recipelab.longrun.run import (
     CHECKPOINT_DIR,
     LOCK_FILE,
     PretrainConfig,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recipelab.trainer.budget import BudgetGuard
+from recipelab.longrun.budget import BudgetGuard
 
 
 class Clock:
