@@ -17,7 +17,6 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.recipe import proxy_recipe
 from recipelab.longrun.run import (
     CHECKPOINT_DIR,
     LOCK_FILE,
@@ -25,6 +24,7 @@ from recipelab.longrun.run import (
     RunLocked,
     run_pretrain,
 )
+from recipelab.recipe import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 
 RECIPE = proxy_recipe("tiny").apply({"steps": 30})

@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.cli import app
+from recipelab.longrun.run import PretrainConfig, run_pretrain
 from recipelab.recipe import Recipe
 from recipelab.report.export import pick_winner
 from recipelab.report.prediction import Prediction, predict
 from recipelab.report.verify import MetricsError, read_evaluations, verify
-from recipelab.longrun.run import PretrainConfig, run_pretrain
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.record import TrialRecord

@@ -45,9 +45,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from recipelab.fsutil import atomic_write_text
+from recipelab.longrun.budget import BudgetGuard, BudgetStatus, read_elapsed, write_budget
+from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 from recipelab.recipe import Recipe, StrictModel
 from recipelab.trainer import checkpoint
-from recipelab.longrun.budget import BudgetGuard, BudgetStatus, read_elapsed, write_budget
 from recipelab.trainer.data import Dataset, load_dataset, sample_batch
 from recipelab.trainer.device import (
     autocast,
@@ -62,7 +63,6 @@ from recipelab.trainer.evaluate import bits_per_byte
 from recipelab.trainer.loop import build_optimizer
 from recipelab.trainer.model import GPT
 from recipelab.trainer.spec import CorpusSpec
-from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 
 METRICS_FILE = "metrics.csv"
 EVENTS_FILE = "events.jsonl"
