@@ -17,7 +17,8 @@ import torch
 
 from recipelab.recipe import Recipe, proxy_recipe
 from recipelab.trainer import checkpoint
-from recipelab.trainer.loop import build_optimizer, run_trial
+from recipelab.trainer.core import build_optimizer
+from recipelab.trainer.loop import run_trial
 from recipelab.trainer.model import GPT
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 

@@ -28,7 +28,7 @@ from recipelab.trainer.device import (
     optimizer_options,
     to_device,
 )
-from recipelab.trainer.loop import build_optimizer
+from recipelab.trainer.core import build_optimizer
 from recipelab.trainer.model import GPT, Block, gelu_tanh, make_norm
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 

@@ -15,15 +15,14 @@ import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from recipelab.fsutil import is_disk_full
-from recipelab.recipe import Recipe
 from recipelab.trainer import checkpoint
+from recipelab.trainer.core import build_model, build_optimizer, set_learning_rate, train_step
 from recipelab.trainer.data import DataError, Dataset, load_dataset, sample_batch
 from recipelab.trainer.device import (
     UnsupportedPrecision,
@@ -32,9 +31,7 @@ from recipelab.trainer.device import (
     configure_device,
     configure_threads,
     is_out_of_memory,
-    linear_factory,
     maybe_compile,
-    optimizer_options,
     peak_memory_bytes,
     provenance,
     reset_peak_memory,
@@ -109,57 +106,6 @@ class Interval:
         self.losses = []
 
 
-ParamGroup = Literal["embeddings", "output", "hidden", "norms"]
-
-
-def param_groups(model: GPT) -> dict[ParamGroup, list[nn.Parameter]]:
-    """The model's trainable parameters by the role the optimizer knobs address.
-
-    With tied embeddings the output layer is the embedding table and counts as embeddings.
-    Parameters are listed in ``model.parameters()`` order within each group.
-    """
-    embeddings = {id(model.embed.weight)}
-    if model.positions is not None:
-        embeddings.add(id(model.positions.weight))
-    groups: dict[ParamGroup, list[nn.Parameter]] = {
-        "embeddings": [], "output": [], "hidden": [], "norms": []}
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        if id(p) in embeddings:
-            groups["embeddings"].append(p)
-        elif p is model.lm_head.weight:
-            groups["output"].append(p)
-        elif p.dim() >= 2:
-            groups["hidden"].append(p)
-        else:
-            groups["norms"].append(p)
-    return groups
-
-
-def build_optimizer(model: GPT, recipe: Recipe, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with one parameter group per role (embeddings, output, hidden, norms), each with
-    its learning-rate multiplier (kept in ``lr_mult``, applied by the schedule) and weight
-    decay rule, in the implementation that is fastest on ``device``
-    (:func:`~recipelab.trainer.device.optimizer_options`)."""
-    opt = recipe.optimizer
-    mult: dict[ParamGroup, float] = {"embeddings": opt.lr_embed_mult,
-                                     "output": opt.lr_output_mult,
-                                     "hidden": opt.lr_hidden_mult, "norms": 1.0}
-    decays: dict[ParamGroup, bool] = {"embeddings": opt.decay_embeddings, "output": True,
-                                      "hidden": True, "norms": opt.decay_norms}
-    groups = [{"params": params, "weight_decay": opt.weight_decay if decays[role] else 0.0,
-               "lr": opt.lr * mult[role], "lr_mult": mult[role], "role": role}
-              for role, params in param_groups(model).items() if params]
-    return torch.optim.AdamW(groups, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
-                             **optimizer_options(device))
-
-
-def z_loss(logits: torch.Tensor) -> torch.Tensor:
-    """``mean(logsumexp(logits)²)`` over the tokens: zero when every softmax normaliser is 1."""
-    return torch.logsumexp(logits, dim=-1).square().mean()
-
-
 def _timed_warmup(steps: int, requested: int | None = None) -> int:
     """Steps excluded from throughput: the first few pay for allocator and kernel warm-up.
     ``requested`` (the spec's ``timed_warmup_steps``) overrides the default, keeping one
@@ -217,38 +163,25 @@ class TrialRunner:
         interval = Interval.zeros(device)
         start = self._restore(model, optimizer, interval)
         params = [p for p in model.parameters() if p.requires_grad]
-        clip = recipe.optimizer.grad_clip or math.inf
-        vocab = recipe.shape.vocab_size
-        z_coef = recipe.stability.z_loss
-        limit = spec.divergence_factor * math.log(vocab)
+        limit = spec.divergence_factor * math.log(recipe.shape.vocab_size)
         timed_from = max(start, _timed_warmup(recipe.steps, spec.timed_warmup_steps))
         last_loss = progress.curve[-1].loss if progress.curve else math.nan
+
+        def batch(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+            x, y = sample_batch(data.train, recipe.batch_size, recipe.seq_len, recipe.seed, index)
+            return to_device(x, device), to_device(y, device)
+
         clock = time.perf_counter()
         for step in range(start, recipe.steps):
             if step == timed_from:
                 synchronize(device)
                 clock = time.perf_counter()
-            lr = recipe.optimizer.lr * recipe.schedule.lr_multiplier(step, recipe.steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr * group["lr_mult"]
-            step_loss = torch.zeros((), device=device)
-            for micro in range(recipe.grad_accum):
-                x, y = sample_batch(data.train, recipe.batch_size, recipe.seq_len, recipe.seed,
-                                    step * recipe.grad_accum + micro)
-                x, y = to_device(x, device), to_device(y, device)
-                with context():
-                    logits = forward(x)
-                flat = logits.float().view(-1, vocab)
-                loss = F.cross_entropy(flat, y.view(-1))
-                objective = loss + z_coef * z_loss(flat) if z_coef else loss
-                (objective / recipe.grad_accum).backward()  # type: ignore[no-untyped-call]
-                interval.loss_sum += loss.detach() / recipe.grad_accum
-                step_loss += loss.detach() / recipe.grad_accum
+            lr = set_learning_rate(optimizer, recipe, step)
+            step_loss, grad_norm = train_step(forward, optimizer, params, recipe, step, batch,
+                                              context)
+            interval.loss_sum += step_loss
             interval.losses.append(step_loss)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            torch.maximum(interval.grad_max, grad_norm.detach(), out=interval.grad_max)
+            torch.maximum(interval.grad_max, grad_norm, out=interval.grad_max)
             interval.steps += 1
             progress.steps_done = step + 1
             if progress.steps_done % spec.log_every == 0 or progress.steps_done == recipe.steps:
@@ -281,8 +214,7 @@ class TrialRunner:
         data = load_dataset(spec.corpus, tokenizer=recipe.tokenizer,
                             vocab_size=recipe.shape.vocab_size, eval_bytes=recipe.eval_bytes,
                             min_train_tokens=recipe.batch_size * recipe.seq_len + 1)
-        model = GPT(recipe.shape, recipe.seq_len, linear_factory(recipe.precision),
-                    recipe.stability).to(device)
+        model = build_model(recipe, device)
         context = autocast(recipe.precision, device)
         self._say(f"trial {spec.trial_id}: {model.param_count():,} parameters on {device}, "
                   f"{data.description}")
