@@ -762,15 +762,28 @@ def pretrain(
     keep_last: Annotated[int, typer.Option(help="checkpoints kept")] = 3,
     resume_from_latest: Annotated[bool, typer.Option(
         "--resume-from-latest", help="continue from the newest checkpoint in --out")] = False,
-    price_per_hour: Annotated[float, typer.Option(help="$ per hour of the whole job")] = 0.0,
-    budget_cap_usd: Annotated[float | None, typer.Option(help="stop before spending more")] = None,
+    price_per_hour: Annotated[float | None, typer.Option(
+        help="$ per hour of the whole job: the trainer's own spend estimate (wall time × price)"
+    )] = None,
+    budget_cap_usd: Annotated[float | None, typer.Option(
+        help="stop before spending more (needs --budget-curr-cost-uri or --price-per-hour)")] = None,
     alert_at_usd: Annotated[float | None, typer.Option(help="an event once spending reaches it")] = None,
+    budget_curr_cost_uri: Annotated[str | None, typer.Option(
+        help="a sidecar's spend file (path or file:// URI) holding spent_usd, rate_usd_per_hr, "
+        "hours_elapsed, projected_total_usd and last_update_utc; read every --budget-poll-s")] = None,
+    budget_poll_s: Annotated[float, typer.Option(help="seconds between reads of the spend file")] = 30.0,
+    budget_stale_after_s: Annotated[float, typer.Option(
+        help="a spend file older than this is reported stale")] = 600.0,
     dry_run_budget: Annotated[bool, typer.Option(
         "--dry-run-budget", help="time a few steps, print the projected cost and exit")] = False,
     min_mfu: Annotated[float | None, typer.Option(help="throughput floor as MFU (0-1)")] = None,
     min_tokens_per_s: Annotated[float | None, typer.Option(help="throughput floor, tokens/s")] = None,
     peak_tflops: Annotated[float | None, typer.Option(
         help="peak TFLOP/s per device for MFU (default: 989 on CUDA, none on CPU)")] = None,
+    divergence_factor: Annotated[float, typer.Option(
+        help="stop when the loss exceeds this multiple of ln(vocab), or is not finite")] = 2.0,
+    compile_model: Annotated[bool | None, typer.Option(
+        "--compile/--no-compile", help="torch.compile the model (default: on CUDA only)")] = None,
     inject_spike_at_step: Annotated[int | None, typer.Option(
         help="feed rare-token batches from this step (a rehearsal spike)")] = None,
     spike_steps: Annotated[int, typer.Option(help="steps of rare-token batches")] = 3,
@@ -781,15 +794,11 @@ def pretrain(
     )] = None,
 ) -> None:
     """Train a recipe for a long run, on one process or under torchrun (DDP), with
-    checkpoints, a budget guard and metrics. Exit status 3 when the budget stopped it."""
+    checkpoints, a budget guard and metrics. Exit status 3 when the budget stopped it, 4 when
+    the loss diverged, 143 after a SIGTERM (checkpointed: resume with --resume-from-latest)."""
     import os
 
-    from recipelab.longrun.run import (
-        EXIT_BUDGET,
-        PretrainConfig,
-        dry_run_report,
-        run_pretrain,
-    )
+    from recipelab.longrun.run import PretrainConfig, dry_run_report, run_pretrain
 
     recipe = load_recipe(recipe_file)
     edit = parse_knob_settings(knob or [])
@@ -806,27 +815,25 @@ def pretrain(
             corpus=CorpusSpec.model_validate(given_corpus(corpus, corpus_max_bytes) or {}),
             device=device, campaign=campaign, log_every=log_every, eval_every=eval_every,
             ckpt_every=ckpt_every, keep_last=keep_last, resume_from_latest=resume_from_latest,
-            price_per_hour=price_per_hour, budget_cap_usd=budget_cap_usd,
-            alert_at_usd=alert_at_usd, dry_run_budget=dry_run_budget, min_mfu=min_mfu,
+            compile=compile_model, price_per_hour=price_per_hour, budget_cap_usd=budget_cap_usd,
+            alert_at_usd=alert_at_usd, budget_curr_cost_uri=budget_curr_cost_uri,
+            budget_poll_s=budget_poll_s, budget_stale_after_s=budget_stale_after_s,
+            dry_run_budget=dry_run_budget, divergence_factor=divergence_factor, min_mfu=min_mfu,
             min_tokens_per_s=min_tokens_per_s, peak_tflops=peak_tflops,
             inject_spike_at_step=inject_spike_at_step, spike_steps=spike_steps, threads=threads)
+        result = run_pretrain(config)
     except ValidationError as error:
         fail(f"invalid pretrain settings: {one_line(error)}")
     except ValueError as error:
         fail(str(error))
-    try:
-        result = run_pretrain(config)
-    except ValueError as error:
-        fail(str(error))
     if os.environ.get("RANK", "0") != "0":
-        return
+        raise typer.Exit(result.exit_code)
     if dry_run_budget:
         typer.echo(json.dumps(dry_run_report(config, result), indent=2))
         return
     console.print(f"pretrain {result.stop_reason} after {result.steps_done} steps → {out}",
                   markup=False)
-    if result.stop_reason != "complete":
-        raise typer.Exit(EXIT_BUDGET)
+    raise typer.Exit(result.exit_code)
 
 
 @app.command()

@@ -131,10 +131,29 @@ def test_dry_run_budget_prints_the_projection_and_writes_nothing(
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
     assert printed["total_steps"] == 1000 and printed["measured_steps"] == 5
-    assert printed["projected_total_usd"] == pytest.approx(
-        printed["seconds_per_step"] * 1000 / 100)
+    steps_cost = printed["seconds_per_step"] * 1000 / 100  # $36/h is $0.01/s; setup is billed too
+    assert steps_cost <= printed["projected_total_usd"] <= steps_cost * 1.5 + 1.0
     assert printed["over_cap"] is True
+    paths = printed["paths"]
+    assert paths["alert"]["step"] is None  # no alert level given
+    assert paths["spent_over_cap"]["step"] == 1 and "no checkpoint" in paths["spent_over_cap"]["does"]
+    assert paths["projection_over_cap"]["step"] is None  # spending passes a $1e-6 cap first
     assert not (out / "metrics.csv").exists() and not (out / "events.jsonl").exists()
+
+
+def test_dry_run_budget_says_at_which_step_the_alert_and_the_projection_stop_fire(
+        tmp_path: Path, corpus: CorpusSpec) -> None:
+    from recipelab.longrun.run import dry_run_report
+
+    # $3,600/h is $1/s: a million steps project far over a $50 cap, spent reaches $20 later
+    settings = config(tmp_path / "dry", corpus, steps=1_000_000, price_per_hour=3600.0,
+                      budget_cap_usd=50.0, alert_at_usd=20.0, dry_run_budget=True)
+    report = dry_run_report(settings, run_pretrain(settings))
+    paths = report["paths"]
+    assert paths["projection_over_cap"]["step"] == settings.log_every
+    assert "checkpoint" in paths["projection_over_cap"]["does"]
+    alert, spent = paths["alert"]["step"], paths["spent_over_cap"]["step"]
+    assert alert is not None and spent is not None and settings.log_every < alert < spent
 
 
 def _pretrain_process(recipe: Path, out: Path, corpus: CorpusSpec, *extra: str,

@@ -1,16 +1,12 @@
-"""One orchestrator per campaign: an exclusive ``flock`` on ``<campaign>/.lock``.
-
-The kernel drops a ``flock`` when its holder dies, even by SIGKILL, so a crashed campaign
-never leaves a stale lock behind; the pid written inside only serves the error message.
-"""
+"""One orchestrator per campaign: an exclusive lock on ``<campaign>/.lock``
+(:class:`recipelab.locking.FileLock`, which a crashed holder never leaves behind)."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 from pathlib import Path
 from types import TracebackType
+
+from recipelab.locking import FileLock, LockHeld
 
 LOCK_FILE = ".lock"
 
@@ -22,28 +18,18 @@ class CampaignLocked(RuntimeError):
 class CampaignLock:
     def __init__(self, directory: Path) -> None:
         self.path = directory / LOCK_FILE
-        self._fd: int | None = None
+        self._lock = FileLock(self.path)
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+            self._lock.acquire()
+        except LockHeld as held:
             raise CampaignLocked(
-                f"campaign {self.path.parent} is already being run by pid {holder}; stop that "
+                f"campaign {self.path.parent} is already being run by {held.holder}; stop that "
                 "process first (Ctrl-C or kill), or watch it with 'recipelab status'.") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
 
     def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        self._lock.release()
 
     def __enter__(self) -> CampaignLock:
         self.acquire()

@@ -1,83 +1,103 @@
 """The long run: one recipe trained for hours, on one process or many, watched as it goes.
 
-Built on the trial trainer's parts (the model, data, evaluation and checkpoints), with what a
-billed cloud run needs on top:
+The steps are the trainer's own (:mod:`recipelab.trainer.core`: the model from the whole
+recipe, the optimizer groups with their multipliers, the step with z-loss, accumulation and
+clipping, the schedule), so a 1-process long run makes exactly the losses of
+``recipelab train``. Around that core, and never inside it, what a billed cloud run needs:
 
 - ``torchrun`` and PyTorch DDP (gloo on CPU, NCCL on CUDA). The recipe's batch
   (``batch_size × grad_accum`` sequences) is the *global* batch: every rank draws the same
   global micro-batch from ``(seed, step)`` and trains on its own rows of it, so a 2-process
-  run follows the 1-process curve with the same global batch;
+  run follows the 1-process curve. The data is tokenized before the process group starts
+  (one process per node builds the cache while the others wait on its lock), and every
+  collective obeys its backend's device rule (:mod:`recipelab.longrun.distributed`);
 - checkpoints of model and optimizer (safetensors, written atomically by rank 0, the newest
-  K kept) and ``--resume-from-latest``, which continues the uninterrupted curve exactly: the
-  schedule and the batches are functions of the step, and the metrics rows and the partial
-  logging interval are in the checkpoint;
-- a budget guard (:mod:`recipelab.longrun.budget`), a throughput floor, and an injected
+  K kept) and ``--resume-from-latest``, which continues the uninterrupted curve exactly;
+- stops that every rank agrees on at the same step: SIGTERM (a preempted node) checkpoints
+  and exits 143 for the watchdog to resume; a non-finite or diverged loss stops with exit 4,
+  the newest checkpoint being the last one whose loss was checked; the budget
+  (:mod:`recipelab.longrun.budget`) stops with exit 3;
+- a throughput floor (its windows leave out evaluation and checkpoint time), an injected
   loss spike with its postmortem (:mod:`recipelab.longrun.spike`);
-- ``metrics.csv``, plots, ``final.safetensors``, ``manifest.json`` and structlog events in
-  ``events.jsonl``.
-
-Rank 0 decides every stop and broadcasts it, so all ranks leave the loop at the same step.
+- ``metrics.csv`` (wide) and ``metrics-long.csv`` (step, name, value), plots,
+  ``final.safetensors``, ``manifest.json``, structlog events in ``events.jsonl`` and, with
+  ``--mlflow-uri``, an MLflow run.
 """
 
 from __future__ import annotations
 
 import csv
-import fcntl
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any, Literal, TextIO
 
 import structlog
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 from pydantic import Field
 from safetensors.torch import save_model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from recipelab.fsutil import atomic_write_text
-from recipelab.longrun.budget import BudgetGuard, BudgetStatus, read_elapsed, write_budget
+from recipelab.locking import FileLock, LockHeld
+from recipelab.longrun.budget import (
+    BudgetGuard,
+    BudgetStatus,
+    SidecarSpend,
+    budget_action,
+    cost_file,
+    read_elapsed,
+    write_budget,
+)
+from recipelab.longrun.distributed import Collectives, World, process_group, world_from_env
 from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 from recipelab.recipe import Recipe, StrictModel
 from recipelab.trainer import checkpoint
+from recipelab.trainer.core import build_model, build_optimizer, set_learning_rate, train_step
 from recipelab.trainer.data import Dataset, load_dataset, sample_batch
 from recipelab.trainer.device import (
     autocast,
     check_precision,
     configure_device,
     configure_threads,
-    linear_factory,
+    maybe_compile,
     provenance,
     synchronize,
 )
-from recipelab.trainer.evaluate import bits_per_byte
-from recipelab.trainer.loop import build_optimizer
-from recipelab.trainer.model import GPT
-from recipelab.trainer.spec import CorpusSpec
+from recipelab.trainer.evaluate import shard_sums
+from recipelab.trainer.spec import CHECKPOINT_LATEST, CorpusSpec
 
 METRICS_FILE = "metrics.csv"
+METRICS_LONG_FILE = "metrics-long.csv"
 EVENTS_FILE = "events.jsonl"
 MANIFEST_FILE = "manifest.json"
 FINAL_FILE = "final.safetensors"
 POSTMORTEM_FILE = "spike-postmortem.md"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = ".lock"
-METRIC_COLUMNS = ("step", "tokens", "bytes_seen", "train_loss", "val_bpb", "grad_norm",
-                  "param_norm", "lr", "tokens_per_s", "mfu", "usd_spent", "elapsed_h")
+METRIC_COLUMNS = ("step", "tokens", "bytes_seen", "train_loss", "val_loss", "val_bpb",
+                  "grad_norm", "param_norm", "lr", "tokens_per_s", "mfu", "usd_spent", "elapsed_h")
 CUDA_PEAK_FLOPS = 989e12  # H100 SXM dense BF16: the default peak on CUDA for MFU
 TIMED_WARMUP_STEPS = 2
-EXIT_BUDGET = 3
 
-StopReason = Literal["complete", "budget_projection", "budget_spent"]
+StopReason = Literal["complete", "preempted", "budget_projection", "diverged", "budget_spent"]
+STOP_CODES: tuple[StopReason, ...] = ("complete", "preempted", "budget_projection", "diverged",
+                                      "budget_spent")
+"""Ordered by severity: when ranks ask for different stops, the most severe one wins."""
+CHECKPOINTED_STOPS = frozenset({"preempted", "budget_projection"})
+EXIT_CODES: dict[StopReason, int] = {"complete": 0, "budget_projection": 3, "budget_spent": 3,
+                                     "diverged": 4, "preempted": 128 + signal.SIGTERM}
+EXIT_BUDGET = 3
 
 
 class PretrainConfig(StrictModel):
@@ -93,17 +113,32 @@ class PretrainConfig(StrictModel):
     ckpt_every: int = Field(default=100, ge=0)
     keep_last: int = Field(default=3, ge=1)
     resume_from_latest: bool = False
-    price_per_hour: float = Field(default=0.0, ge=0)
+    compile: bool | None = None  # None: on CUDA, where it pays for itself within a long run
+    price_per_hour: float | None = Field(default=None, ge=0)
     budget_cap_usd: float | None = Field(default=None, gt=0)
     alert_at_usd: float | None = Field(default=None, ge=0)
+    budget_curr_cost_uri: str | None = None
+    budget_poll_s: float = Field(default=30.0, ge=0)
+    budget_stale_after_s: float = Field(default=600.0, gt=0)
     dry_run_budget: bool = False
     dry_run_steps: int = Field(default=5, ge=2)
+    divergence_factor: float = Field(default=2.0, gt=1.0)
     min_mfu: float | None = Field(default=None, gt=0, le=1)
     min_tokens_per_s: float | None = Field(default=None, gt=0)
     peak_tflops: float | None = Field(default=None, gt=0)
     inject_spike_at_step: int | None = Field(default=None, ge=1)
     spike_steps: int = Field(default=3, ge=1)
     threads: int | None = Field(default=None, ge=1)
+    mlflow_uri: str | None = None
+
+    def budget_guard(self, elapsed_before_s: float = 0.0) -> BudgetGuard:
+        """The guard this run's budget options describe; raises a ValueError naming the
+        option to fix (a cap with no way to know the spend among them)."""
+        sidecar = (SidecarSpend(cost_file(self.budget_curr_cost_uri), self.budget_poll_s,
+                                self.budget_stale_after_s)
+                   if self.budget_curr_cost_uri else None)
+        return BudgetGuard(self.price_per_hour, self.budget_cap_usd, self.alert_at_usd,
+                           self.recipe.steps, elapsed_before_s, sidecar=sidecar)
 
 
 @dataclass
@@ -113,34 +148,9 @@ class PretrainResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     budget: BudgetStatus | None = None
 
-
-@dataclass(frozen=True)
-class World:
-    rank: int
-    size: int
-    local_rank: int
-
     @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-@contextmanager
-def distributed(device: str) -> Iterator[tuple[World, torch.device]]:
-    """The process group of a ``torchrun`` launch (none for a plain process)."""
-    size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    target = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(target)
-    if size > 1:
-        dist.init_process_group("nccl" if cuda else "gloo")
-    try:
-        yield World(rank, size, local), target
-    finally:
-        if size > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.stop_reason]
 
 
 class Events:
@@ -180,80 +190,62 @@ def run_lock(out: Path) -> Iterator[None]:
 
     torchrun starts its workers in sessions of their own, so killing the launcher can leave
     a rank 0 training on; a resume into the same directory would then interleave two runs'
-    metrics and checkpoints. The lock (``flock``, released by the kernel when its holder
-    dies, however it dies) refuses the second run instead.
+    metrics and checkpoints. The lock refuses the second run instead.
     """
-    path = out / LOCK_FILE
-    handle = path.open("a+")
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "a process"
-            raise RunLocked(
-                f"{holder} is still writing to {out}: stop it (torchrun's workers too; they "
-                "outlive a killed launcher) before resuming, or give another --out") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pretrain pid {os.getpid()} on {socket.gethostname()}")
-        handle.flush()
-        yield
+        with FileLock(out / LOCK_FILE, f"pretrain pid {os.getpid()} on {socket.gethostname()}"):
+            yield
+    except LockHeld as held:
+        raise RunLocked(
+            f"{held.holder} is still writing to {out}: stop it (torchrun's workers too; they "
+            "outlive a killed launcher) before resuming, or give another --out") from None
+
+
+@contextmanager
+def sigterm_flag() -> Iterator[list[bool]]:
+    """A flag SIGTERM sets (instead of killing the process), so the run can checkpoint at
+    the end of the step and exit for its watchdog to resume it."""
+    flag = [False]
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        flag[0] = True
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handle)
+    except ValueError:  # not the main thread: leave SIGTERM as it is
+        yield flag
+        return
+    try:
+        yield flag
     finally:
-        handle.close()
-
-
-def _all_mean(value: torch.Tensor, world: World) -> torch.Tensor:
-    if world.size > 1:
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
-        value /= world.size
-    return value
-
-
-def _decide(code: int, world: World) -> int:
-    """Rank 0's decision, the same on every rank."""
-    if world.size == 1:
-        return code
-    flag = torch.tensor([code], dtype=torch.int64)
-    dist.broadcast(flag, 0)
-    return int(flag.item())
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _param_norm(model: nn.Module) -> float:
     return math.sqrt(sum(float(p.detach().float().norm()) ** 2 for p in model.parameters()))
 
 
+def has_checkpoint(out: Path) -> bool:
+    return (out / CHECKPOINT_DIR / CHECKPOINT_LATEST).exists()
+
+
 class LongRun:
     """One invocation of a long run (a resume is another invocation of the same run)."""
 
-    def __init__(self, config: PretrainConfig, world: World, device: torch.device,
-                 console: TextIO = sys.stderr) -> None:
-        self.config, self.world, self.device = config, world, device
+    def __init__(self, config: PretrainConfig, comm: Collectives, device: torch.device,
+                 data: Dataset, console: TextIO = sys.stderr) -> None:
+        self.config, self.comm, self.world, self.device = config, comm, comm.world, device
+        self.data = data
         self.recipe = config.recipe
         self.out = Path(config.out_dir)
-        if world.main:
+        if self.world.main:
             self.out.mkdir(parents=True, exist_ok=True)
-        self.events = Events(self.out / EVENTS_FILE if world.main and not config.dry_run_budget
+        self.events = Events(self.out / EVENTS_FILE if self.world.main and not config.dry_run_budget
                              else None, config.campaign, self.out.name, console)
         self.rows: list[dict[str, Any]] = []
         self.spike = (SpikeTrace(config.inject_spike_at_step, config.spike_steps)
                       if config.inject_spike_at_step else None)
-
-    # --- setup ---------------------------------------------------------------------------
-
-    def _data(self) -> Dataset:
-        recipe = self.recipe
-
-        def load() -> Dataset:
-            return load_dataset(self.config.corpus, tokenizer=recipe.tokenizer,
-                                vocab_size=recipe.shape.vocab_size, eval_bytes=recipe.eval_bytes,
-                                min_train_tokens=recipe.batch_size * recipe.seq_len + 1)
-
-        if self.world.size == 1:
-            return load()
-        data = load() if self.world.main else None  # rank 0 builds the cache, the rest read it
-        dist.barrier()
-        return data if data is not None else load()
+        self.paused_s = 0.0  # evaluation and checkpoint time inside the current log window
 
     def _peak_flops(self) -> float | None:
         if self.config.peak_tflops is not None:
@@ -270,34 +262,21 @@ class LongRun:
             return self._run()
 
     def _run(self) -> PretrainResult:
-        config, recipe, world = self.config, self.recipe, self.world
-        if recipe.batch_size % world.size:
-            raise ValueError(
-                f"batch_size {recipe.batch_size} does not split over {world.size} processes: "
-                f"use a batch_size that is a multiple of {world.size} (--set batch_size=N)")
-        guard = BudgetGuard(config.price_per_hour, config.budget_cap_usd, config.alert_at_usd,
-                            recipe.steps, read_elapsed(self.out) if config.resume_from_latest
-                            and not config.dry_run_budget else 0.0)
-        threads = config.threads
-        if threads is None and self.device.type == "cpu" and world.size > 1:
-            # one OpenMP pool of every core per process would make the ranks fight for cores
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world.size)))
-            threads = max(1, (os.cpu_count() or 1) // local)
-        configure_threads(threads)
-        configure_device(self.device)
-        check_precision(recipe.precision, self.device)
+        config, recipe, world, comm, data = (self.config, self.recipe, self.world, self.comm,
+                                             self.data)
+        writes = not config.dry_run_budget
+        guard = config.budget_guard(read_elapsed(self.out) if writes else 0.0)
         torch.manual_seed(recipe.seed)
-        data = self._data()
-        model = GPT(recipe.shape, recipe.seq_len, linear_factory(recipe.precision)).to(self.device)
+        model = build_model(recipe, self.device)
         optimizer = build_optimizer(model, recipe, self.device)
         context = autocast(recipe.precision, self.device)
         interval = torch.zeros((), device=self.device)
         grad_max = torch.zeros((), device=self.device)
+        trouble = torch.zeros((), dtype=torch.bool, device=self.device)
         interval_steps = 0
         start = 0
-        root = self.out / CHECKPOINT_DIR
-        if config.resume_from_latest and not config.dry_run_budget:
-            state = checkpoint.load(root, model, optimizer)
+        if config.resume_from_latest and writes:
+            state = checkpoint.load(self.out / CHECKPOINT_DIR, model, optimizer)
             if state is not None:
                 start = state.step
                 self.rows = state.extra["rows"]
@@ -307,151 +286,201 @@ class LongRun:
                 if self.spike is not None:
                     self.spike.trace = [(int(s), float(v), float(g))
                                         for s, v, g in state.extra.get("spike", [])]
-        forward: nn.Module = (DistributedDataParallel(model) if world.size > 1 else model)
+        ddp = DistributedDataParallel(model) if world.size > 1 else None
+        compile_model = config.compile if config.compile is not None else self.device.type == "cuda"
+        forward = maybe_compile(ddp if ddp is not None else model, compile_model)
         bytes_per_token = float(data.tokenizer.token_bytes[data.eval_tokens].mean())
         rare = (rarest_tokens(data.train, recipe.shape.vocab_size) if self.spike is not None
                 else None)
         peak = self._peak_flops()
         flops_per_token = recipe.flops_per_token()
-        if world.main and not config.dry_run_budget:
+        if world.main and writes:
             self._rewrite_metrics()  # a new run's header, or the rows of the checkpoint resumed
         self.events.emit("pretrain_start", params=model.param_count(), world_size=world.size,
                          device=str(self.device), steps=recipe.steps, resumed_from=start or None,
-                         tokens_per_step=recipe.tokens_per_step, data=data.description)
-        clip = recipe.optimizer.grad_clip or math.inf
+                         tokens_per_step=recipe.tokens_per_step, data=data.description,
+                         spend_source=guard.status(start).source, compiled=compile_model)
         params = [p for p in model.parameters() if p.requires_grad]
-        vocab = recipe.shape.vocab_size
         rows_per_rank = recipe.batch_size // world.size
         mine = slice(world.rank * rows_per_rank, (world.rank + 1) * rows_per_rank)
+        limit = config.divergence_factor * math.log(recipe.shape.vocab_size)
+
+        def batch(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+            step_done = index // recipe.grad_accum + 1
+            if self.spike is not None and self.spike.spiked(step_done):
+                assert rare is not None
+                x, y = rare_batch(rare, recipe.batch_size, recipe.seq_len, recipe.seed, index)
+            else:
+                x, y = sample_batch(data.train, recipe.batch_size, recipe.seq_len, recipe.seed,
+                                    index)
+            return x[mine].to(self.device), y[mine].to(self.device)
+
         timed_from = start + TIMED_WARMUP_STEPS
         last_log = (time.perf_counter(), start)
-        below_floor = False
+        below_floor = stale = False
         stop: StopReason = "complete"
         steps_done = start
-        end = min(recipe.steps, start + config.dry_run_steps) if config.dry_run_budget else recipe.steps
-        for step in range(start, end):
-            if step == timed_from:
-                synchronize(self.device)
-                guard.start_timing(step)
-                last_log = (time.perf_counter(), step)
-            lr = recipe.optimizer.lr * recipe.schedule.lr_multiplier(step, recipe.steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            spiked = self.spike is not None and self.spike.spiked(step + 1)
-            step_loss = torch.zeros((), device=self.device)
-            for micro in range(recipe.grad_accum):
-                index = step * recipe.grad_accum + micro
-                if spiked:
-                    assert rare is not None
-                    x, y = rare_batch(rare, recipe.batch_size, recipe.seq_len, recipe.seed, index)
-                else:
-                    x, y = sample_batch(data.train, recipe.batch_size, recipe.seq_len,
-                                        recipe.seed, index)
-                x, y = x[mine].to(self.device), y[mine].to(self.device)
-                sync = (forward.no_sync() if isinstance(forward, DistributedDataParallel)
-                        and micro < recipe.grad_accum - 1 else nullcontext())
-                with sync:  # DDP all-reduces the gradients on the last micro-batch only
-                    with context():
-                        logits = forward(x)
-                    loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
-                    (loss / recipe.grad_accum).backward()  # type: ignore[no-untyped-call]
-                step_loss += loss.detach() / recipe.grad_accum
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            interval += step_loss
-            torch.maximum(grad_max, grad_norm.detach(), out=grad_max)
-            interval_steps += 1
-            steps_done = step + 1
-            if self.spike is not None and self.spike.watching(steps_done):
-                loss_now = float(_all_mean(step_loss.clone(), world))
-                self.spike.record(steps_done, loss_now, float(grad_norm))
-            if config.dry_run_budget:
-                continue
-            status = guard.status(steps_done)
-            if _decide(1 if world.main and guard.spent_over_cap(status) else 0, world):
-                stop = "budget_spent"
-                self.events.emit("budget_stop", level="error", step=steps_done,
-                                 spent_usd=status.spent_usd, cap_usd=config.budget_cap_usd,
-                                 how="immediately, without a checkpoint: spending passed the cap")
-                if world.main:
-                    write_budget(self.out, status, stop)
-                break
-            log_now = steps_done % config.log_every == 0 or steps_done == recipe.steps
-            eval_now = steps_done % config.eval_every == 0 or steps_done == recipe.steps
-            if log_now or eval_now:
-                row = self._row(steps_done, recipe, bytes_per_token, lr, status)
-                if log_now:
-                    mean = _all_mean(interval.clone(), world) / interval_steps
-                    now = time.perf_counter()
-                    measured = steps_done - last_log[1]
-                    tokens_per_s = (measured * recipe.tokens_per_step / (now - last_log[0])
-                                    if steps_done > timed_from and measured > 0 else None)
-                    last_log = (now, steps_done)
-                    mfu = (flops_per_token * tokens_per_s / (peak * world.size)
-                           if tokens_per_s is not None and peak else None)
-                    row.update(train_loss=float(mean), grad_norm=float(grad_max),
-                               param_norm=_param_norm(model), tokens_per_s=tokens_per_s, mfu=mfu)
-                    interval.zero_()
-                    grad_max.zero_()
-                    interval_steps = 0
-                    below_floor = self._throughput_floor(steps_done, tokens_per_s, mfu, below_floor)
-                if eval_now:
-                    row["val_bpb"] = self._evaluate(model, data, context)
-                self._append(row)
-                if log_now and world.main:
-                    write_budget(self.out, status)
-                    self.events.emit("step", step=steps_done, loss=row.get("train_loss"),
-                                     val_bpb=row.get("val_bpb"), usd_spent=status.spent_usd)
-                    if guard.alert_due(status):
-                        self.events.emit("budget_alert", level="warning", step=steps_done,
-                                         spent_usd=status.spent_usd, alert_at_usd=config.alert_at_usd,
-                                         projected_total_usd=status.projected_total_usd)
-            projected_over = log_now and world.main and guard.projected_over_cap(status)
-            if _decide(1 if projected_over else 0, world):
-                self._checkpoint(model, optimizer, steps_done, interval, grad_max, interval_steps)
-                stop = "budget_projection"
+        end = min(recipe.steps, start + config.dry_run_steps) if not writes else recipe.steps
+        with sigterm_flag() as preempted:
+            for step in range(start, end):
+                if step == timed_from:
+                    synchronize(self.device)
+                    guard.start_timing(step)
+                    last_log = (time.perf_counter(), step)
+                    self.paused_s = 0.0
+                lr = set_learning_rate(optimizer, recipe, step)
+                step_loss, grad_norm = train_step(forward, optimizer, params, recipe, step, batch,
+                                                  context, ddp.no_sync if ddp is not None else None)
+                interval += step_loss
+                torch.maximum(grad_max, grad_norm, out=grad_max)
+                steps_done = step + 1
+                watched = self.spike is not None and self.spike.watching(steps_done)
+                trouble |= ~torch.isfinite(step_loss)
+                if not watched:  # a rehearsed spike is meant to jump; only a NaN counts there
+                    trouble |= step_loss > limit
+                interval_steps += 1
+                if watched:
+                    assert self.spike is not None
+                    loss_now = float(comm.mean(step_loss.clone()))
+                    self.spike.record(steps_done, loss_now, float(grad_norm))
+                if not writes:
+                    continue
                 status = guard.status(steps_done)
-                self.events.emit("budget_stop", level="error", step=steps_done,
-                                 projected_total_usd=status.projected_total_usd,
-                                 cap_usd=config.budget_cap_usd, spent_usd=status.spent_usd,
-                                 how="gracefully, after a checkpoint: the projection exceeds the "
-                                     "cap; raise --budget-cap-usd and --resume-from-latest to go on")
-                if world.main:
-                    write_budget(self.out, status, stop)
-                break
-            if config.ckpt_every and steps_done % config.ckpt_every == 0:
+                log_now = steps_done % config.log_every == 0 or steps_done == recipe.steps
+                eval_now = steps_done % config.eval_every == 0 or steps_done == recipe.steps
+                ckpt_now = bool(config.ckpt_every) and steps_done % config.ckpt_every == 0
+                if log_now or eval_now:
+                    row = self._row(steps_done, bytes_per_token, lr, status)
+                    if log_now:
+                        mean = comm.mean(interval.clone()) / interval_steps
+                        now = time.perf_counter()
+                        measured = steps_done - last_log[1]
+                        window = now - last_log[0] - self.paused_s
+                        tokens_per_s = (measured * recipe.tokens_per_step / window
+                                        if steps_done > timed_from and measured > 0 and window > 0
+                                        else None)
+                        last_log, self.paused_s = (now, steps_done), 0.0
+                        mfu = (flops_per_token * tokens_per_s / (peak * world.size)
+                               if tokens_per_s is not None and peak else None)
+                        row.update(train_loss=float(mean), grad_norm=float(grad_max),
+                                   param_norm=_param_norm(model), tokens_per_s=tokens_per_s,
+                                   mfu=mfu)
+                        interval.zero_()
+                        grad_max.zero_()
+                        interval_steps = 0
+                        below_floor = self._throughput_floor(steps_done, tokens_per_s, mfu,
+                                                             below_floor)
+                    if eval_now:
+                        row.update(self._evaluate(model, context))
+                    self._append(row)
+                    if log_now and world.main:
+                        write_budget(self.out, status)
+                        stale = self._watch_spend(steps_done, status, guard, stale)
+                stop = self._decide(steps_done, status, preempted[0], log_now, ckpt_now, trouble)
+                if stop != "complete":
+                    break
+                if ckpt_now:
+                    self._checkpoint(model, optimizer, steps_done, interval, grad_max,
+                                     interval_steps)
+            if stop in CHECKPOINTED_STOPS:
                 self._checkpoint(model, optimizer, steps_done, interval, grad_max, interval_steps)
         synchronize(self.device)
         final = guard.status(steps_done)
-        if config.dry_run_budget:
+        if not writes:
             return PretrainResult("complete", steps_done, budget=final)
+        if stop != "complete":
+            self._announce_stop(stop, steps_done, final)
         if world.main:
             self._finish(model, final, stop, steps_done)
-        if world.size > 1:
-            dist.barrier()
+        comm.barrier()
         self.events.close()
         return PretrainResult(stop, steps_done, self.rows, final)
 
+    # --- decisions -----------------------------------------------------------------------
+
+    def _decide(self, step: int, status: BudgetStatus, preempted: bool, log_now: bool,
+                ckpt_now: bool, trouble: torch.Tensor) -> StopReason:
+        """The stop every rank agrees on after ``step`` ("complete": go on)."""
+        asked: StopReason = "preempted" if preempted else "complete"
+        if self.world.main:
+            action = budget_action(status)
+            if action == "stop_at_once":
+                asked = "budget_spent"
+            elif action == "stop_after_checkpoint" and log_now:
+                asked = max(asked, "budget_projection", key=STOP_CODES.index)
+        if (log_now or ckpt_now) and bool(trouble):  # read only where the host waits anyway
+            asked = max(asked, "diverged", key=STOP_CODES.index)
+        return STOP_CODES[self.comm.agree(STOP_CODES.index(asked))]
+
+    def _announce_stop(self, stop: StopReason, step: int, status: BudgetStatus) -> None:
+        cap = self.config.budget_cap_usd
+        if stop == "budget_spent":
+            self.events.emit("budget_stop", level="error", step=step, spent_usd=status.spent_usd,
+                             cap_usd=cap, how="immediately, without a checkpoint: spending "
+                             "passed the cap")
+        elif stop == "budget_projection":
+            self.events.emit("budget_stop", level="error", step=step,
+                             projected_total_usd=status.projected_total_usd, cap_usd=cap,
+                             spent_usd=status.spent_usd,
+                             how="gracefully, after a checkpoint: the projection exceeds the "
+                                 "cap; raise --budget-cap-usd and --resume-from-latest to go on")
+        elif stop == "preempted":
+            self.events.emit("preempted", level="warning", step=step,
+                             how="SIGTERM: checkpointed; run the same command with "
+                                 "--resume-from-latest to continue")
+        else:
+            latest = self.out / CHECKPOINT_DIR / CHECKPOINT_LATEST
+            newest = latest.read_text().strip() if latest.exists() else None
+            self.events.emit("diverged", level="error", step=step, last_good_checkpoint=newest,
+                             how="the loss became non-finite or exceeded "
+                                 f"{self.config.divergence_factor} × ln(vocab); resume from the "
+                                 "last good checkpoint with a lower learning rate or tighter "
+                                 "clipping (--set optimizer.lr=... --resume-from-latest)")
+
+    def _watch_spend(self, step: int, status: BudgetStatus, guard: BudgetGuard,
+                     stale: bool) -> bool:
+        """Events for the alert level and a sidecar that stopped updating (once each time)."""
+        if guard.alert_due(status):
+            self.events.emit("budget_alert", level="warning", step=step,
+                             spent_usd=status.spent_usd, alert_at_usd=self.config.alert_at_usd,
+                             projected_total_usd=status.projected_total_usd)
+        now_stale = status.stale_s is not None or status.problem is not None
+        if now_stale and not stale:
+            self.events.emit("budget_stale", level="warning", step=step, age_s=status.stale_s,
+                             problem=status.problem, spent_usd=status.spent_usd,
+                             how="the spend file is not being updated: the guard acts on the "
+                                 "last figures it read; check the sidecar")
+        return now_stale
+
     # --- pieces of a step ------------------------------------------------------------------
 
-    def _row(self, step: int, recipe: Recipe, bytes_per_token: float, lr: float,
+    def _row(self, step: int, bytes_per_token: float, lr: float,
              status: BudgetStatus) -> dict[str, Any]:
-        tokens = step * recipe.tokens_per_step
+        tokens = step * self.recipe.tokens_per_step
         return {"step": step, "tokens": tokens, "bytes_seen": round(tokens * bytes_per_token),
                 "lr": lr, "usd_spent": status.spent_usd, "elapsed_h": status.elapsed_s / 3600}
 
-    def _evaluate(self, model: nn.Module, data: Dataset,
-                  context: Callable[[], AbstractContextManager[Any]]) -> float | None:
-        """val_bpb on the held-out slice, computed by rank 0 while the others wait."""
-        score = None
-        if self.world.main:
-            score = bits_per_byte(model, data.eval_tokens, data.tokenizer.token_bytes,
-                                  self.recipe.seq_len, self.recipe.batch_size, self.device,
-                                  context).bpb
-        if self.world.size > 1:
-            dist.barrier()
-        return score
+    @contextmanager
+    def _paused(self) -> Iterator[None]:
+        """Time spent here is left out of the throughput window."""
+        synchronize(self.device)
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            synchronize(self.device)
+            self.paused_s += time.perf_counter() - began
+
+    def _evaluate(self, model: nn.Module,
+                  context: Callable[[], AbstractContextManager[Any]]) -> dict[str, float]:
+        """val_bpb and val loss (nats/token) on the held-out slice, each rank scoring its
+        share of the evaluation batches."""
+        with self._paused():
+            sums = shard_sums(model, self.data.eval_tokens, self.data.tokenizer.token_bytes,
+                              self.recipe.seq_len, self.recipe.batch_size, self.device, context,
+                              self.world.rank, self.world.size)
+            nats, n_bytes, tokens = self.comm.sum(sums.to(self.comm.device)).tolist()
+        return {"val_bpb": nats / (math.log(2) * n_bytes), "val_loss": nats / tokens}
 
     def _throughput_floor(self, step: int, tokens_per_s: float | None, mfu: float | None,
                           below: bool) -> bool:
@@ -473,28 +502,36 @@ class LongRun:
         if self.world.main:
             with (self.out / METRICS_FILE).open("a", newline="") as handle:
                 csv.DictWriter(handle, METRIC_COLUMNS, restval="").writerow(row)
+            with (self.out / METRICS_LONG_FILE).open("a", newline="") as handle:
+                csv.writer(handle).writerows(_long_rows(row))
 
     def _rewrite_metrics(self) -> None:
-        """metrics.csv as of the checkpoint resumed from (rows logged after it are re-run)."""
+        """The metrics files as of the checkpoint resumed from (rows logged after it are
+        re-run)."""
         with (self.out / METRICS_FILE).open("w", newline="") as handle:
             writer = csv.DictWriter(handle, METRIC_COLUMNS, restval="")
             writer.writeheader()
             writer.writerows(self.rows)
+        with (self.out / METRICS_LONG_FILE).open("w", newline="") as handle:
+            long = csv.writer(handle)
+            long.writerow(("step", "name", "value"))
+            for row in self.rows:
+                long.writerows(_long_rows(row))
 
     def _checkpoint(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
                     interval: torch.Tensor, grad_max: torch.Tensor, interval_steps: int) -> None:
-        # Every rank holds the global mean of the partial interval from here on, so a resume
-        # (which loads rank 0's copy on every rank) sums exactly what this run would.
-        _all_mean(interval, self.world)
-        if self.world.main:
-            extra = {"rows": self.rows, "interval_sum": float(interval),
-                     "grad_max": float(grad_max), "interval_steps": interval_steps,
-                     "spike": self.spike.trace if self.spike else []}
-            checkpoint.save(self.out / CHECKPOINT_DIR, step, model, optimizer, extra,
-                            keep=self.config.keep_last)
-            self.events.emit("checkpoint", step=step)
-        if self.world.size > 1:
-            dist.barrier()
+        with self._paused():
+            # Every rank holds the global mean of the partial interval from here on, so a
+            # resume (which loads rank 0's copy on every rank) sums exactly what this run would.
+            self.comm.mean(interval)
+            if self.world.main:
+                extra = {"rows": self.rows, "interval_sum": float(interval),
+                         "grad_max": float(grad_max), "interval_steps": interval_steps,
+                         "spike": self.spike.trace if self.spike else []}
+                checkpoint.save(self.out / CHECKPOINT_DIR, step, model, optimizer, extra,
+                                keep=self.config.keep_last)
+                self.events.emit("checkpoint", step=step)
+            self.comm.barrier()
 
     def _finish(self, model: nn.Module, status: BudgetStatus, stop: StopReason,
                 steps_done: int) -> None:
@@ -502,8 +539,7 @@ class LongRun:
 
         if stop == "complete":
             save_model(model, str(self.out / FINAL_FILE))
-        if stop != "budget_spent":
-            write_budget(self.out, status, stop)
+        write_budget(self.out, status, stop)
         write_plots(self.rows, self.out)
         if self.spike is not None:
             (self.out / POSTMORTEM_FILE).write_text(self.spike.postmortem())
@@ -512,8 +548,9 @@ class LongRun:
             "campaign": self.config.campaign, "recipe_fingerprint": self.recipe.fingerprint(),
             "recipe": self.recipe.model_dump(mode="json"), "steps_done": steps_done,
             "total_steps": self.recipe.steps, "stop_reason": stop, "world_size": self.world.size,
-            "spent_usd": status.spent_usd, "elapsed_s": status.elapsed_s,
-            "provenance": info.model_dump(), "corpus": self.config.corpus.model_dump(),
+            "spent_usd": status.spent_usd, "spend_source": status.source,
+            "elapsed_s": status.elapsed_s, "provenance": info.model_dump(),
+            "corpus": self.config.corpus.model_dump(),
             "final": FINAL_FILE if stop == "complete" else None,
         }
         atomic_write_text(self.out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
@@ -521,22 +558,117 @@ class LongRun:
                          spent_usd=status.spent_usd)
 
 
+def _long_rows(row: dict[str, Any]) -> list[tuple[Any, str, Any]]:
+    """A wide metrics row as (step, name, value) rows, one per value measured."""
+    return [(row["step"], name, row[name]) for name in METRIC_COLUMNS[1:]
+            if row.get(name) not in (None, "")]
+
+
+def _load_data(config: PretrainConfig) -> Dataset:
+    recipe = config.recipe
+    return load_dataset(config.corpus, tokenizer=recipe.tokenizer,
+                        vocab_size=recipe.shape.vocab_size, eval_bytes=recipe.eval_bytes,
+                        min_train_tokens=recipe.batch_size * recipe.seq_len + 1)
+
+
+def _device(world: World, requested: str) -> torch.device:
+    cuda = requested == "cuda" or (requested == "auto" and torch.cuda.is_available())
+    if not cuda:
+        return torch.device("cpu")
+    device = torch.device("cuda", world.local_rank)
+    torch.cuda.set_device(device)
+    return device
+
+
+def check_start(config: PretrainConfig, world: World) -> None:
+    """Refuse, before anything is built, what would fail or lose work later."""
+    recipe, out = config.recipe, Path(config.out_dir)
+    if recipe.batch_size % world.size:
+        raise ValueError(
+            f"batch_size {recipe.batch_size} does not split over {world.size} processes: "
+            f"use a batch_size that is a multiple of {world.size} (--set batch_size=N)")
+    config.budget_guard()
+    if not config.resume_from_latest and not config.dry_run_budget and has_checkpoint(out):
+        raise ValueError(
+            f"{out} holds checkpoints of an earlier run: add --resume-from-latest to continue "
+            "it, or give another --out for a new run")
+
+
 def run_pretrain(config: PretrainConfig, console: TextIO = sys.stderr) -> PretrainResult:
-    """Run ``config`` in this process, as one rank of a ``torchrun`` launch when there is one."""
-    with distributed(config.device) as (world, device):
-        return LongRun(config, world, device, console).run()
+    """Run ``config`` in this process, as one rank of a ``torchrun`` launch when there is one.
+
+    The data is loaded before the process group starts, so tokenizing a large corpus never
+    races a collective's timeout.
+    """
+    world = world_from_env()
+    check_start(config, world)
+    device = _device(world, config.device)
+    threads = config.threads
+    if threads is None and device.type == "cpu" and world.size > 1:
+        # one OpenMP pool of every core per process would make the ranks fight for cores
+        threads = max(1, (os.cpu_count() or 1) // world.local_size)
+    configure_threads(threads)
+    configure_device(device)
+    check_precision(config.recipe.precision, device)
+    data = _load_data(config)
+    with process_group(world, device) as comm:
+        return LongRun(config, comm, device, data, console).run()
 
 
 def dry_run_report(config: PretrainConfig, result: PretrainResult) -> dict[str, Any]:
-    """The projection ``--dry-run-budget`` prints, from the steps it measured."""
+    """The projection ``--dry-run-budget`` prints, from the steps it measured, and what each
+    of the budget's paths (the alert, the two stops) would do and at which step, found by
+    the same :func:`budget_action` the run uses."""
     status = result.budget
     assert status is not None
     per_step = status.seconds_per_step
-    hours = per_step * config.recipe.steps / 3600 if per_step is not None else None
-    projected = hours * config.price_per_hour if hours is not None else None
-    return {"measured_steps": result.steps_done, "seconds_per_step": per_step,
-            "total_steps": config.recipe.steps, "projected_hours": hours,
-            "price_per_hour": config.price_per_hour, "projected_total_usd": projected,
-            "budget_cap_usd": config.budget_cap_usd,
-            "over_cap": (projected is not None and config.budget_cap_usd is not None
-                         and projected > config.budget_cap_usd)}
+    total = config.recipe.steps
+    rate = status.rate_usd_per_hour
+    hours = per_step * total / 3600 if per_step is not None else None
+    report: dict[str, Any] = {
+        "measured_steps": result.steps_done, "seconds_per_step": per_step,
+        "total_steps": total, "projected_hours": hours, "spend_source": status.source,
+        "price_per_hour": rate, "budget_cap_usd": config.budget_cap_usd,
+        "alert_at_usd": config.alert_at_usd}
+    if per_step is None:
+        return {**report, "projected_total_usd": None, "over_cap": False, "paths": {}}
+    setup_s = max(0.0, status.elapsed_s - per_step * status.step)
+
+    def at(step: int) -> BudgetStatus:
+        elapsed = setup_s + per_step * step
+        spent = rate * elapsed / 3600
+        return BudgetStatus(step=step, total_steps=total, elapsed_s=elapsed, spent_usd=spent,
+                            projected_total_usd=spent + rate * per_step * (total - step) / 3600,
+                            rate_usd_per_hour=rate, cap_usd=config.budget_cap_usd,
+                            alert_at_usd=config.alert_at_usd, seconds_per_step=per_step,
+                            source=status.source)
+
+    def first(test: Callable[[BudgetStatus], bool]) -> int | None:
+        """The first step (1..total) at which ``test`` holds: spending only grows."""
+        if not test(at(total)):
+            return None
+        low, high = 1, total
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if test(at(middle)) else (middle + 1, high)
+        return low
+
+    spent_step = first(lambda s: budget_action(s) == "stop_at_once")
+    over = first(lambda s: budget_action(s) != "continue")  # the projection is checked at log steps
+    projection_step = (min(-(-over // config.log_every) * config.log_every, total)
+                       if over is not None else None)
+    if projection_step is not None and spent_step is not None and spent_step <= projection_step:
+        projection_step = None  # spending passes the cap first
+    alert = config.alert_at_usd
+    paths = {
+        "alert": {"step": first(lambda s: alert is not None and s.spent_usd >= alert),
+                  "does": "a budget_alert event, once"},
+        "projection_over_cap": {"step": projection_step,
+                                "does": f"checkpoint, then exit {EXIT_BUDGET}"},
+        "spent_over_cap": {"step": spent_step,
+                           "does": f"exit {EXIT_BUDGET} at once, no checkpoint"},
+    }
+    projected = at(0).projected_total_usd
+    return {**report, "projected_total_usd": projected,
+            "over_cap": config.budget_cap_usd is not None and projected is not None
+            and projected > config.budget_cap_usd, "paths": paths}

@@ -29,6 +29,7 @@ import tempfile
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -43,6 +44,7 @@ from tokenizers import Tokenizer as HFModel
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from recipelab import environment
+from recipelab.locking import FileLock
 from recipelab.recipe import BYTE_VOCAB
 from recipelab.trainer.spec import CorpusSpec
 
@@ -291,16 +293,8 @@ def load_dataset(corpus: CorpusSpec, *, tokenizer: str, vocab_size: int, eval_by
     entry = root / "datasets" / fingerprint
     dataset = _load_cached(entry, source, fingerprint, vocab_size)
     if dataset is None:
-        built = _build(source, corpus, tokenizer, vocab_size, eval_bytes, root / "tokenizers")
-        try:
-            _store(entry, source, built)
-        except OSError as error:  # a full disk or an unwritable cache costs time, not the trial
-            warnings.warn(f"tokenized corpus not cached in {entry} ({error}): the next trial "
-                          "tokenizes it again", RuntimeWarning, stacklevel=2)
-            dataset = built
-        else:
-            dataset = _load_cached(entry, source, fingerprint, vocab_size)
-            assert dataset is not None, "a freshly stored cache entry is complete"
+        dataset = _build_once(entry, source, corpus, tokenizer, vocab_size, eval_bytes, root,
+                              fingerprint)
     if len(dataset.train) < min_train_tokens:
         raise DataError(
             f"{dataset.description} has {len(dataset.train):,} training tokens but one batch needs "
@@ -308,6 +302,32 @@ def load_dataset(corpus: CorpusSpec, *, tokenizer: str, vocab_size: int, eval_by
             "(or a larger corpus.max_bytes if it is capped)"
         )
     return dataset
+
+
+def _build_once(entry: Path, source: _Source, corpus: CorpusSpec, tokenizer: str,
+                vocab_size: int, eval_bytes: int, root: Path, fingerprint: str) -> Dataset:
+    """Tokenize into the cache entry, one process at a time: the others (parallel trials,
+    the ranks of a long run on one node) wait for the lock, then read what it stored."""
+    with ExitStack() as held:
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            held.enter_context(FileLock(entry.parent / f".{fingerprint}.lock",
+                                        f"pid {os.getpid()} tokenizing", wait=True))
+        except OSError:
+            pass  # an unwritable cache: every process builds (and keeps) its own copy
+        cached = _load_cached(entry, source, fingerprint, vocab_size)
+        if cached is not None:
+            return cached
+        built = _build(source, corpus, tokenizer, vocab_size, eval_bytes, root / "tokenizers")
+        try:
+            _store(entry, source, built)
+        except OSError as error:  # a full disk or an unwritable cache costs time, not the trial
+            warnings.warn(f"tokenized corpus not cached in {entry} ({error}): the next trial "
+                          "tokenizes it again", RuntimeWarning, stacklevel=2)
+            return built
+        stored = _load_cached(entry, source, fingerprint, vocab_size)
+        assert stored is not None, "a freshly stored cache entry is complete"
+        return stored
 
 
 def sample_batch(train: TokenArray, batch_size: int, seq_len: int, seed: int,

@@ -26,7 +26,7 @@ enough for its own error to be negligible.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +102,23 @@ def _padded(inputs: torch.Tensor, seq_len: int) -> torch.Tensor:
     return F.pad(inputs, (0, padded_width - width, 0, padded_rows - rows))
 
 
+def _batches(tokens: torch.Tensor, seq_len: int,
+             batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The evaluation's (inputs, targets) batches, always the same ones in the same order."""
+    for inputs, targets in _windows(tokens, seq_len):
+        for start in range(0, inputs.size(0), batch_size):
+            yield inputs[start:start + batch_size], targets[start:start + batch_size]
+
+
+def _logits(model: nn.Module, x: torch.Tensor, y: torch.Tensor, seq_len: int,
+            precision_context: Callable[[], AbstractContextManager[Any]],
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's real-position logits in fp32 and their targets, both flattened."""
+    with precision_context():
+        logits = model(_padded(x, seq_len))[: x.size(0), : x.size(1)]
+    return logits.float().flatten(0, 1), y.flatten()
+
+
 @torch.no_grad()
 def bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
                   seq_len: int, batch_size: int, device: torch.device,
@@ -115,16 +132,12 @@ def bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.nda
     nats = torch.zeros((), dtype=torch.float64, device=device)
     row_nats: list[torch.Tensor] = []  # per window, for the sampling error
     row_bytes: list[torch.Tensor] = []
-    for inputs, targets in _windows(tokens, seq_len):
-        for start in range(0, inputs.size(0), batch_size):
-            x, y = inputs[start:start + batch_size], targets[start:start + batch_size]
-            with precision_context():
-                logits = model(_padded(x, seq_len))[: x.size(0), : x.size(1)]
-            flat, labels = logits.float().flatten(0, 1), y.flatten()
-            nats += F.cross_entropy(flat, labels, reduction="sum").double()
-            losses = F.cross_entropy(flat, labels, reduction="none")  # the same, per token
-            row_nats.append(losses.double().view(x.shape).sum(dim=1))
-            row_bytes.append(widths[y].sum(dim=1))
+    for x, y in _batches(tokens, seq_len, batch_size):
+        flat, labels = _logits(model, x, y, seq_len, precision_context)
+        nats += F.cross_entropy(flat, labels, reduction="sum").double()
+        losses = F.cross_entropy(flat, labels, reduction="none")  # the same, per token
+        row_nats.append(losses.double().view(x.shape).sum(dim=1))
+        row_bytes.append(widths[y].sum(dim=1))
     model.train(was_training)
     n_bytes = int(np.asarray(token_bytes)[np.asarray(eval_tokens[1:], dtype=np.int64)].sum())
     total = float(nats.item())
@@ -134,3 +147,26 @@ def bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.nda
                        stderr=ratio_stderr(per_window, torch.cat(row_bytes).cpu().numpy()
                                            .astype(np.float64)),
                        windows=len(per_window))
+
+
+@torch.no_grad()
+def shard_sums(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
+               seq_len: int, batch_size: int, device: torch.device,
+               precision_context: Callable[[], AbstractContextManager[Any]],
+               rank: int, world_size: int) -> torch.Tensor:
+    """``[nats, bytes, tokens]`` (float64, on ``device``) over the evaluation batches
+    ``rank, rank + world_size, ...``: the ranks of a long run each score their share, and the
+    sum over ranks, all-reduced, gives the same val_bpb as :func:`bits_per_byte` on one."""
+    was_training = model.training
+    model.eval()
+    tokens = torch.from_numpy(np.asarray(eval_tokens, dtype=np.int64)).to(device)
+    widths = torch.from_numpy(np.asarray(token_bytes, dtype=np.int64)).to(device)
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    for index, (x, y) in enumerate(_batches(tokens, seq_len, batch_size)):
+        if index % world_size == rank:
+            flat, labels = _logits(model, x, y, seq_len, precision_context)
+            sums[0] += F.cross_entropy(flat, labels, reduction="sum").double()
+            sums[1] += widths[y].sum().double()
+            sums[2] += y.numel()
+    model.train(was_training)
+    return sums
