@@ -59,7 +59,7 @@ def test_a_run_writes_every_artifact_and_rehearses_a_spike(tmp_path: Path, corpu
                                  alert_at_usd=1e-9, min_tokens_per_s=1e12))
     assert result.stop_reason == "complete" and result.steps_done == 30
     for name in ("metrics.csv", "budget.json", "events.jsonl", "manifest.json", "final.safetensors",
-                 "loss.png", "norms.png", "throughput.png", "spike-postmortem.md"):
+                 "loss-curve.png", "gradnorm-curve.png", "throughput.png", "spike-postmortem.md"):
         assert (out / name).exists(), name
     rows = metrics(out)
     assert [int(r["step"]) for r in rows] == [5, 10, 15, 20, 25, 30]
