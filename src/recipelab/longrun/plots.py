@@ -95,7 +95,9 @@ def _two_axes(path: Path, title: str, xlabel: str, left: list[Series], left_labe
         more_handles, more_labels = twin.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
     if handles:
-        ax.legend(handles, labels, loc="best", fontsize=9, framealpha=0.85)
+        # below the axes, in one row: a legend inside would hide the curve where it matters
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.14),
+                  ncol=len(handles), fontsize=9, frameon=False)
     else:
         ax.text(0.5, 0.5, "nothing measured yet: the run stopped before its first logged row",
                 transform=ax.transAxes, ha="center", va="center", color="gray")
