@@ -9,7 +9,7 @@ WHEELS := $(wildcard ../shared/wheels)
 FIND_LINKS := $(if $(WHEELS),--find-links $(WHEELS),)
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ bench: setup
 	$(BIN)/python bench/llm_latency.py
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/calibration.py
+
+# On a GPU box: proxy trials in bf16 (and fp8), then pretrain on every local GPU under NCCL,
+# killed and resumed. Send back the gpu-check.json it names. GPU_CHECK_ARGS="--device cpu"
+# runs the CPU half.
+gpu-check: setup
+	$(BIN)/recipelab gpu-check $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

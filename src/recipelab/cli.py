@@ -836,6 +836,51 @@ def pretrain(
     raise typer.Exit(result.exit_code)
 
 
+@app.command("gpu-check")
+def gpu_check(
+    out: Annotated[Path | None, typer.Option(
+        help="where the check's runs and gpu-check.json go (default: ./runs/gpu-check-<time>)"
+    )] = None,
+    device: Annotated[str, typer.Option(
+        help="auto, cuda or cpu (cpu runs the CPU half on a GPU box too)")] = "auto",
+    corpus: Annotated[str, typer.Option(
+        help="python-docs, python-source, or a path")] = "python-docs",
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads per training process (default: torch's)")] = None,
+    timeout: Annotated[float, typer.Option(
+        help="seconds one training run may take before it counts as failed")] = 1800.0,
+) -> None:
+    """Proxy trials in bf16 (and fp8 where it runs), then pretrain on every local GPU under
+    torchrun, killed after its first checkpoint and resumed; one table and gpu-check.json to
+    send back. Exit status 0 when every check passed, 1 otherwise."""
+    from recipelab.agent.preflight import BUILTIN_CORPORA
+    from recipelab.longrun.gpu_check import REPORT_FILE, Launcher, render_table, run_gpu_check
+
+    if device not in ("auto", "cuda", "cpu"):
+        fail(f"--device {device!r} is not one of auto, cuda, cpu")
+    if corpus not in BUILTIN_CORPORA and not Path(corpus).exists():
+        fail(f"--corpus {corpus!r} does not exist: give a text file, a directory of .txt/.md "
+             f"or Parquet files, or a built-in corpus ({', '.join(BUILTIN_CORPORA)})")
+    if timeout <= 0:
+        fail(f"--timeout must be a positive number of seconds, got {timeout}")
+    out_dir = (out or Path("runs") / f"gpu-check-{datetime.now():%Y%m%d-%H%M%S}").resolve()
+    if out_dir.exists() and any(out_dir.iterdir()):
+        fail(f"--out {out_dir} is not empty: give a new directory, so that this check's runs "
+             "are not mixed with an earlier one's")
+    launcher = Launcher(corpus=str(Path(corpus).resolve()) if Path(corpus).exists() else corpus,
+                        threads=threads, timeout_s=timeout)
+    try:
+        report = run_gpu_check(out_dir, device, launcher,
+                               progress=lambda message: errors.print(message, markup=False))
+    except ValueError as error:
+        fail(str(error))
+    console.print(render_table(report))
+    console.print(f"send back {out_dir / REPORT_FILE} (and the *.log files beside it if a check "
+                  "failed)", markup=False, soft_wrap=True)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
 @app.command()
 def verify(
     campaign: Annotated[str, typer.Argument(help="campaign name or directory")],

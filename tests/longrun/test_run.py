@@ -59,7 +59,7 @@ def test_a_run_writes_every_artifact_and_rehearses_a_spike(tmp_path: Path, corpu
                                  alert_at_usd=1e-9, min_tokens_per_s=1e12))
     assert result.stop_reason == "complete" and result.steps_done == 30
     for name in ("metrics.csv", "budget.json", "events.jsonl", "manifest.json", "final.safetensors",
-                 "loss.png", "norms.png", "throughput.png", "spike-postmortem.md"):
+                 "loss-curve.png", "gradnorm-curve.png", "throughput.png", "spike-postmortem.md"):
         assert (out / name).exists(), name
     rows = metrics(out)
     assert [int(r["step"]) for r in rows] == [5, 10, 15, 20, 25, 30]
@@ -80,6 +80,7 @@ def test_a_run_writes_every_artifact_and_rehearses_a_spike(tmp_path: Path, corpu
     assert manifest["stop_reason"] == "complete" and manifest["spent_usd"] == pytest.approx(
         budget["spent_usd"], rel=0.5)
     assert manifest["provenance"]["code_version"] and manifest["recipe_fingerprint"]
+    assert manifest["cluster"]["torch"] and manifest["cluster"]["world_size"] == 1
 
 
 def test_without_a_spike_the_same_step_is_not_a_spike(tmp_path: Path, corpus: CorpusSpec) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 import platform
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import psutil
 
@@ -88,13 +88,20 @@ def detect_device() -> DeviceInfo:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         capability = (props.major, props.minor)
-        # On unified-memory parts (GB10) the GPU allocates from system RAM.
-        memory = psutil.virtual_memory().total if props.is_integrated else props.total_memory
-        return DeviceInfo("cuda", props.name, memory, capability, has_te,
+        return DeviceInfo("cuda", props.name, gpu_memory_bytes(props), capability, has_te,
                           native_bf16=capability >= BF16_MIN_CAPABILITY)
     cpuinfo = CPUINFO.read_text() if CPUINFO.exists() else ""
     return DeviceInfo("cpu", cpu_model_name(cpuinfo), psutil.virtual_memory().total, None,
                       has_te, native_bf16=bool(cpu_flags(cpuinfo) & BF16_CPU_FLAGS))
+
+
+def gpu_memory_bytes(props: Any) -> int:
+    """The memory a CUDA device can allocate, from its ``torch.cuda.get_device_properties``.
+
+    On unified-memory parts (GB10) the GPU allocates from system RAM, so the RAM counts, not
+    the small carve-out ``total_memory`` reports.
+    """
+    return int(psutil.virtual_memory().total if props.is_integrated else props.total_memory)
 
 
 def resolve_device(requested: str = "auto") -> DeviceInfo:

@@ -59,6 +59,7 @@ from recipelab.longrun.budget import (
     read_elapsed,
     write_budget,
 )
+from recipelab.longrun.cluster import cluster_info
 from recipelab.longrun.distributed import Collectives, World, process_group, world_from_env
 from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 from recipelab.recipe import Recipe, StrictModel
@@ -551,6 +552,7 @@ class LongRun:
             "spent_usd": status.spent_usd, "spend_source": status.source,
             "elapsed_s": status.elapsed_s, "provenance": info.model_dump(),
             "corpus": self.config.corpus.model_dump(),
+            "cluster": cluster_info(self.world.size, self.device),
             "final": FINAL_FILE if stop == "complete" else None,
         }
         atomic_write_text(self.out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
