@@ -74,7 +74,7 @@ def test_a_cap_of_zero_or_a_negative_price_is_refused_by_name() -> None:
 
 def test_a_cap_or_alert_with_no_way_to_know_the_spend_is_refused_naming_both_ways() -> None:
     for cap, alert in ((35.0, None), (None, 30.0)):
-        with pytest.raises(BudgetUnknowable, match="--budget-curr-cost-uri.*--price-per-hour"):
+        with pytest.raises(BudgetUnknowable, match=r"--budget-curr-cost-uri.*--price-per-hour"):
             BudgetGuard(None, cap_usd=cap, alert_at_usd=alert, total_steps=10)
     assert BudgetGuard(None, None, None, 10).status(5).source == "none"
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import recipelab.longrun
-from recipelab.longrun import distributed
 from recipelab.longrun.distributed import (
     CollectiveOnWrongDevice,
     Collectives,
@@ -36,8 +36,8 @@ def nccl_stand_in(tensor: torch.Tensor, *args: object, **kwargs: object) -> None
 
 @pytest.fixture
 def nccl(monkeypatch: pytest.MonkeyPatch) -> Collectives:
-    monkeypatch.setattr(distributed.dist, "all_reduce", nccl_stand_in)
-    monkeypatch.setattr(distributed.dist, "broadcast", nccl_stand_in)
+    monkeypatch.setattr(torch.distributed, "all_reduce", nccl_stand_in)
+    monkeypatch.setattr(torch.distributed, "broadcast", nccl_stand_in)
     return Collectives(TWO, "nccl", torch.device("cuda", 0))
 
 
@@ -67,7 +67,7 @@ def test_sums_and_means_take_the_tensor_the_backend_can_communicate(nccl: Collec
 
 
 def test_one_process_makes_no_collective_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(distributed.dist, "all_reduce", nccl_stand_in)
+    monkeypatch.setattr(torch.distributed, "all_reduce", nccl_stand_in)
     alone = Collectives(World(), None, torch.device("cpu"))
     assert alone.agree(3) == 3 and float(alone.mean(torch.ones(()))) == 1.0
 

@@ -32,7 +32,7 @@ def drawn_recipes(count: int, seed: int) -> list[Recipe]:
     baseline = proxy_recipe("tiny")
     space = default_space(baseline, searchable=tuple(SHAPE_KNOBS), precisions=("fp32",))
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
-    recipes = []
+    recipes: list[Recipe] = []
     while len(recipes) < count:
         point = study.ask(space.distributions()).params
         edit = space.resolve(point, baseline.knobs())

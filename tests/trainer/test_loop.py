@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from recipelab.recipe import Recipe, proxy_recipe
-from recipelab.trainer.data import DataError, load_dataset
 from recipelab.trainer.core import build_optimizer, param_groups, z_loss
+from recipelab.trainer.data import DataError, load_dataset
 from recipelab.trainer.loop import TrialRunner, run_trial
 from recipelab.trainer.model import GPT
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec

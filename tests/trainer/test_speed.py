@@ -19,6 +19,7 @@ from recipelab import environment
 from recipelab.agent.settings import CampaignSettings
 from recipelab.cli import app
 from recipelab.recipe import proxy_recipe
+from recipelab.trainer.core import build_optimizer
 from recipelab.trainer.device import (
     compile_cache_dir,
     configure_device,
@@ -28,7 +29,6 @@ from recipelab.trainer.device import (
     optimizer_options,
     to_device,
 )
-from recipelab.trainer.core import build_optimizer
 from recipelab.trainer.model import GPT, Block, gelu_tanh, make_norm
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 

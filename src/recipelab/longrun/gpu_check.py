@@ -219,6 +219,14 @@ def run_trials(out: Path, device: DeviceInfo, requested: str, launcher: Launcher
 # --- the long run, killed and resumed ----------------------------------------------------
 
 
+def stop_reason(run: Path) -> str | None:
+    """How the run's last invocation ended, from its manifest (None before it wrote one)."""
+    try:
+        return str(json.loads((run / MANIFEST_FILE).read_text())["stop_reason"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def pretrain_recipe(device: DeviceInfo, processes: int) -> Recipe:
     """A small recipe for the long-run check: the trials' preset, 30 steps, bf16 on a GPU
     that has it (else fp32), and a global batch that splits evenly over the processes."""
@@ -348,7 +356,7 @@ def run_pretrain_check(out: Path, device: DeviceInfo, requested: str, launcher: 
     last_event = str(events[-1].get("event")) if events else None
     row.how_it_stopped = how_it_stopped(row.launcher_exit, at_signal, latest_checkpoint(run),
                                         last_event)
-    if row.launcher_exit == 0 or last_event == "pretrain_end":
+    if row.launcher_exit == 0 or stop_reason(run) == "complete":
         row.note = ("the run finished before SIGTERM reached it, so nothing was resumed: "
                     f"this device ran steps {CHECKPOINT_EVERY}-{PRETRAIN_STEPS} faster than "
                     "the check could stop it")
