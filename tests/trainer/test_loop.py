@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from recipelab.recipe import Recipe, proxy_recipe
-from recipelab.trainer.core import build_optimizer, param_groups, z_loss
 from recipelab.trainer.data import DataError, load_dataset
 from recipelab.trainer.loop import TrialRunner, run_trial
 from recipelab.trainer.model import GPT
@@ -232,31 +231,6 @@ def test_the_default_recipe_trains_exactly_as_before_the_new_knobs(
     assert result.val_bpb == pytest.approx(GOLDEN_VAL_BPB, rel=1e-5)
 
 
-def test_parameters_fall_into_embeddings_output_hidden_and_norms() -> None:
-    untied = TINY.shape.model_copy(update={"tie_embeddings": False, "position": "learned"})
-    gpt = GPT(untied, TINY.seq_len)
-    groups = param_groups(gpt)
-    assert groups["embeddings"] == [gpt.embed.weight, gpt.positions.weight]  # type: ignore[union-attr]
-    assert groups["output"] == [gpt.lm_head.weight]
-    assert all(p.dim() == 2 for p in groups["hidden"]) and all(p.dim() == 1 for p in groups["norms"])
-    assert sum(len(g) for g in groups.values()) == len(list(gpt.parameters()))
-    tied = param_groups(GPT(TINY.shape, TINY.seq_len))
-    assert tied["output"] == [] and len(tied["embeddings"]) == 1
-
-
-def test_each_group_gets_its_learning_rate_multiplier_and_weight_decay_rule() -> None:
-    untied = TINY.shape.model_copy(update={"tie_embeddings": False})
-    recipe = TINY.model_copy(update={"shape": untied}).apply({
-        "optimizer.lr_embed_mult": 2.0, "optimizer.lr_output_mult": 0.5,
-        "optimizer.lr_hidden_mult": 4.0, "optimizer.decay_embeddings": False,
-        "optimizer.decay_norms": True})
-    optimizer = build_optimizer(GPT(untied, TINY.seq_len), recipe, torch.device("cpu"))
-    got = {g["role"]: (g["lr"], g["weight_decay"]) for g in optimizer.param_groups}
-    lr, wd = recipe.optimizer.lr, recipe.optimizer.weight_decay
-    assert got == {"embeddings": (2 * lr, 0.0), "output": (0.5 * lr, wd),
-                   "hidden": (4 * lr, wd), "norms": (lr, wd)}
-
-
 def test_the_training_loop_applies_the_multipliers_through_the_schedule(
     tmp_path: Path, corpus: CorpusSpec,
 ) -> None:
@@ -277,11 +251,6 @@ def test_the_training_loop_applies_the_multipliers_through_the_schedule(
     hidden_moved = (up - hidden).abs().max().item()
     # AdamW moves a weight by about lr per step: 1e-8 for the embeddings, 1e-2 for the rest.
     assert embed_moved < 1e-6 < 1e-3 < hidden_moved
-
-
-def test_z_loss_is_the_mean_squared_log_normaliser() -> None:
-    logits = torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]])
-    assert z_loss(logits).item() == pytest.approx((math.log(2.0) ** 2 + math.log(4.0) ** 2) / 2)
 
 
 def test_z_loss_changes_training_but_not_the_first_steps_loss(
