@@ -75,6 +75,7 @@ def test_a_run_writes_every_artifact_and_rehearses_a_spike(tmp_path: Path, corpu
     assert budget["rate_usd_per_hour"] == 1.0 and budget["stop_reason"] == "complete"
     names = [e["event"] for e in events(out)]
     assert names.count("budget_alert") == 1 and names.count("throughput_below_floor") == 1
+    assert [e["step"] for e in events(out) if e["event"] == "spike_rehearsal"] == [15]
     assert all(e["campaign"] == "pretrain" for e in events(out))
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stop_reason"] == "complete" and manifest["spent_usd"] == pytest.approx(

@@ -346,6 +346,10 @@ class LongRun:
                     self.spike.record(steps_done, loss_now, float(grad_norm))
                 if not writes:
                     continue
+                if self.spike is not None and steps_done == self.spike.start:
+                    self.events.emit("spike_rehearsal", level="warning", step=steps_done,
+                                     steps=self.spike.steps, how="rare-token batches injected "
+                                     "on purpose (--inject-spike-at-step); not a real spike")
                 status = guard.status(steps_done)
                 log_now = steps_done % config.log_every == 0 or steps_done == recipe.steps
                 eval_now = steps_done % config.eval_every == 0 or steps_done == recipe.steps
