@@ -133,7 +133,9 @@ def error_lines(stderr: str) -> list[str]:
     (["--llm-base-url", "http//x"], {}, ("--llm-base-url 'http//x'", "http://localhost:8000/v1")),
     ([], {"RECIPELAB_LLM_BASE_URL": "localhost:8000"},
      ("RECIPELAB_LLM_BASE_URL 'localhost:8000'", "http://localhost:8000/v1")),
-], ids=["preset", "target", "until", "url-option", "url-env"])
+    (["--mlflow-uri", "ftp://ann:pw@host/mlruns"], {},
+     ("--mlflow-uri 'ftp://ann:[redacted]@host/mlruns'", "sqlite:///PATH/mlflow.db")),
+], ids=["preset", "target", "until", "url-option", "url-env", "mlflow-uri"])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(
         tmp_path: Path, args: list[str], env: dict[str, str], words: tuple[str, ...]) -> None:
     result = recipelab("run", "--name", "bad", "--iterations", "1", *args, cwd=tmp_path, env=env)

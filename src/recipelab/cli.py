@@ -407,6 +407,8 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
         settings.baseline()
     except (ValueError, ValidationError) as error:
         fail(str(error).splitlines()[0])
+    if settings.mlflow_uri is not None:
+        settings = settings.model_copy(update={"mlflow_uri": checked_mlflow_uri(settings.mlflow_uri)})
     if new:
         settings = new_campaign_defaults(settings, given)
     elif not check_only:
@@ -425,6 +427,18 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
         out.print("preflight passed: 'recipelab run' with these options can start", markup=False)
         return
     start_campaign(settings, directory, stress_only=False, preflight=report)
+
+
+def checked_mlflow_uri(uri: str) -> str:
+    """The MLflow URI as the campaign uses it (a path made absolute), or a one-line error
+    when MLflow is missing, the scheme is not one it serves, or a resume lacks credentials."""
+    from recipelab.tracking import TrackingUnavailable, check_tracking_uri
+
+    try:
+        settings_store.check_mlflow_uri(uri)
+        return check_tracking_uri(uri)
+    except (SettingsError, TrackingUnavailable) as error:
+        fail(str(error))
 
 
 @app.command()
@@ -503,6 +517,10 @@ def run(
     db: Annotated[str | None, typer.Option(
         help="trajectory database URL, e.g. postgresql+psycopg://user@host/db "
         "(default: SQLite in the campaign directory)")] = None,
+    mlflow_uri: Annotated[str | None, typer.Option(
+        help="also log to MLflow: the campaign is one run, each trial a child run with its "
+        "recipe, val_bpb and curve; a tracking server (http://HOST:5000), "
+        "sqlite:///PATH/mlflow.db or a directory (pip install 'recipelab\\[mlflow]')")] = None,
     skip_preflight: Annotated[bool, typer.Option(
         "--skip-preflight", help="start without the preflight checks of 'recipelab check'")
     ] = False,
@@ -784,6 +802,9 @@ def pretrain(
         help="stop when the loss exceeds this multiple of ln(vocab), or is not finite")] = 2.0,
     compile_model: Annotated[bool | None, typer.Option(
         "--compile/--no-compile", help="torch.compile the model (default: on CUDA only)")] = None,
+    mlflow_uri: Annotated[str | None, typer.Option(
+        help="log the run to MLflow: a tracking server, sqlite:///PATH or a directory "
+        "(needs recipelab[mlflow])")] = None,
     inject_spike_at_step: Annotated[int | None, typer.Option(
         help="feed rare-token batches from this step (a rehearsal spike)")] = None,
     spike_steps: Annotated[int, typer.Option(help="steps of rare-token batches")] = 3,
@@ -820,7 +841,8 @@ def pretrain(
             budget_poll_s=budget_poll_s, budget_stale_after_s=budget_stale_after_s,
             dry_run_budget=dry_run_budget, divergence_factor=divergence_factor, min_mfu=min_mfu,
             min_tokens_per_s=min_tokens_per_s, peak_tflops=peak_tflops,
-            inject_spike_at_step=inject_spike_at_step, spike_steps=spike_steps, threads=threads)
+            inject_spike_at_step=inject_spike_at_step, spike_steps=spike_steps, threads=threads,
+            mlflow_uri=mlflow_uri)
         result = run_pretrain(config)
     except ValidationError as error:
         fail(f"invalid pretrain settings: {one_line(error)}")

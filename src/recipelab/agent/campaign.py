@@ -32,6 +32,7 @@ from recipelab.agent.display import CampaignProgress
 from recipelab.agent.events import campaign_logger
 from recipelab.agent.failures import FailureStreak
 from recipelab.agent.lock import CampaignLock
+from recipelab.agent.mlflow_log import CampaignTracking
 from recipelab.agent.priors import load_priors, log_priors
 from recipelab.agent.proposers import GuardedProposer, build_proposer
 from recipelab.agent.records import as_measurement, as_observation, as_proposal, proposal_fields
@@ -405,8 +406,11 @@ class Campaign:
         self.executor.prestart()  # e.g. import torch in the first worker while we set up
         self.store = TrajectoryStore(self.directory, self.settings.name, db_url=self.settings.db)
         self.log, self._sink = campaign_logger(self.settings.name, self.directory, self.console)
+        self.tracking = (CampaignTracking(self.settings, self.directory, self.log)
+                         if self.settings.mlflow_uri else None)
         self.book = TrialBook(self.settings, self.directory, self.store, self.executor,
-                              self.device, self.memory, self.log, on_change=self._show)
+                              self.device, self.memory, self.log, on_change=self._show,
+                              on_record=self._track)
         self.guarded = GuardedProposer(self.proposer, self.settings, self.baseline, self.space,
                                        self.priors.observations, self.log)
         self.failures = FailureStreak(self.settings, self.log)
@@ -417,8 +421,16 @@ class Campaign:
             self.log.warning("sqlite_rebuilt", reason="missing or corrupt; rebuilt from JSONL")
         for record in report.interrupted:
             self.log.warning("trial_interrupted", trial_id=record.trial_id, kind=record.kind)
+        self._track(*self.ledger.records)  # trials ended before a resume, or never logged
+
+    def _track(self, *records: TrialRecord) -> None:
+        """Copy ended trials to MLflow when the campaign has ``--mlflow-uri``."""
+        if self.tracking is not None:
+            self.tracking.record(records)
 
     def _close(self) -> None:
+        if self.tracking is not None:
+            self.tracking.close(stopped_early=self.stops.stop)
         self.guarded.close()
         self.executor.close()
         self.store.close()

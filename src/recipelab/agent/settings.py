@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, model_validator
 from recipelab.agent.events import redact
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import PROXY_PRESETS, Recipe, StrictModel, proxy_recipe
+from recipelab.tracking import REDACTED, redact_url  # light: status reads settings
 from recipelab.trainer.spec import CorpusSpec
 
 SETTINGS_FILE = "settings.json"
@@ -77,6 +78,7 @@ class CampaignSettings(StrictModel):
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None  # None: a local Ray instance; "auto": the running cluster
     db: str | None = None  # None: SQLite in the campaign directory; else a SQLAlchemy URL
+    mlflow_uri: str | None = None  # each trial a child run of the campaign's run (tracking.py)
 
     @model_validator(mode="before")
     @classmethod
@@ -145,12 +147,15 @@ def default_campaign_dir(name: str) -> Path:
 
 
 def save(settings: CampaignSettings, directory: Path) -> None:
-    """Write ``settings.json``, with any password in the LLM base URL redacted: the file is
-    shared with the trajectory, and a resume that needs the password is given it again
-    (``--llm-base-url``, or better ``RECIPELAB_LLM_BASE_URL`` / the API key variables)."""
+    """Write ``settings.json``, with any password in the LLM base URL or the MLflow URI
+    redacted: the file is shared with the trajectory, and a resume that needs the password is
+    given it again (``--llm-base-url``, or better ``RECIPELAB_LLM_BASE_URL`` / the API key
+    variables; ``--mlflow-uri``, or MLflow's ``MLFLOW_TRACKING_USERNAME`` / ``_PASSWORD``)."""
     shown = settings
     if settings.llm_base_url is not None:
-        shown = settings.model_copy(update={"llm_base_url": redact(settings.llm_base_url, [])})
+        shown = shown.model_copy(update={"llm_base_url": redact(settings.llm_base_url, [])})
+    if settings.mlflow_uri is not None:
+        shown = shown.model_copy(update={"mlflow_uri": redact_url(settings.mlflow_uri)})
     atomic_write_text(directory / SETTINGS_FILE, shown.model_dump_json(indent=2))
 
 
@@ -175,6 +180,15 @@ def check_resume(saved: CampaignSettings, requested: CampaignSettings) -> None:
             f"campaign {saved.name!r} was started with different {', '.join(changed)} ({details}). "
             "Trials before and after would not be comparable: run again with the saved values, "
             "or start a new campaign with another --name.")
+
+
+def check_mlflow_uri(uri: str) -> None:
+    """Refuse an MLflow URI whose credentials were redacted when the settings were saved."""
+    if REDACTED in uri:
+        raise SettingsError(
+            f"the campaign's saved --mlflow-uri {uri!r} had credentials, which are not saved: "
+            "give --mlflow-uri again with them, or put them in MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) and give the URI without them")
 
 
 def validate_name(name: str) -> str:

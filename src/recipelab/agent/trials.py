@@ -62,7 +62,8 @@ class TrialBook:
 
     def __init__(self, settings: CampaignSettings, directory: Path, store: TrajectoryStore,
                  executor: Executor, device: DeviceInfo, memory: GuardrailMemory, log: Any,
-                 on_change: Callable[[], None] = lambda: None) -> None:
+                 on_change: Callable[[], None] = lambda: None,
+                 on_record: Callable[[TrialRecord], None] = lambda record: None) -> None:
         self.settings = settings
         self.directory = directory
         self.store = store
@@ -70,6 +71,7 @@ class TrialBook:
         self.device = device
         self.log = log
         self.on_change = on_change  # e.g. refresh the progress display
+        self.on_record = on_record  # each record of an ended trial, once written (MLflow)
         self.inflight: dict[str, InFlight] = {}
         self.memory = memory
         self._ledger: Ledger | None = None
@@ -89,6 +91,8 @@ class TrialBook:
         else:
             self.store.append(record)
         self._ledger = None
+        if record.is_terminal:
+            self.on_record(record)
 
     def proxies_in_flight(self) -> int:
         return sum(f.record.kind == "proxy" for f in self.inflight.values())

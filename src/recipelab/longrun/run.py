@@ -61,8 +61,10 @@ from recipelab.longrun.budget import (
 )
 from recipelab.longrun.cluster import cluster_info
 from recipelab.longrun.distributed import Collectives, World, process_group, world_from_env
+from recipelab.longrun.mlflow_log import LongRunTracking
 from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 from recipelab.recipe import Recipe, StrictModel
+from recipelab.tracking import TrackingUnavailable, check_tracking_uri
 from recipelab.trainer import checkpoint
 from recipelab.trainer.core import build_model, build_optimizer, set_learning_rate, train_step
 from recipelab.trainer.data import Dataset, load_dataset, sample_batch
@@ -247,6 +249,10 @@ class LongRun:
         self.spike = (SpikeTrace(config.inject_spike_at_step, config.spike_steps)
                       if config.inject_spike_at_step else None)
         self.paused_s = 0.0  # evaluation and checkpoint time inside the current log window
+        self.tracking = (LongRunTracking(check_tracking_uri(config.mlflow_uri), config.campaign,
+                                         self.out, self.events.emit)
+                         if config.mlflow_uri and self.world.main and not config.dry_run_budget
+                         else None)
 
     def _peak_flops(self) -> float | None:
         if self.config.peak_tflops is not None:
@@ -301,6 +307,9 @@ class LongRun:
                          device=str(self.device), steps=recipe.steps, resumed_from=start or None,
                          tokens_per_step=recipe.tokens_per_step, data=data.description,
                          spend_source=guard.status(start).source, compiled=compile_model)
+        if self.tracking is not None:
+            self.tracking.params({"recipe": recipe.model_dump(mode="json"),
+                                  "corpus": config.corpus.source})
         params = [p for p in model.parameters() if p.requires_grad]
         rows_per_rank = recipe.batch_size // world.size
         mine = slice(world.rank * rows_per_rank, (world.rank + 1) * rows_per_rank)
@@ -350,6 +359,9 @@ class LongRun:
                     self.events.emit("spike_rehearsal", level="warning", step=steps_done,
                                      steps=self.spike.steps, how="rare-token batches injected "
                                      "on purpose (--inject-spike-at-step); not a real spike")
+                    if self.tracking is not None:
+                        self.tracking.tag("recipelab.spike_rehearsal", f"steps {steps_done}-"
+                                          f"{steps_done + self.spike.steps - 1}")
                 status = guard.status(steps_done)
                 log_now = steps_done % config.log_every == 0 or steps_done == recipe.steps
                 eval_now = steps_done % config.eval_every == 0 or steps_done == recipe.steps
@@ -509,6 +521,8 @@ class LongRun:
                 csv.DictWriter(handle, METRIC_COLUMNS, restval="").writerow(row)
             with (self.out / METRICS_LONG_FILE).open("a", newline="") as handle:
                 csv.writer(handle).writerows(_long_rows(row))
+            if self.tracking is not None:
+                self.tracking.row(row)
 
     def _rewrite_metrics(self) -> None:
         """The metrics files as of the checkpoint resumed from (rows logged after it are
@@ -540,7 +554,7 @@ class LongRun:
 
     def _finish(self, model: nn.Module, status: BudgetStatus, stop: StopReason,
                 steps_done: int) -> None:
-        from recipelab.longrun.plots import write_plots
+        from recipelab.longrun.plots import PLOT_FILES, write_plots
 
         if stop == "complete":
             save_model(model, str(self.out / FINAL_FILE))
@@ -560,6 +574,9 @@ class LongRun:
             "final": FINAL_FILE if stop == "complete" else None,
         }
         atomic_write_text(self.out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
+        if self.tracking is not None:
+            self.tracking.finish(stop, [self.out / name for name in (
+                MANIFEST_FILE, METRICS_FILE, METRICS_LONG_FILE, POSTMORTEM_FILE, *PLOT_FILES)])
         self.events.emit("pretrain_end", stop_reason=stop, steps_done=steps_done,
                          spent_usd=status.spent_usd)
 
@@ -594,6 +611,11 @@ def check_start(config: PretrainConfig, world: World) -> None:
             f"batch_size {recipe.batch_size} does not split over {world.size} processes: "
             f"use a batch_size that is a multiple of {world.size} (--set batch_size=N)")
     config.budget_guard()
+    if config.mlflow_uri:
+        try:
+            check_tracking_uri(config.mlflow_uri)
+        except TrackingUnavailable as error:
+            raise ValueError(str(error)) from None
     if not config.resume_from_latest and not config.dry_run_budget and has_checkpoint(out):
         raise ValueError(
             f"{out} holds checkpoints of an earlier run: add --resume-from-latest to continue "
