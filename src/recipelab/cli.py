@@ -691,7 +691,10 @@ def report(
         rates = CloudRates.model_validate(given)
     except ValidationError as error:
         fail(f"invalid cloud rates:\n{error}")
-    context = ReportContext(settings.name, get_target(settings.target or ""), settings.preset, rates)
+    from recipelab.trajectory.calibration import load_calibration
+
+    context = ReportContext(settings.name, get_target(settings.target or ""), settings.preset,
+                            rates, tuple(load_calibration(settings.calibrate_from).horizon_fits))
     markdown, page = write_report(directory, records, context)
     console.print(f"wrote {markdown} and {page}", markup=False)
 
@@ -702,6 +705,10 @@ def export(
     out: Annotated[Path, typer.Option(help="directory for recipe.json and its companions")],
     tokens_per_param: Annotated[float, typer.Option(help="planned tokens per parameter")] = 20.0,
     gpus: Annotated[int, typer.Option(help="GPUs of the cloud run (the batch splits over them)")] = 8,
+    gpu_memory_gib: Annotated[float, typer.Option(
+        help="memory of each GPU; the micro-batch and grad_accum are chosen to fit it")] = 80.0,
+    device: Annotated[str, typer.Option(
+        help="cuda (bf16 and torch.compile unless the winner says otherwise) or cpu")] = "cuda",
     eval_bytes: Annotated[int, typer.Option(help="least held-out bytes to evaluate on")] = 8 << 20,
     lr_horizon_exponent: Annotated[float | None, typer.Option(
         help="β of the learning-rate horizon rule lr × (tokens ratio)^-β (0: no correction; "
@@ -712,18 +719,16 @@ def export(
     the runner-up, the transfer table, the predicted val_bpb curve and a manifest."""
     from recipelab.recipe import get_target
     from recipelab.report.export import ExportOptions, write_export
+    from recipelab.trajectory.calibration import load_calibration
 
     settings, records = read_campaign(campaign)
-    if lr_horizon_exponent is None:
-        from recipelab.trajectory.calibration import load_calibration
-        from recipelab.trajectory.horizon import horizon_rule
-        lr_horizon_exponent = horizon_rule(
-            records, load_calibration(settings.calibrate_from).horizon_fits).alpha
     try:
-        options = ExportOptions(tokens_per_param=tokens_per_param, gpus=gpus,
-                                eval_bytes=eval_bytes, lr_horizon_exponent=lr_horizon_exponent)
+        options = ExportOptions.model_validate({
+            "tokens_per_param": tokens_per_param, "gpus": gpus, "gpu_memory_gib": gpu_memory_gib,
+            "device": device, "eval_bytes": eval_bytes,
+            "lr_horizon_exponent": lr_horizon_exponent})
         written = write_export(records, settings.name, get_target(settings.target or ""),
-                               options, out)
+                               options, out, load_calibration(settings.calibrate_from).horizon_fits)
     except ValidationError as error:
         fail(f"invalid export options: {one_line(error)}")
     except ValueError as error:
