@@ -737,6 +737,41 @@ def export(
         console.print(f"wrote {path}", markup=False)
 
 
+@app.command()
+def tokenize(
+    out: Annotated[Path, typer.Option(help="directory for train.bin, val.bin, tokenizer.json, meta.json")],
+    corpus: Annotated[str, typer.Option(
+        help="python-docs, python-source, or a path (text file, .txt/.md dir, Parquet)")
+    ] = "python-docs",
+    tokenizer: Annotated[str, typer.Option(
+        help="byte, bpe (byte-level BPE trained on the corpus, like the trainer's) or the path "
+        "of a tokenizer.json (e.g. GPT-2's)")] = "bpe",
+    vocab_size: Annotated[int, typer.Option(help="vocabulary of --tokenizer bpe")] = 32_768,
+    val_fraction: Annotated[float, typer.Option(
+        help="share of the text held out as val.bin (nanoGPT's OpenWebText share)")] = 0.0005,
+    workers: Annotated[int | None, typer.Option(
+        help="encoding processes (default: the cores); any count writes the same bytes")] = None,
+    corpus_max_bytes: Annotated[int | None, typer.Option(help="read at most this many bytes")] = None,
+    text_column: Annotated[str, typer.Option(help="Parquet column holding the text")] = "text",
+) -> None:
+    """Tokenize a corpus once into nanoGPT-style train.bin / val.bin, which
+    'recipelab pretrain --corpus DIR' (and train, run) read memory-mapped."""
+    from recipelab.trainer.data import DataError
+    from recipelab.trainer.tokenize import tokenize_corpus
+
+    try:
+        spec = CorpusSpec.model_validate({**(given_corpus(corpus, corpus_max_bytes) or {}),
+                                          "val_fraction": val_fraction, "text_column": text_column})
+        done = tokenize_corpus(spec, tokenizer, out, vocab_size=vocab_size, workers=workers)
+    except ValidationError as error:
+        fail(f"invalid tokenize options: {one_line(error)}")
+    except DataError as error:
+        fail(str(error))
+    console.print(f"wrote {out}: {done.train_tokens:,} train / {done.val_tokens:,} val tokens "
+                  f"({done.dtype}, {done.tokenizer}, vocabulary {done.vocab_size:,}) from "
+                  f"{done.source}", markup=False, soft_wrap=True)
+
+
 def parse_knob_settings(settings: list[str]) -> dict[str, Any]:
     """``KNOB=VALUE`` pairs (VALUE read as JSON when it parses, else as a string)."""
     edit: dict[str, Any] = {}
