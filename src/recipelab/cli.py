@@ -709,7 +709,10 @@ def report(
         rates = CloudRates.model_validate(given)
     except ValidationError as error:
         fail(f"invalid cloud rates:\n{error}")
-    context = ReportContext(settings.name, get_target(settings.target or ""), settings.preset, rates)
+    from recipelab.trajectory.calibration import load_calibration
+
+    context = ReportContext(settings.name, get_target(settings.target or ""), settings.preset,
+                            rates, tuple(load_calibration(settings.calibrate_from).horizon_fits))
     markdown, page = write_report(directory, records, context)
     console.print(f"wrote {markdown} and {page}", markup=False)
 
@@ -720,6 +723,10 @@ def export(
     out: Annotated[Path, typer.Option(help="directory for recipe.json and its companions")],
     tokens_per_param: Annotated[float, typer.Option(help="planned tokens per parameter")] = 20.0,
     gpus: Annotated[int, typer.Option(help="GPUs of the cloud run (the batch splits over them)")] = 8,
+    gpu_memory_gib: Annotated[float, typer.Option(
+        help="memory of each GPU; the micro-batch and grad_accum are chosen to fit it")] = 80.0,
+    device: Annotated[str, typer.Option(
+        help="cuda (bf16 and torch.compile unless the winner says otherwise) or cpu")] = "cuda",
     eval_bytes: Annotated[int, typer.Option(help="least held-out bytes to evaluate on")] = 8 << 20,
     lr_horizon_exponent: Annotated[float | None, typer.Option(
         help="β of the learning-rate horizon rule lr × (tokens ratio)^-β (0: no correction; "
@@ -730,24 +737,57 @@ def export(
     the runner-up, the transfer table, the predicted val_bpb curve and a manifest."""
     from recipelab.recipe import get_target
     from recipelab.report.export import ExportOptions, write_export
+    from recipelab.trajectory.calibration import load_calibration
 
     settings, records = read_campaign(campaign)
-    if lr_horizon_exponent is None:
-        from recipelab.trajectory.calibration import load_calibration
-        from recipelab.trajectory.horizon import horizon_rule
-        lr_horizon_exponent = horizon_rule(
-            records, load_calibration(settings.calibrate_from).horizon_fits).alpha
     try:
-        options = ExportOptions(tokens_per_param=tokens_per_param, gpus=gpus,
-                                eval_bytes=eval_bytes, lr_horizon_exponent=lr_horizon_exponent)
+        options = ExportOptions.model_validate({
+            "tokens_per_param": tokens_per_param, "gpus": gpus, "gpu_memory_gib": gpu_memory_gib,
+            "device": device, "eval_bytes": eval_bytes,
+            "lr_horizon_exponent": lr_horizon_exponent})
         written = write_export(records, settings.name, get_target(settings.target or ""),
-                               options, out)
+                               options, out, load_calibration(settings.calibrate_from).horizon_fits)
     except ValidationError as error:
         fail(f"invalid export options: {one_line(error)}")
     except ValueError as error:
         fail(str(error))
     for path in written:
         console.print(f"wrote {path}", markup=False)
+
+
+@app.command()
+def tokenize(
+    out: Annotated[Path, typer.Option(help="directory for train.bin, val.bin, tokenizer.json, meta.json")],
+    corpus: Annotated[str, typer.Option(
+        help="python-docs, python-source, or a path (text file, .txt/.md dir, Parquet)")
+    ] = "python-docs",
+    tokenizer: Annotated[str, typer.Option(
+        help="byte, bpe (byte-level BPE trained on the corpus, like the trainer's) or the path "
+        "of a tokenizer.json (e.g. GPT-2's)")] = "bpe",
+    vocab_size: Annotated[int, typer.Option(help="vocabulary of --tokenizer bpe")] = 32_768,
+    val_fraction: Annotated[float, typer.Option(
+        help="share of the text held out as val.bin (nanoGPT's OpenWebText share)")] = 0.0005,
+    workers: Annotated[int | None, typer.Option(
+        help="encoding processes (default: the cores); any count writes the same bytes")] = None,
+    corpus_max_bytes: Annotated[int | None, typer.Option(help="read at most this many bytes")] = None,
+    text_column: Annotated[str, typer.Option(help="Parquet column holding the text")] = "text",
+) -> None:
+    """Tokenize a corpus once into nanoGPT-style train.bin / val.bin, which
+    'recipelab pretrain --corpus DIR' (and train, run) read memory-mapped."""
+    from recipelab.trainer.data import DataError
+    from recipelab.trainer.tokenize import tokenize_corpus
+
+    try:
+        spec = CorpusSpec.model_validate({**(given_corpus(corpus, corpus_max_bytes) or {}),
+                                          "val_fraction": val_fraction, "text_column": text_column})
+        done = tokenize_corpus(spec, tokenizer, out, vocab_size=vocab_size, workers=workers)
+    except ValidationError as error:
+        fail(f"invalid tokenize options: {one_line(error)}")
+    except DataError as error:
+        fail(str(error))
+    console.print(f"wrote {out}: {done.train_tokens:,} train / {done.val_tokens:,} val tokens "
+                  f"({done.dtype}, {done.tokenizer}, vocabulary {done.vocab_size:,}) from "
+                  f"{done.source}", markup=False, soft_wrap=True)
 
 
 def parse_knob_settings(settings: list[str]) -> dict[str, Any]:

@@ -11,17 +11,22 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.recipe import Recipe, get_target, proxy_recipe
+from recipelab.recipe import Recipe, Shape, Target, get_target, proxy_recipe
+from recipelab.report.context import ReportContext
+from recipelab.report.document import Table
 from recipelab.report.export import (
     BATCH_COEFFICIENT,
     BATCH_EXPONENT,
     MAX_WARMUP_FRACTION,
     ExportOptions,
+    global_batch_tokens,
+    non_embedding_flops_per_token,
     pick_runner_up,
     pick_winner,
     transfer,
 )
 from recipelab.report.prediction import predict
+from recipelab.report.sections import recommendation
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.horizon import horizon_rule
 from recipelab.trajectory.record import TrialRecord
@@ -32,12 +37,12 @@ PROXY = proxy_recipe("cpu", "llama2-7b")
 def test_a_bpe_target_gets_its_tokenizer_batch_rule_width_scaled_lr_and_warmup_in_tokens() -> None:
     target = get_target("llama2-7b")
     winner = PROXY.apply({"optimizer.lr": 0.004, "schedule.warmup_steps": 6})
-    exported = transfer(winner, {}, target, ExportOptions())
+    exported = transfer(winner, {}, target, ExportOptions(gpu_memory_gib=192))  # 8 B200s
     recipe = exported.recipe
     assert recipe.tokenizer == "bpe" and recipe.shape.vocab_size == 32000
     assert recipe.shape == target.shape and recipe.seq_len == 4096
-    flops = float(recipe.flops_per_token()) * exported.tokens
-    rule = BATCH_COEFFICIENT * flops ** BATCH_EXPONENT
+    compute = float(non_embedding_flops_per_token(recipe.shape, 4096)) * exported.tokens
+    rule = BATCH_COEFFICIENT * compute ** BATCH_EXPONENT
     assert recipe.batch_size % 8 == 0 and abs(recipe.tokens_per_step - rule) <= 8 * 4096
     assert 2e6 < recipe.tokens_per_step < 8e6  # what Llama-scale runs use: millions of tokens
     assert math.isclose(recipe.optimizer.lr, 0.004 * PROXY.shape.d_model / 4096)
@@ -51,6 +56,62 @@ def test_a_bpe_target_gets_its_tokenizer_batch_rule_width_scaled_lr_and_warmup_i
     assert "2401.02954" in rules["global batch (tokens)"].rule
     horizon = transfer(winner, {}, target, ExportOptions(lr_horizon_exponent=0.1)).recipe
     assert horizon.optimizer.lr < recipe.optimizer.lr  # a longer run trains at a lower rate
+
+
+GPT2_SMALL = Target("gpt2-small", "GPT-2 small's shape", Shape(
+    n_layer=12, d_model=768, n_head=12, n_kv_head=12, head_dim=64, ffn_ratio=4,
+    activation="gelu", norm="layernorm", position="learned", tie_embeddings=True,
+    vocab_size=50304), 1024)
+
+
+def test_the_batch_rule_reads_compute_as_deepseek_llm_defines_it() -> None:
+    """C = M·D with M = 72·n_layer·d_model² + 6·n_layer·d_model·l_seq (arXiv 2401.02954,
+    eq. 2), not the recipe's own training FLOPs (which count the vocabulary's matmuls)."""
+    shape = GPT2_SMALL.shape
+    m = non_embedding_flops_per_token(shape, 1024)
+    assert m == 72 * 12 * 768**2 + 6 * 12 * 768 * 1024 == 566_231_040
+    assert math.isclose(global_batch_tokens(m * 1e10), 397_637.27, rel_tol=1e-6)
+    exported = transfer(PROXY, {}, GPT2_SMALL, ExportOptions(gpus=1))
+    recipe = exported.recipe
+    assert Recipe(shape=shape, seq_len=1024).flops_per_token() != m  # another definition
+    sequences = round(0.2920 * (m * exported.tokens) ** 0.3271 / 1024)
+    assert recipe.batch_size * recipe.grad_accum == sequences
+    assert "72·n_layer·d_model²" in {t.knob: t for t in exported.transfers}[
+        "global batch (tokens)"].rule
+
+
+def test_a_cuda_target_trains_in_bf16_with_torch_compile_unless_the_winner_chose_otherwise() -> None:
+    target = get_target("toy")
+    assert PROXY.precision == "fp32"  # a CPU proxy
+    plain = transfer(PROXY, {}, target, ExportOptions())
+    assert plain.recipe.precision == "bf16" and plain.compile
+    assert "not a knob the campaign chose" in plain.precision_rule
+    fp8 = transfer(PROXY.apply({"precision": "fp8"}), {"precision": "fp8"}, target, ExportOptions())
+    assert fp8.recipe.precision == "fp8" and not fp8.compile  # TE's delayed scaling refuses it
+    chosen = proxy_recipe("spark", "toy", 1_000_000).apply({"precision": "fp32"})
+    kept = transfer(chosen, {"precision": "fp32"}, target, ExportOptions())
+    assert kept.recipe.precision == "fp32" and "edit chose fp32" in kept.precision_rule
+    on_cpu = transfer(PROXY, {}, target, ExportOptions(device="cpu"))
+    assert on_cpu.recipe.precision == "fp32" and not on_cpu.compile
+
+
+def test_the_exported_micro_batch_fits_the_gpu_memory_and_keeps_the_global_batch() -> None:
+    roomy = transfer(PROXY, {}, GPT2_SMALL, ExportOptions(gpus=1, gpu_memory_gib=80))
+    tight = transfer(PROXY, {}, GPT2_SMALL, ExportOptions(gpus=1, gpu_memory_gib=24))
+    assert roomy.split is not None and tight.split is not None
+    assert roomy.recipe.tokens_per_step == tight.recipe.tokens_per_step
+    assert tight.recipe.batch_size < roomy.recipe.batch_size
+    assert tight.split.peak_bytes <= 24 * 0.9 * (1 << 30) < tight.split.naive_peak_bytes
+
+
+def test_export_refuses_a_winner_that_fits_no_gpu_naming_the_memory_and_the_fix(
+        finished_campaign: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["export", str(finished_campaign), "--out",
+                                      str(tmp_path / "o"), "--gpu-memory-gib", "0.5"])
+    assert result.exit_code == 2
+    message = " ".join(result.output.split())
+    assert "does not fit 8 GPU(s) of 0.5 GiB" in message and "--gpu-memory-gib" in message
+    assert not (tmp_path / "o" / "recipe.json").exists()
 
 
 def test_tokens_per_param_sets_the_planned_steps() -> None:
@@ -84,6 +145,14 @@ def test_export_writes_the_recipe_train_reads_the_fallback_the_prediction_and_a_
     assert manifest["runner_up"] == runner_up.trial_id and manifest["seed"] == recipe.seed
     assert manifest["code_version"] and "torch" in manifest["libraries"] and manifest["device"]
     assert manifest["config_hash"] and manifest["recipe_fingerprint"] == recipe.fingerprint()
+    run_on = manifest["run_on"]
+    assert recipe.precision == run_on["precision"] == "bf16" and run_on["compile"] is True
+    assert run_on["command"].startswith("torchrun --standalone --nproc-per-node 8 -m recipelab "
+                                        "pretrain --recipe recipe.json")
+    assert "--compile" in run_on["command"] and "tokenize" in run_on["data_command"]
+    assert recipe.batch_size == 8 * run_on["micro_batch_per_gpu"]
+    assert recipe.grad_accum == run_on["grad_accum"]
+    assert run_on["predicted_peak_gib_per_gpu"] <= 0.9 * 80
     prediction = json.loads((out / "prediction.json").read_text())
     assert prediction["units"].startswith("val_bpb")
     planned = prediction["planned"]
@@ -133,16 +202,7 @@ def test_export_moves_the_learning_rate_by_the_campaigns_fitted_horizon_rule(
     (here the rung's best rate is below the proxies')."""
     directory = tmp_path / "nightly"
     shutil.copytree(finished_campaign, directory)
-    base = proxy_recipe("tiny")
-    with TrajectoryStore(directory, "nightly") as store:
-        for i, lr in enumerate((1e-3, 3e-3, 1e-2, 3e-2)):
-            for kind, steps, best in (("proxy", 20, 1e-2), ("rung", 80, 5e-3)):
-                recipe = base.apply({"optimizer.lr": lr, "steps": steps})
-                store.append(TrialRecord(
-                    campaign="nightly", trial_id=f"{kind[0]}9{i:03d}", kind=kind,
-                    status="complete", val_bpb=9.0 + 0.1 * math.log(lr / best) ** 2,
-                    recipe=recipe.model_dump(mode="json"), fingerprint=recipe.fingerprint(),
-                    proposer="classical-tpe", edit={"optimizer.lr": lr}))
+    add_horizon_trials(directory)
 
     def exported_lr(*options: str) -> float:
         out = tmp_path / f"cloud{len(options)}"
@@ -156,3 +216,39 @@ def test_export_moves_the_learning_rate_by_the_campaigns_fitted_horizon_rule(
     fitted, none = exported_lr(), exported_lr("--lr-horizon-exponent", "0")
     assert fitted < none
     assert f"^-{alpha:g} " in (tmp_path / "cloud0" / "transfer.md").read_text()
+
+
+def add_horizon_trials(directory: Path) -> None:
+    """Proxies and rung runs at four learning rates, from which a horizon rule is fitted
+    (the rung's best rate below the proxies')."""
+    base = proxy_recipe("tiny")
+    with TrajectoryStore(directory, "nightly") as store:
+        for i, lr in enumerate((1e-3, 3e-3, 1e-2, 3e-2)):
+            for kind, steps, best in (("proxy", 20, 1e-2), ("rung", 80, 5e-3)):
+                recipe = base.apply({"optimizer.lr": lr, "steps": steps})
+                store.append(TrialRecord(
+                    campaign="nightly", trial_id=f"{kind[0]}9{i:03d}", kind=kind,
+                    status="complete", val_bpb=9.0 + 0.1 * math.log(lr / best) ** 2,
+                    recipe=recipe.model_dump(mode="json"), fingerprint=recipe.fingerprint(),
+                    proposer="classical-tpe", edit={"optimizer.lr": lr}))
+
+
+def test_the_report_and_the_export_recommend_the_same_learning_rate(
+        finished_campaign: Path, tmp_path: Path) -> None:
+    """With a fitted horizon rule, the report's recommendation and recipe.json carry one rate."""
+    directory = tmp_path / "nightly"
+    shutil.copytree(finished_campaign, directory)
+    add_horizon_trials(directory)
+    out = tmp_path / "cloud"
+    result = CliRunner().invoke(app, ["export", str(directory), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    exported = Recipe.model_validate_json((out / "recipe.json").read_text()).optimizer.lr
+    with TrajectoryStore(directory, "nightly", readonly=True) as store:
+        records = store.records()
+    section = recommendation(records, ReportContext("nightly", get_target("toy"), "tiny"), None)
+    table = next(b for b in section.blocks if isinstance(b, Table))
+    shown = {row[0]: row[2] for row in table.rows}["optimizer.lr"]
+    assert shown == f"{exported:.4g}"
+    unfitted = transfer(Recipe.model_validate(pick_winner(records)[0].recipe),  # type: ignore[index]
+                        {}, get_target("toy"), ExportOptions(lr_horizon_exponent=0)).recipe
+    assert f"{unfitted.optimizer.lr:.4g}" != shown  # the horizon rule moved it

@@ -475,7 +475,8 @@ class Campaign:
                       stopped_early=summary.stopped_early, failing=summary.failing)
         try:  # the report is a by-product: one that cannot be written never fails the campaign
             write_report(self.directory, self.ledger.records, ReportContext(
-                self.settings.name, self.target, self.settings.preset, CloudRates.from_environment()))
+                self.settings.name, self.target, self.settings.preset, CloudRates.from_environment(),
+                tuple(self.priors.calibration.horizon_fits)))
         except Exception as error:
             self.log.warning("report_failed", error=f"{type(error).__name__}: {error}")
         return summary

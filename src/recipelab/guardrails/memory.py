@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from recipelab.guardrails.base import DeviceInfo, GuardContext, Measurement, gib
 from recipelab.guardrails.memory_fit import fitted_line, micro_batch_tokens
@@ -68,8 +69,22 @@ def activation_elements_per_token(shape: Shape, seq_len: int, fused_attention: b
     return saved
 
 
-def analytic_peak_bytes(recipe: Recipe, device: DeviceInfo) -> int:
-    """The uncalibrated peak-memory prediction (the formula in the module docstring)."""
+@dataclass(frozen=True)
+class PeakBreakdown:
+    """The analytic peak's terms, so a message can say which one does not fit."""
+
+    overhead: int
+    states: int
+    activations: int
+    logits: int
+
+    @property
+    def total(self) -> int:
+        return self.overhead + self.states + self.activations + self.logits
+
+
+def peak_breakdown(recipe: Recipe, device: DeviceInfo) -> PeakBreakdown:
+    """The terms of the uncalibrated peak-memory prediction (the module docstring's formula)."""
     shape = recipe.shape
     params = recipe.param_count()
     tokens = recipe.batch_size * recipe.seq_len
@@ -82,7 +97,12 @@ def analytic_peak_bytes(recipe: Recipe, device: DeviceInfo) -> int:
                                                               cpu_fp32)
     activations = tokens * (per_token + 2 * shape.d_model) * ACTIVATION_BYTES[recipe.precision]
     logits = tokens * shape.vocab_size * LOGIT_BYTES * LOGIT_COPIES
-    return PROCESS_OVERHEAD_BYTES[device.kind] + states + activations + logits
+    return PeakBreakdown(PROCESS_OVERHEAD_BYTES[device.kind], states, activations, logits)
+
+
+def analytic_peak_bytes(recipe: Recipe, device: DeviceInfo) -> int:
+    """The uncalibrated peak-memory prediction (the formula in the module docstring)."""
+    return peak_breakdown(recipe, device).total
 
 
 def calibration_factor(measurements: Sequence[Measurement], device: DeviceInfo) -> float:

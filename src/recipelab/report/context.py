@@ -48,7 +48,11 @@ class CloudRates(StrictModel):
 
 @dataclass(frozen=True)
 class ReportContext:
+    """``horizon_fits`` are the calibration campaigns' horizon-rule fits, which the
+    recommended learning rate reads as ``recipelab export`` does."""
+
     campaign: str
     target: Target
     preset: str
     rates: CloudRates = field(default_factory=CloudRates)
+    horizon_fits: tuple[float, ...] = ()

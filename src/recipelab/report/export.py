@@ -6,14 +6,24 @@ run of the target should use, so each knob is moved by a stated rule, and every 
 is written next to the proxy's value and the rule (``transfer.md``, ``transfer.json``):
 
 - tokenizer and vocabulary: the target's (BPE unless the target's vocabulary is bytes);
+- precision: bf16 on a CUDA target (the default: a multi-GPU cloud run), unless the winner
+  trained in fp8 or its edit chose its precision, and ``torch.compile`` except under fp8
+  (TransformerEngine's delayed scaling refuses it); a CPU target keeps the winner's;
 - global batch in tokens: the compute-optimal batch of the DeepSeek LLM scaling study
-  (Bi et al. 2024, arXiv 2401.02954), ``B = 0.292 · C^0.3271`` tokens for a run of ``C``
-  training FLOPs, in whole sequences of the target's context, rounded up to a multiple of
+  (Bi et al. 2024, arXiv 2401.02954), ``B = 0.2920 · C^0.3271`` tokens for a compute budget
+  ``C = M · D``, where ``D`` is the training tokens and ``M`` the paper's non-embedding FLOPs
+  per token, ``72 · n_layer · d_model² + 6 · n_layer · d_model · l_seq`` (its eq. 2, exactly:
+  not the recipe's own FLOP count, which adds the vocabulary's matmuls and counts attention
+  as PaLM does), in whole sequences of the target's context, rounded up to a multiple of
   the GPUs so that every GPU gets the same rows;
-- learning rate: muP's rule for Adam (Yang et al. 2022), the hidden matrices' rate scaled
-  by ``d_model(proxy) / d_model(target)``, times a horizon factor
-  ``(tokens(target) / tokens(proxy))^-β`` (Bjorck et al. 2024) whose exponent is an input
-  (0, no correction, until a campaign has fitted it);
+- micro-batch: that global batch split into the largest per-GPU micro-batch the memory model
+  fits in ``gpu_memory_gib`` (:mod:`recipelab.report.micro_batch`), with ``grad_accum`` making
+  up the rest, so the global batch is unchanged;
+- learning rate (:func:`target_learning_rate`): muP's rule for Adam (Yang et al. 2022), the
+  hidden matrices' rate scaled by ``d_model(proxy) / d_model(target)``, times a horizon
+  factor ``(tokens(target) / tokens(proxy))^-β`` (Bjorck et al. 2024) whose exponent is an
+  input, by default the campaign's fitted horizon rule (:func:`recommended_export`, which
+  the report's recommendation calls too, so both show one rate);
 - warm-up: the proxy's fraction of its run, capped at :data:`MAX_WARMUP_FRACTION` of the
   target's run, and stated in tokens;
 - evaluation slice: at least ``eval_bytes`` (default 8 MiB, about two million BPE tokens).
@@ -28,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -36,14 +46,22 @@ from pathlib import Path
 from pydantic import Field
 
 from recipelab.fsutil import atomic_write_text
-from recipelab.recipe import BYTE_VOCAB, Recipe, StrictModel, Target
+from recipelab.recipe import BYTE_VOCAB, Precision, Recipe, Shape, StrictModel, Target
+from recipelab.report.micro_batch import (
+    DEFAULT_GPU_MEMORY_GIB,
+    BatchFitError,
+    BatchSplit,
+    DeviceKind,
+    split_batch,
+)
 from recipelab.report.prediction import Prediction, bytes_per_token, predict
 from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_winner
+from recipelab.trajectory.horizon import horizon_rule
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
-from recipelab.units import MIB
+from recipelab.units import GIB, MIB
 
-BATCH_COEFFICIENT = 0.292
+BATCH_COEFFICIENT = 0.2920
 BATCH_EXPONENT = 0.3271
 MAX_WARMUP_FRACTION = 0.02
 PREDICTION_POINTS = 10
@@ -56,7 +74,11 @@ class ExportOptions(StrictModel):
     tokens_per_param: float = Field(default=20.0, gt=0)
     gpus: int = Field(default=8, ge=1)
     eval_bytes: int = Field(default=8 * MIB, ge=256)
-    lr_horizon_exponent: float = Field(default=0.0, ge=0.0, le=1.0)
+    lr_horizon_exponent: float | None = Field(default=None, ge=0.0, le=1.0)
+    """β of the horizon rule; None: the campaign's fitted rule under :func:`recommended_export`
+    (and no correction under a bare :func:`transfer`)."""
+    gpu_memory_gib: float = Field(default=DEFAULT_GPU_MEMORY_GIB, gt=0.0, le=100_000.0)
+    device: DeviceKind = "cuda"
 
 
 @dataclass(frozen=True)
@@ -71,10 +93,17 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Exported:
+    """The winner on the target. ``memory_problem`` is set (and ``split`` None, the recipe
+    holding the whole global batch in one micro-step) when no micro-batch fits a GPU."""
+
     recipe: Recipe
     transfers: tuple[Transfer, ...]
     params: int
     tokens: int
+    precision_rule: str = ""
+    compile: bool = False
+    split: BatchSplit | None = None
+    memory_problem: str | None = None
 
 
 def pick_winner(records: Sequence[TrialRecord]) -> tuple[TrialRecord, str] | None:
@@ -90,9 +119,43 @@ def pick_runner_up(records: Sequence[TrialRecord], winner: TrialRecord) -> Trial
     return next((r for r in Ledger(records).ranked if unseeded(r) != unseeded(winner)), None)
 
 
-def global_batch_tokens(flops: float) -> float:
-    """The DeepSeek LLM compute-optimal batch in tokens for a run of ``flops``."""
-    return float(BATCH_COEFFICIENT * flops ** BATCH_EXPONENT)
+def non_embedding_flops_per_token(shape: Shape, seq_len: int) -> int:
+    """DeepSeek LLM's model scale ``M`` (arXiv 2401.02954, eq. 2): non-embedding FLOPs per
+    token, ``72 · n_layer · d_model² + 6 · n_layer · d_model · l_seq``, the FLOP count its
+    batch and learning-rate laws were fitted against."""
+    return 72 * shape.n_layer * shape.d_model ** 2 + 6 * shape.n_layer * shape.d_model * seq_len
+
+
+def global_batch_tokens(compute: float) -> float:
+    """The DeepSeek LLM compute-optimal batch in tokens for a compute budget ``compute`` =
+    ``M · D`` (:func:`non_embedding_flops_per_token` × training tokens)."""
+    return float(BATCH_COEFFICIENT * compute ** BATCH_EXPONENT)
+
+
+def target_learning_rate(winner: Recipe, target_d_model: int, tokens: int,
+                         horizon_exponent: float) -> tuple[float, float, float]:
+    """The recommended learning rate on the target, with the width and horizon factors that
+    make it: muP for Adam (× ``d_model(proxy) / d_model(target)``), then ``(tokens /
+    proxy tokens)^-β``; capped at 1. The one definition the report and the export read."""
+    width = winner.shape.d_model / target_d_model
+    horizon = (tokens / (winner.steps * winner.tokens_per_step)) ** -horizon_exponent
+    return min(1.0, winner.optimizer.lr * width * horizon), width, horizon
+
+
+def target_precision(winner: Recipe, edit: dict[str, object], device: DeviceKind
+                     ) -> tuple[Precision, str]:
+    """The exported precision and why: bf16 for a CUDA target unless the campaign chose
+    otherwise for a reason (the winner trained in fp8, or its edit set the precision)."""
+    if device == "cpu":
+        return winner.precision, "the winner's: a CPU target"
+    if winner.precision == "fp8":
+        return "fp8", "the winner trained in fp8 and won with it"
+    if "precision" in edit:
+        return winner.precision, f"the winner's edit chose {winner.precision}"
+    if winner.precision == "bf16":
+        return "bf16", "the winner's, and what CUDA GPUs train fastest in"
+    return "bf16", ("bf16 autocast on CUDA: the proxy's fp32 was the campaign device's "
+                    "default, not a knob the campaign chose")
 
 
 def transfer(winner: Recipe, edit: dict[str, object], target: Target,
@@ -103,28 +166,41 @@ def transfer(winner: Recipe, edit: dict[str, object], target: Target,
     context = target.context
     params = winner.model_copy(update={"shape": shape, "seq_len": context}).param_count()
     tokens = math.ceil(options.tokens_per_param * params)
-    flops_per_token = winner.model_copy(update={"shape": shape, "seq_len": context}).flops_per_token()
-    flops = float(flops_per_token) * tokens
-    batch_tokens = global_batch_tokens(flops)
+    model_scale = non_embedding_flops_per_token(shape, context)
+    compute = float(model_scale) * tokens
+    batch_tokens = global_batch_tokens(compute)
     sequences = max(1, round(batch_tokens / context))
     sequences = options.gpus * math.ceil(sequences / options.gpus)
     tokens_per_step = sequences * context
     steps = max(1, math.ceil(tokens / tokens_per_step))
     proxy_tokens = winner.steps * winner.tokens_per_step
-    width = winner.shape.d_model / shape.d_model
-    horizon = (tokens / proxy_tokens) ** -options.lr_horizon_exponent
-    lr = min(1.0, winner.optimizer.lr * width * horizon)
+    exponent = options.lr_horizon_exponent or 0.0
+    lr, width, horizon = target_learning_rate(winner, shape.d_model, tokens, exponent)
     proxy_fraction = winner.schedule.warmup_steps / winner.steps
     fraction = min(proxy_fraction, MAX_WARMUP_FRACTION)
     warmup = min(steps - 1, math.ceil(fraction * tokens / tokens_per_step)) if steps > 1 else 0
     eval_bytes = max(winner.eval_bytes, options.eval_bytes)
     tokenizer = "byte" if shape.vocab_size == BYTE_VOCAB else "bpe"
+    precision, precision_rule = target_precision(winner, edit, options.device)
+    compile_model = options.device == "cuda" and precision != "fp8"
     recipe = winner.model_copy(update={
         "shape": shape, "seq_len": context, "tokenizer": tokenizer, "batch_size": sequences,
-        "grad_accum": 1, "steps": steps, "eval_bytes": eval_bytes,
+        "grad_accum": 1, "steps": steps, "eval_bytes": eval_bytes, "precision": precision,
         "optimizer": winner.optimizer.model_copy(update={"lr": lr}),
         "schedule": winner.schedule.model_copy(update={"warmup_steps": warmup})})
+    split: BatchSplit | None = None
+    problem: str | None = None
+    try:
+        split = split_batch(recipe, options.gpus, round(options.gpu_memory_gib * GIB),
+                            options.device)
+    except BatchFitError as error:
+        problem = str(error)
+    else:
+        recipe = split.apply(recipe)
     recipe = Recipe.model_validate(recipe.model_dump())  # the exported file must validate
+    compiled = ("torch.compile" if compile_model else
+                "no torch.compile" + (" (TransformerEngine's fp8 delayed scaling refuses it)"
+                                      if options.device == "cuda" else ""))
     transfers = (
         Transfer("tokenizer", winner.tokenizer, tokenizer, "the target's tokenizer"),
         Transfer("shape.vocab_size", str(winner.shape.vocab_size), str(shape.vocab_size),
@@ -133,16 +209,22 @@ def transfer(winner: Recipe, edit: dict[str, object], target: Target,
                  f"{shape.n_layer} layers × d_model {shape.d_model}",
                  "the target's shape, with the winner's non-size shape edits"),
         Transfer("seq_len", str(winner.seq_len), str(context), "the target's context"),
+        Transfer("precision", winner.precision, f"{precision}, {compiled}",
+                 f"{precision_rule}; {options.device.upper()} target"),
         Transfer("global batch (tokens)", f"{winner.tokens_per_step:,}", f"{tokens_per_step:,}",
-                 f"B = {BATCH_COEFFICIENT}·C^{BATCH_EXPONENT} tokens for C = {flops:.3e} FLOPs "
-                 f"(DeepSeek LLM, arXiv 2401.02954) = {batch_tokens:,.0f}, in sequences of "
-                 f"{context}, rounded up to a multiple of {options.gpus} GPUs"),
+                 f"B = {BATCH_COEFFICIENT}·C^{BATCH_EXPONENT} tokens for C = M·D = "
+                 f"{model_scale:,} non-embedding FLOPs per token (72·n_layer·d_model² + "
+                 f"6·n_layer·d_model·l_seq) × {tokens:,} tokens = {compute:.3e} (DeepSeek LLM, "
+                 f"arXiv 2401.02954) = {batch_tokens:,.0f}, in sequences of {context}, rounded "
+                 f"up to a multiple of {options.gpus} GPUs"),
         Transfer("batch_size × grad_accum (sequences)", f"{winner.batch_size} × {winner.grad_accum}",
-                 f"{sequences} × 1", "the global batch; raise grad_accum and lower batch_size "
-                 "by the same factor to fit memory, keeping their product"),
+                 f"{recipe.batch_size} × {recipe.grad_accum}",
+                 (f"the global batch of {sequences} sequences as {split.describe()}, by the "
+                  f"memory model at {options.gpu_memory_gib:g} GiB per GPU" if split is not None
+                  else f"does not fit: {problem}")),
         Transfer("optimizer.lr", f"{winner.optimizer.lr:.4g}", f"{lr:.4g}",
                  f"muP for Adam: × d_model ratio {winner.shape.d_model}/{shape.d_model} = {width:.4g}; "
-                 f"horizon: × (tokens {tokens:,} / {proxy_tokens:,})^-{options.lr_horizon_exponent:g} "
+                 f"horizon: × (tokens {tokens:,} / {proxy_tokens:,})^-{exponent:g} "
                  f"= {horizon:.4g}; one rate for every parameter (the recipe has one)"),
         Transfer("warm-up (tokens)", f"{winner.schedule.warmup_steps * winner.tokens_per_step:,} "
                  f"({proxy_fraction:.1%} of the run)", f"{warmup * tokens_per_step:,} "
@@ -154,7 +236,52 @@ def transfer(winner: Recipe, edit: dict[str, object], target: Target,
         Transfer("eval_bytes", f"{winner.eval_bytes:,}", f"{eval_bytes:,}",
                  f"at least {options.eval_bytes:,} bytes of held-out text"),
     )
-    return Exported(recipe, transfers, params, tokens)
+    return Exported(recipe, transfers, params, tokens, precision_rule, compile_model, split,
+                    problem)
+
+
+@dataclass(frozen=True)
+class Recommended:
+    """The campaign's winner exported, with the options after the defaults were resolved."""
+
+    winner: TrialRecord
+    because: str
+    exported: Exported
+    options: ExportOptions
+
+
+def recommended_export(records: Sequence[TrialRecord], target: Target, options: ExportOptions,
+                       prior_horizon_fits: Iterable[float] = ()) -> Recommended | None:
+    """The winner moved onto ``target``, or None without one: what ``recipelab export``
+    writes and the report's recommendation shows. A horizon exponent left unset is the
+    campaign's fitted horizon rule (with its calibration campaigns' fits)."""
+    chosen = pick_winner(records)
+    if chosen is None:
+        return None
+    if options.lr_horizon_exponent is None:
+        alpha = horizon_rule(records, prior_horizon_fits).alpha
+        options = options.model_copy(update={"lr_horizon_exponent": alpha})
+    winner, because = chosen
+    exported = transfer(Recipe.model_validate(winner.recipe), winner.edit, target, options)
+    return Recommended(winner, because, exported, options)
+
+
+def launch_command(exported: Exported, options: ExportOptions) -> str:
+    """The command that trains the exported recipe where it was sent."""
+    launcher = (f"torchrun --standalone --nproc-per-node {options.gpus} -m recipelab"
+                if options.gpus > 1 else "python -m recipelab")
+    compiled = "--compile" if exported.compile else "--no-compile"
+    return (f"{launcher} pretrain --recipe recipe.json --out RUN --corpus DATA "
+            f"--device {options.device} {compiled}")
+
+
+def data_command(recipe: Recipe) -> str:
+    """The command that tokenizes a corpus for the exported recipe's vocabulary."""
+    if recipe.tokenizer == "byte":
+        return "recipelab tokenize --corpus CORPUS --tokenizer byte --out DATA"
+    return (f"recipelab tokenize --corpus CORPUS --tokenizer bpe --vocab-size "
+            f"{recipe.shape.vocab_size} --out DATA  (or --tokenizer PATH/tokenizer.json of the "
+            "target's own tokenizer)")
 
 
 def _libraries() -> dict[str, str]:
@@ -193,14 +320,19 @@ def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, f
 
 
 def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
-                 options: ExportOptions, out: Path) -> list[Path]:
-    """Write every export file into ``out``; returns the paths written."""
-    chosen = pick_winner(records)
-    if chosen is None:
+                 options: ExportOptions, out: Path,
+                 prior_horizon_fits: Iterable[float] = ()) -> list[Path]:
+    """Write every export file into ``out``; returns the paths written. A winner that fits
+    no GPU of ``options.gpu_memory_gib`` is an error naming the memory needed and the fix."""
+    found = recommended_export(records, target, options, prior_horizon_fits)
+    if found is None:
         raise ValueError(f"campaign {campaign} has nothing to export: "
                          f"{Ledger(records).no_winner_reason} (run it with 'recipelab run')")
-    winner, because = chosen
-    exported = transfer(Recipe.model_validate(winner.recipe), winner.edit, target, options)
+    winner, because, exported, options = found.winner, found.because, found.exported, found.options
+    if exported.memory_problem is not None:
+        raise ValueError(f"the winner {winner.trial_id} on {target.name} does not fit "
+                         f"{options.gpus} GPU(s) of {options.gpu_memory_gib:g} GiB: "
+                         f"{exported.memory_problem}")
     prediction = predict(records, winner)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -208,18 +340,23 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
     _write_json(recipe_path, exported.recipe.model_dump(mode="json"))
     written.append(recipe_path)
     runner_up = pick_runner_up(records, winner)
-    fallback = None
+    fallback_problem = None
     if runner_up is not None:
         fallback = transfer(Recipe.model_validate(runner_up.recipe), runner_up.edit, target, options)
-        _write_json(out / "fallback-recipe.json", fallback.recipe.model_dump(mode="json"))
-        written.append(out / "fallback-recipe.json")
+        fallback_problem = fallback.memory_problem
+        if fallback_problem is None:
+            _write_json(out / "fallback-recipe.json", fallback.recipe.model_dump(mode="json"))
+            written.append(out / "fallback-recipe.json")
     points = predicted_points(prediction, exported.recipe)
     _write_json(out / "prediction.json", {**prediction.to_json(), "planned": points})
     _write_json(out / "transfer.json", [t.__dict__ for t in exported.transfers])
+    split = exported.split
+    assert split is not None, "a winner without a memory problem has a split"
     manifest = {
         "campaign": campaign, "target": target.name, "winner": winner.trial_id,
         "chosen_because": because, "winner_val_bpb": winner.val_bpb,
         "runner_up": runner_up.trial_id if runner_up else None,
+        "fallback_problem": fallback_problem,
         "code_version": winner.provenance.get("code_version"),
         "libraries": winner.provenance.get("libraries") or _libraries(),
         "exported_with": _libraries(),
@@ -227,6 +364,14 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
         "recipe_fingerprint": exported.recipe.fingerprint(),
         "seed": exported.recipe.seed, "device": winner.provenance.get("device"),
         "params": exported.params, "planned_tokens": exported.tokens,
+        "run_on": {"device": options.device, "gpus": options.gpus,
+                   "gpu_memory_gib": options.gpu_memory_gib,
+                   "precision": exported.recipe.precision,
+                   "precision_rule": exported.precision_rule, "compile": exported.compile,
+                   "micro_batch_per_gpu": split.per_gpu, "grad_accum": split.grad_accum,
+                   "predicted_peak_gib_per_gpu": round(split.peak_bytes / GIB, 2),
+                   "command": launch_command(exported, options),
+                   "data_command": data_command(exported.recipe)},
         "options": options.model_dump(mode="json"),
     }
     _write_json(out / "manifest.json", manifest)
@@ -253,6 +398,11 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
     lines += [f"| {p['step']:,} | {p['tokens']:,} | {p['bytes']:,.0f} | {p['val_bpb']:.4f} | "
               f"{p['low']:.4f} – {p['high']:.4f} |" for p in points]
     lines += ["", "It rests on:", ""] + [f"- {a}" for a in prediction.assumptions()]
+    lines += ["", "## Running it", "",
+              f"Prepare the data: `{data_command(exported.recipe)}`.", "",
+              f"Train ({exported.recipe.precision}, "
+              f"{'torch.compile' if exported.compile else 'no torch.compile'}): "
+              f"`{launch_command(exported, options)}`."]
     lines += ["", "Check the cloud run against it: `recipelab verify "
               f"{campaign} --metrics RUN/metrics.csv`.", ""]
     lines.append(f"Fallback: {runner_up.trial_id} (proxy val_bpb {runner_up.val_bpb:.4f}) in "

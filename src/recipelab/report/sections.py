@@ -16,7 +16,7 @@ from recipelab.recipe import Recipe
 from recipelab.report import plots
 from recipelab.report.context import ReportContext
 from recipelab.report.document import Block, Bullets, Document, Image, Paragraph, Section, Table
-from recipelab.report.export import ExportOptions, transfer
+from recipelab.report.export import ExportOptions, recommended_export
 from recipelab.report.powerlaw import fit_power_law
 from recipelab.report.prediction import bytes_per_token, predict
 from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
@@ -319,8 +319,11 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
         return Section(title, (Paragraph(
             f"Nothing to recommend: {Ledger(records).no_winner_reason}."),))
     rec, rates = found, ctx.rates
-    exported = transfer(Recipe.model_validate(rec.winner.recipe), rec.winner.edit, ctx.target,
-                        ExportOptions(tokens_per_param=rates.tokens_per_param, gpus=rates.gpus))
+    recommended = recommended_export(
+        records, ctx.target, ExportOptions(tokens_per_param=rates.tokens_per_param,
+                                           gpus=rates.gpus), ctx.horizon_fits)
+    assert recommended is not None, "recommend() and recommended_export() name one winner"
+    exported = recommended.exported
     recipe = exported.recipe
     items: tuple[str, ...] = (
         f"winner: {rec.winner.trial_id} (val_bpb {_fmt(rec.winner.val_bpb)}), chosen as {rec.chosen_because}",
@@ -333,6 +336,9 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
         f"${_about(rec.cost_usd)} at ${rates.usd_per_gpu_hour:.2f} per GPU-hour",
     )
     gain = paired_gain(rec.winner, records, noise) if noise is not None else None
+    if exported.memory_problem is not None:
+        items += (f"caution: at the default {recommended.options.gpu_memory_gib:g} GiB per GPU "
+                  f"the recipe does not fit: {exported.memory_problem}",)
     if gain is not None and gain.is_noise:
         items += (f"caution: the winner's gain over the baseline ({gain.interval_text()}, 90%) "
                   "is within the noise floor; the baseline is as good a bet",)

@@ -52,10 +52,16 @@ __all__ = [
     "DataError",
     "Dataset",
     "Tokenizer",
+    "bin_dtype",
     "bpe_tokenizer",
     "byte_tokenizer",
+    "byte_tokenizer_json",
     "load_dataset",
+    "read_corpus_text",
     "sample_batch",
+    "text_chunks",
+    "tokenizer_cache_dir",
+    "tokenizer_from_file",
 ]
 
 TokenArray = npt.NDArray[np.integer[Any]]
@@ -76,6 +82,10 @@ PARQUET_BUFFER_BYTES = 1 << 20
 """Read column chunks through a 1 MiB buffer instead of whole (a row group's text column can
 be hundreds of MiB), so reading the first rows of a huge shard costs little memory."""
 CACHE_FORMAT = 1
+BIN_DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+"""Token id types a ``.bin`` directory may hold: nanoGPT's uint16, and uint32 for vocabularies
+above 65,536, which its ``meta.json`` then names as ``{"dtype": "uint32"}``."""
+BIN_META = "meta.json"
 
 # A newline between two non-space characters: GPT-2's pre-tokenizer always makes such a
 # newline a pre-token of its own, so text split right after it encodes to the same ids.
@@ -201,6 +211,51 @@ def _load_tokenizer_json(path: Path, vocab_size: int, name: str | None = None) -
     return HFTokenizer(model, label, vocab_size)
 
 
+def tokenizer_from_file(path: Path) -> HFTokenizer:
+    """The tokenizer saved in a ``tokenizer.json`` (GPT-2's published one, or any
+    ``tokenizers`` file), covering every id it has, added tokens included."""
+    if not path.is_file():
+        raise DataError(
+            f"tokenizer file {path} does not exist: give byte, bpe or the path of a "
+            "tokenizer.json"
+        )
+    try:
+        model = HFModel.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for any bad file
+        raise DataError(
+            f"{path} is not a readable tokenizer.json ({str(exc).splitlines()[0]}): give the "
+            "tokenizer.json that tokenizers' Tokenizer.save() or transformers' "
+            "save_pretrained() writes"
+        ) from exc
+    return _load_tokenizer_json(path, model.get_vocab_size(with_added_tokens=True))
+
+
+def byte_tokenizer_json() -> str:
+    """The byte tokenizer as a ``tokenizer.json``: a byte-level BPE without merges whose id
+    for each byte is the byte's value, so the ids :class:`ByteTokenizer` makes decode
+    through it and a ``.bin`` directory of byte ids carries its byte lengths like any other."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [b for b in range(BYTE_VOCAB) if b not in printable]
+    chars = {**{b: chr(b) for b in printable},
+             **{b: chr(BYTE_VOCAB + i) for i, b in enumerate(shifted)}}  # GPT-2's byte map
+    model = HFModel(models.BPE(vocab={chars[b]: b for b in range(BYTE_VOCAB)}, merges=[]))
+    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = decoders.ByteLevel()
+    return model.to_str()
+
+
+def text_chunks(tokenizer: Tokenizer, text: str, size: int) -> list[str]:
+    """``text`` in pieces of about ``size`` characters whose ids, encoded one by one and
+    concatenated, are exactly ``tokenizer.encode(text)``: anywhere for bytes, where GPT-2's
+    pre-tokenizer splits anyway for a GPT-2-style BPE, and not at all for other tokenizers."""
+    if isinstance(tokenizer, ByteTokenizer):
+        return [text[i:i + size] for i in range(0, len(text), size)]
+    if isinstance(tokenizer, HFTokenizer) and tokenizer._chunked:
+        return list(_safe_chunks(text, size))
+    return [text] if text else []
+
+
 def _splits_like_gpt2(model: HFModel) -> bool:
     """Whether pre-tokenization is GPT-2's regex on the raw text (what chunking relies on)."""
     pre = model.pre_tokenizer
@@ -293,7 +348,7 @@ def load_dataset(corpus: CorpusSpec, *, tokenizer: str, vocab_size: int, eval_by
     entry = root / "datasets" / fingerprint
     dataset = _load_cached(entry, source, fingerprint, vocab_size)
     if dataset is None:
-        dataset = _build_once(entry, source, corpus, tokenizer, vocab_size, eval_bytes, root,
+        dataset = _build_once(entry, source, corpus, tokenizer, vocab_size, eval_bytes,
                               fingerprint)
     if len(dataset.train) < min_train_tokens:
         raise DataError(
@@ -305,7 +360,7 @@ def load_dataset(corpus: CorpusSpec, *, tokenizer: str, vocab_size: int, eval_by
 
 
 def _build_once(entry: Path, source: _Source, corpus: CorpusSpec, tokenizer: str,
-                vocab_size: int, eval_bytes: int, root: Path, fingerprint: str) -> Dataset:
+                vocab_size: int, eval_bytes: int, fingerprint: str) -> Dataset:
     """Tokenize into the cache entry, one process at a time: the others (parallel trials,
     the ranks of a long run on one node) wait for the lock, then read what it stored."""
     with ExitStack() as held:
@@ -318,7 +373,8 @@ def _build_once(entry: Path, source: _Source, corpus: CorpusSpec, tokenizer: str
         cached = _load_cached(entry, source, fingerprint, vocab_size)
         if cached is not None:
             return cached
-        built = _build(source, corpus, tokenizer, vocab_size, eval_bytes, root / "tokenizers")
+        built = _build(source, corpus, tokenizer, vocab_size, eval_bytes,
+                       tokenizer_cache_dir(corpus))
         try:
             _store(entry, source, built)
         except OSError as error:  # a full disk or an unwritable cache costs time, not the trial
@@ -328,6 +384,19 @@ def _build_once(entry: Path, source: _Source, corpus: CorpusSpec, tokenizer: str
         stored = _load_cached(entry, source, fingerprint, vocab_size)
         assert stored is not None, "a freshly stored cache entry is complete"
         return stored
+
+
+def read_corpus_text(corpus: CorpusSpec) -> tuple[str, bytes, int]:
+    """The text of ``corpus`` as the trainer reads it (pieces joined by a blank line, capped
+    at ``max_bytes``), a label for it, and where its validation part starts."""
+    source = _resolve(corpus)
+    if source.kind == "bin":
+        raise DataError(
+            f"{source.label} holds train.bin and val.bin, already tokenized: give the text "
+            "corpus they were made from"
+        )
+    data = _read_corpus(source, corpus)
+    return source.label, data, _split_point(data, corpus.val_fraction)
 
 
 def sample_batch(train: TokenArray, batch_size: int, seq_len: int, seed: int,
@@ -450,6 +519,11 @@ def _cache_root(corpus: CorpusSpec) -> Path:
     return Path(corpus.cache_dir).expanduser() if corpus.cache_dir else environment.cache_dir()
 
 
+def tokenizer_cache_dir(corpus: CorpusSpec) -> Path:
+    """Where BPE tokenizers trained on ``corpus`` are cached (shared with the trainer's)."""
+    return _cache_root(corpus) / "tokenizers"
+
+
 # --- building a dataset (reads and tokenizes; only on a cache miss) -------------------------
 
 
@@ -489,16 +563,38 @@ def _build_bin(source: _Source, vocab_size: int, eval_bytes: int) -> Dataset:
     return Dataset(train, val[:count].astype(np.int32), nbytes, tok, "", description)
 
 
-def _bin_tokens(path: Path) -> np.memmap[Any, np.dtype[np.uint16]]:
+def bin_dtype(directory: Path) -> str:
+    """The id type of the ``.bin`` files in ``directory``: ``meta.json``'s ``dtype`` when it
+    names one (``recipelab tokenize`` writes uint32 for vocabularies above 65,536), else
+    nanoGPT's uint16."""
+    meta = directory / BIN_META
+    if not meta.is_file():
+        return "uint16"
+    try:
+        found = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return "uint16"  # another tool's meta.json: the .bin files are nanoGPT's
+    dtype = found.get("dtype", "uint16") if isinstance(found, dict) else "uint16"
+    if dtype not in BIN_DTYPES:
+        raise DataError(
+            f"{meta} names dtype {dtype!r}; .bin token ids are one of {', '.join(BIN_DTYPES)}: "
+            "fix meta.json or re-run recipelab tokenize"
+        )
+    return str(dtype)
+
+
+def _bin_tokens(path: Path) -> np.memmap[Any, np.dtype[np.unsignedinteger[Any]]]:
+    dtype = bin_dtype(path.parent)
+    width = np.dtype(BIN_DTYPES[dtype]).itemsize
     size = path.stat().st_size
     if size == 0:
         raise DataError(f"{path} is empty: regenerate it with your tokenization script")
-    if size % 2:
+    if size % width:
         raise DataError(
-            f"{path} is {size:,} bytes, not a multiple of 2, so it is not uint16 token ids: "
-            "write .bin files as np.uint16 arrays (nanoGPT's layout)"
+            f"{path} is {size:,} bytes, not a multiple of {width}, so it is not {dtype} token "
+            f"ids: write .bin files as np.{dtype} arrays (nanoGPT's layout is uint16)"
         )
-    return np.memmap(path, dtype=np.uint16, mode="r")
+    return np.memmap(path, dtype=BIN_DTYPES[dtype], mode="r")
 
 
 def _check_ids(path: Path, tokens: TokenArray, vocab_size: int) -> None:

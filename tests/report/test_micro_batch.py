@@ -1,0 +1,71 @@
+"""The global batch split into per-GPU micro-batches that the memory model says fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipelab.recipe import Recipe, Shape, get_target
+from recipelab.report.micro_batch import (
+    DDP_BUCKET_BYTES_PER_PARAM,
+    MEMORY_MARGIN,
+    BatchFitError,
+    per_gpu_peak,
+    split_batch,
+)
+from recipelab.units import GIB
+
+# The reference lab's shape: a GPT-2-style 51M model, vocabulary 50,304, context 1,024, and a
+# global batch of 512 sequences = 524,288 tokens.
+LAB = Recipe(
+    shape=Shape(n_layer=8, d_model=512, n_head=8, n_kv_head=8, head_dim=64, ffn_ratio=4,
+                activation="gelu", norm="layernorm", position="learned", tie_embeddings=True,
+                vocab_size=50304),
+    batch_size=512, seq_len=1024, grad_accum=1, precision="bf16", tokenizer="bpe")
+
+
+@pytest.mark.parametrize("memory_gib", [40, 80])
+def test_the_lab_batch_on_one_gpu_is_taken_in_micro_batches_that_fit_where_the_naive_one_would_not(
+        memory_gib: int) -> None:
+    assert 45e6 < LAB.param_count() < 55e6 and LAB.tokens_per_step == 524_288
+    memory = memory_gib * GIB
+    split = split_batch(LAB, gpus=1, memory_bytes=memory)
+    assert split.per_gpu * split.grad_accum == 512  # the global batch is unchanged
+    assert split.apply(LAB).tokens_per_step == LAB.tokens_per_step
+    usable = memory * (1 - MEMORY_MARGIN)
+    assert split.peak_bytes == per_gpu_peak(LAB, split.per_gpu, 1).total <= usable
+    # the largest that fits: the next micro-batch that divides the batch does not
+    assert per_gpu_peak(LAB, 2 * split.per_gpu, 1).total > usable
+    # the naive micro-batch, the whole batch at once, needs several times the card
+    naive = per_gpu_peak(LAB, 512, 1)
+    assert split.naive_peak_bytes == naive.total > 4 * memory
+    assert naive.logits > memory  # fp32 logits alone: 12 bytes x 50,304 per token
+
+
+def test_more_memory_allows_a_larger_micro_batch_and_fewer_accumulation_steps() -> None:
+    small, large = (split_batch(LAB, 1, gib * GIB) for gib in (40, 80))
+    assert large.per_gpu > small.per_gpu and large.grad_accum < small.grad_accum
+
+
+def test_the_batch_splits_over_the_gpus_and_each_gpu_counts_ddps_gradient_buckets() -> None:
+    split = split_batch(LAB, gpus=8, memory_bytes=80 * GIB)
+    assert split.batch_size == 8 * split.per_gpu and split.batch_size % 8 == 0
+    assert split.batch_size * split.grad_accum == 512
+    one, many = per_gpu_peak(LAB, 4, 1), per_gpu_peak(LAB, 4, 8)
+    assert many.states - one.states == DDP_BUCKET_BYTES_PER_PARAM * LAB.param_count()
+
+
+def test_a_global_batch_that_does_not_divide_over_the_gpus_is_refused() -> None:
+    with pytest.raises(BatchFitError, match="multiple of 8"):
+        split_batch(LAB.model_copy(update={"batch_size": 12}), gpus=8, memory_bytes=80 * GIB)
+
+
+def test_a_model_whose_states_alone_exceed_the_gpu_says_what_it_needs_and_what_to_do() -> None:
+    target = get_target("llama2-7b")
+    recipe = Recipe(shape=target.shape, seq_len=target.context, batch_size=8,
+                    precision="bf16", tokenizer="bpe")
+    with pytest.raises(BatchFitError) as caught:
+        split_batch(recipe, gpus=8, memory_bytes=80 * GIB)
+    message = str(caught.value)
+    needed = per_gpu_peak(recipe, 1, 8).total
+    assert f"{needed / GIB:.2f} GiB" in message and "AdamW states" in message
+    assert "--gpu-memory-gib" in message and "more GPUs do not lower it" in message
