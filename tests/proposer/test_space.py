@@ -70,7 +70,7 @@ def test_an_untied_output_layer_has_its_own_lr_multiplier_and_init_scale() -> No
 def test_searchable_adds_shape_knobs_and_refuses_the_size_knobs() -> None:
     space = default_space(TINY, ["shape.activation", "shape.norm", "shape.qk_norm"])
     assert {"shape.activation", "shape.norm", "shape.qk_norm"} <= space.searchable_shape_knobs()
-    assert space.knob("shape.activation").choices == ("swiglu", "gelu", "relu2")
+    assert space.knob("shape.activation").choices == ("swiglu", "gelu", "gelu_exact", "relu2")
     with pytest.raises(ValueError, match=r"cannot search shape.n_layer; searchable shape "
                                          r"knobs are shape.activation"):
         default_space(TINY, ["shape.n_layer"])

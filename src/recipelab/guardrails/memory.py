@@ -18,7 +18,8 @@ k = n_kv_head * head_dim, h = ffn_hidden, H = n_head, T = seq_len), is::
 
     A = 4d                              block input and norm output, attention and FFN
       + 4a + 3k                         q/k/v, rotated q and k, attention output, its reshape
-      + 4h | 2h | 3h                    FFN: swiglu (gate+up, silu, product) | gelu | relu2
+      + 4h | 2h | 3h                    FFN: swiglu (gate+up, silu, product) | gelu and
+                                        gelu_exact (up, activation) | relu2
                                         (gelu 3h in fp32 on the CPU, whose written-out
                                         backward keeps the sigmoid)
       + 2 * H * T   (unfused only)      attention scores and probabilities
@@ -48,7 +49,7 @@ CAST_BYTES_PER_PARAM = 2
 ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}
 LOGIT_BYTES = 4
 LOGIT_COPIES = 3
-FFN_SAVED_PER_HIDDEN = {"swiglu": 4, "gelu": 2, "relu2": 3}
+FFN_SAVED_PER_HIDDEN = {"swiglu": 4, "gelu": 2, "gelu_exact": 2, "relu2": 3}
 CPU_FP32_GELU_EXTRA = 1  # the sigmoid kept by the trainer's fp32 CPU GELU
 CUDA_FUSED_HEAD_DIM_MULTIPLE = 8
 CALIBRATION_MIN, CALIBRATION_MAX = 0.25, 4.0

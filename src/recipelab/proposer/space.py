@@ -224,7 +224,7 @@ class SearchSpace:
 
 
 SHAPE_KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
-    Knob("shape.activation", choices=("swiglu", "gelu", "relu2")),
+    Knob("shape.activation", choices=("swiglu", "gelu", "gelu_exact", "relu2")),
     Knob("shape.norm", choices=("rmsnorm", "layernorm")),
     Knob("shape.qk_norm", choices=(False, True)),
     Knob("shape.position", choices=("rope", "learned")),
