@@ -57,7 +57,8 @@ def test_gelu_is_the_tanh_form_and_gelu_exact_the_erf_form(
     """Two activations, two functions: a target trained with one is not predicted by the
     other, and ``gelu`` keeps the tanh maths it always had."""
     ffn = blocks(model(shape(activation=activation)))[0].ffn
-    x = torch.randn(B, T, ffn.up.in_features, generator=torch.Generator().manual_seed(1))
+    width = shape().d_model
+    x = torch.randn(B, T, width, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = ffn.down(reference(ffn.up(x)))
         torch.testing.assert_close(ffn(x), expected, rtol=1e-6, atol=1e-6)

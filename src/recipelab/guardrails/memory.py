@@ -125,15 +125,26 @@ def check_memory(recipe: Recipe, ctx: GuardContext) -> list[str]:
     """Reject a candidate predicted to need more memory than the device has left for trials."""
     device = ctx.device
     predicted, model = predict_with_model(recipe, ctx)
-    available = device.memory_bytes - ctx.memory_reserve_bytes
+    available = trial_memory_bytes(ctx)
     if predicted <= available:
         return []
     room = f"the {gib(available)} available on {device.name}"
-    if ctx.memory_reserve_bytes:
-        room += (f" ({gib(device.memory_bytes)} minus {gib(ctx.memory_reserve_bytes)} kept "
-                 "free for the LLM server)")
+    if ctx.memory_reserve_bytes or ctx.trials_in_flight > 1:
+        room += f" ({gib(device.memory_bytes)}"
+        if ctx.memory_reserve_bytes:
+            room += f" minus {gib(ctx.memory_reserve_bytes)} kept free for the LLM server"
+        if ctx.trials_in_flight > 1:
+            room += f", shared by {ctx.trials_in_flight} trials in flight"
+        room += ")"
+    fewer = " or run fewer trials at once (--parallel)" if ctx.trials_in_flight > 1 else ""
     return [
         f"predicted peak memory {gib(predicted)} for batch_size {recipe.batch_size} x seq_len "
         f"{recipe.seq_len} exceeds {room}; lower batch_size or seq_len (raise grad_accum to "
-        f"keep the tokens per step) or shrink the model. Predicted by {model}."
+        f"keep the tokens per step), shrink the model{fewer}. Predicted by {model}."
     ]
+
+
+def trial_memory_bytes(ctx: GuardContext) -> int:
+    """The memory one trial may use: the device's, less the reserve, shared equally by the
+    trials in flight (they can all reach their peak at once)."""
+    return (ctx.device.memory_bytes - ctx.memory_reserve_bytes) // max(1, ctx.trials_in_flight)
