@@ -313,7 +313,10 @@ def resolve_machine(settings: CampaignSettings) -> CampaignSettings:
         device = resolve_device(settings.device)
     except ValueError as error:
         fail(str(error))
-    return resolve_auto(settings, device)[0]
+    settings, notes = resolve_auto(settings, device)
+    for note in notes:
+        errors.print(note, markup=False, highlight=False, soft_wrap=True)
+    return settings
 
 
 def given_corpus(corpus: str | None, max_bytes: int | None) -> dict[str, Any] | None:

@@ -240,8 +240,14 @@ def planned_proxy_trials(settings: CampaignSettings, now: datetime | None = None
     deadline = settings.deadline(now)
     if deadline is not None:
         counts.append(math.ceil((deadline - now).total_seconds() / MIN_TRIAL_SECONDS)
-                      * settings.trials_in_flight)
+                      * planned_in_flight(settings))
     return max(1, min(counts)) if counts else 1
+
+
+def planned_in_flight(settings: CampaignSettings) -> int:
+    """``parallel``, or 1 while it is still ``auto`` (a Ray campaign before its executor
+    saw the cluster): an estimate's input, never a scheduling decision."""
+    return settings.parallel if isinstance(settings.parallel, int) else 1
 
 
 def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int, str]:
@@ -254,7 +260,7 @@ def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
     # each rung and stress run keeps its last checkpoint; one being written briefly doubles
     # its run's
-    checkpoints = (longer + min(longer, settings.trials_in_flight)) * checkpoint if longer else 0
+    checkpoints = (longer + min(longer, planned_in_flight(settings))) * checkpoint if longer else 0
     files = (trials + longer) * TRIAL_FILES_BYTES
     corpus = 4 * (settings.corpus.max_bytes or 0)  # int32 token ids of the capped text
     how = (f"{trials:,} proxy trials x {TRIAL_FILES_BYTES // 1024} KiB, {stress} stress "
