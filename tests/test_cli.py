@@ -319,3 +319,26 @@ def test_space_reads_a_target_file(tmp_path: Path) -> None:
     assert listed["target"] == "my-llama"
     rope = next(row for row in listed["knobs"] if row["name"] == "shape.rope_base")
     assert rope["default"] == 500000.0
+
+
+def test_a_new_campaign_saves_what_parallel_and_precision_auto_became_here(tmp_path: Path) -> None:
+    """``run`` resolves ``auto`` before the preflight, so settings.json, the preflight and the
+    campaign all see the numbers that will run."""
+    from recipelab.agent.machine import usable_cores
+    from recipelab.cli import resolve_settings
+    from recipelab.guardrails import detect_device
+    from recipelab.guardrails.hardware import campaign_precision
+
+    settings, new = resolve_settings(tmp_path / "c", "c", {"preset": "tiny", "iterations": 2})
+    assert new
+    assert settings.precision == campaign_precision("auto", detect_device())
+    assert settings.parallel == usable_cores()  # the tiny preset fits many times over in RAM
+    assert settings.baseline().precision == settings.precision
+
+
+def test_explicit_parallel_and_precision_are_kept(tmp_path: Path) -> None:
+    from recipelab.cli import resolve_settings
+
+    settings, _ = resolve_settings(tmp_path / "c", "c", {"preset": "tiny", "iterations": 2,
+                                                         "parallel": "3", "precision": "fp32"})
+    assert (settings.parallel, settings.precision) == (3, "fp32")

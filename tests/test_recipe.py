@@ -43,7 +43,7 @@ def recipe(**changes: Any) -> Recipe:
 
 @pytest.mark.parametrize(
     ("activation", "norm", "position", "qk_norm", "tie_embeddings"),
-    list(itertools.product(("swiglu", "gelu", "relu2"), ("rmsnorm", "layernorm"),
+    list(itertools.product(("swiglu", "gelu", "gelu_exact", "relu2"), ("rmsnorm", "layernorm"),
                            ("rope", "learned"), (False, True), (False, True))),
 )
 def test_the_computed_parameter_count_equals_the_instantiated_gpt(
@@ -195,7 +195,7 @@ def test_a_targets_own_ffn_width_is_kept_when_it_is_a_multiple_of_16(target: str
     assert shape.ffn_hidden % FP8_WIDTH_MULTIPLE == 0
 
 
-@pytest.mark.parametrize("activation", ["swiglu", "gelu", "relu2"])
+@pytest.mark.parametrize("activation", ["swiglu", "gelu", "gelu_exact", "relu2"])
 def test_linear_layers_are_exactly_the_projections_the_model_builds_through_its_factory(
     activation: str,
 ) -> None:

@@ -285,19 +285,38 @@ def resolve_settings(directory: Path, name: str, given: dict[str, Any]
     try:
         saved = settings_store.load(directory)
         if saved is None:
-            return CampaignSettings.model_validate({"name": name, **given}), True
+            return resolve_machine(CampaignSettings.model_validate({"name": name, **given})), True
         if "corpus" in given:  # options not given keep their saved values
             corpus = {**saved.corpus.model_dump(), **given["corpus"]}
             if Path(corpus["source"]).resolve() == Path(saved.corpus.source).resolve():
                 corpus["source"] = saved.corpus.source  # the same files, however spelt
             given = {**given, "corpus": corpus}
-        requested = CampaignSettings.model_validate({**saved.model_dump(), **given})
+        requested = resolve_machine(CampaignSettings.model_validate({**saved.model_dump(), **given}))
         settings_store.check_resume(saved, requested)
         return requested, False
     except ValidationError as error:
         fail(f"invalid campaign settings: {one_line(error)}")
     except SettingsError as error:
         fail(str(error))
+
+
+def resolve_machine(settings: CampaignSettings) -> CampaignSettings:
+    """``--parallel auto`` and ``--precision auto`` resolved for this machine, so the saved
+    settings and the preflight see what will run. Ray campaigns are resolved where their
+    executor sees the cluster (the preflight, then the campaign)."""
+    if settings.executor == "ray" or "auto" not in (settings.parallel, settings.precision):
+        return settings
+    from recipelab.agent.machine import resolve_auto
+    from recipelab.guardrails.hardware import resolve_device
+
+    try:
+        device = resolve_device(settings.device)
+    except ValueError as error:
+        fail(str(error))
+    settings, notes = resolve_auto(settings, device)
+    for note in notes:
+        errors.print(note, markup=False, highlight=False, soft_wrap=True)
+    return settings
 
 
 def given_corpus(corpus: str | None, max_bytes: int | None) -> dict[str, Any] | None:
@@ -495,7 +514,8 @@ def run(
         help="device memory kept free for an LLM server sharing the GPU (default: 24 on "
         "unified memory such as a GB10, else 0)")] = None,
     searchable: Annotated[list[str] | None, typer.Option(
-        help="shape knob allowed to leave the target's value, e.g. shape.qk_norm")] = None,
+        help="shape knob allowed to leave the target's value, e.g. shape.qk_norm; or "
+        "precision, to search it")] = None,
     calibrate_from: Annotated[list[str] | None, typer.Option(
         help="an earlier campaign's directory or trajectory.jsonl to learn from (repeatable)")
     ] = None,
@@ -507,7 +527,13 @@ def run(
     ray_address: Annotated[str | None, typer.Option(
         help="Ray cluster: auto (the one 'ray start' set up here) or HOST:PORT "
         "(default: a new Ray instance on this machine)")] = None,
-    parallel: Annotated[int | None, typer.Option(help="trials in flight at once (default 1)")] = None,
+    parallel: Annotated[str | None, typer.Option(
+        help="trials in flight at once: auto (default: on a CPU one 1-thread trial per core, "
+        "as memory allows; on a GPU one; with Ray the cluster's GPUs) or a number")] = None,
+    precision: Annotated[str | None, typer.Option(
+        help="every trial's precision, the baseline's included: auto (default: bf16 where the "
+        "device computes it natively, CUDA with bf16 or CPUs with AVX-512 BF16 or AMX; else "
+        "fp32), fp32, bf16 or fp8 (--searchable precision searches it instead)")] = None,
     threads: Annotated[int | None, typer.Option(
         help="CPU threads per trial (default: the cores divided among --parallel trials)")
     ] = None,
@@ -604,6 +630,9 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
     try:
         directory.mkdir(parents=True, exist_ok=True)
         campaign = Campaign(tonight, directory, console=errors)
+        resolved = {key: getattr(campaign.settings, key) for key in ("parallel", "precision")
+                    if getattr(settings, key) == "auto"}  # a Ray campaign's, resolved now
+        settings = settings.model_copy(update=resolved)
         settings_store.save(settings, directory)
         if preflight is not None and preflight.results:
             log_preflight(settings, directory, preflight)

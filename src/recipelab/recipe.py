@@ -24,7 +24,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Activation = Literal["swiglu", "gelu", "relu2"]
+Activation = Literal["swiglu", "gelu", "gelu_exact", "relu2"]
+"""``gelu`` is the tanh form (GPT-2's); ``gelu_exact`` is the erf form (BERT's, Hugging Face's
+``gelu``): two activations, since a target trained with one is not predicted by the other."""
 Norm = Literal["rmsnorm", "layernorm"]
 Position = Literal["rope", "learned"]
 ScheduleKind = Literal["cosine", "linear", "wsd"]

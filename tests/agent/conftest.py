@@ -26,7 +26,8 @@ def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
     themselves (tests/agent/test_rung.py)."""
     return CampaignSettings(name="tiny", preset="tiny", iterations=3, promote=1,
                             stress_steps=30, stress_log_every=10, stress_checkpoint_every=10,
-                            corpus=corpus, trial_timeout_s=120, noise_seeds=1, rung_size=0)
+                            corpus=corpus, trial_timeout_s=120, noise_seeds=1, rung_size=0,
+                            parallel=1, precision="fp32")
 
 
 FAKE_STEP_S = 2e-3

@@ -61,3 +61,14 @@ def test_ffn_ratio_equal_within_a_relative_millionth() -> None:
 def test_several_broken_invariants_give_one_reason_each() -> None:
     candidate = BASELINE.apply({"shape.activation": "relu2", "shape.norm": "layernorm"})
     assert len(check_shape_invariants(candidate, context())) == 2
+
+
+def test_a_candidate_in_another_precision_than_the_campaigns_is_rejected() -> None:
+    (reason,) = check_shape_invariants(BASELINE.apply({"precision": "bf16"}), context())
+    assert reason.startswith("precision is 'bf16' but this campaign trains every trial in 'fp32'")
+    assert "--searchable precision" in reason
+
+
+def test_a_campaign_that_searches_precision_accepts_another_precision() -> None:
+    candidate = BASELINE.apply({"precision": "bf16"})
+    assert check_shape_invariants(candidate, context(searchable=frozenset({"precision"}))) == []

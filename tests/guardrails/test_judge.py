@@ -27,7 +27,8 @@ def test_the_baseline_passes_every_check() -> None:
 
 def test_reasons_from_several_failing_checks_are_all_collected() -> None:
     candidate = BASELINE.apply({"steps": 40, "shape.activation": "gelu", "precision": "bf16"})
-    verdict = judge(candidate, context(device=OLD_CPU, seen=frozenset({candidate.fingerprint()})))
+    verdict = judge(candidate, context(device=OLD_CPU, seen=frozenset({candidate.fingerprint()}),
+                                       searchable=frozenset({"precision"})))
     assert not verdict.accepted
     assert verdict.recipe == candidate
     assert verdict.checks == ("ranges", "shape_invariants", "duplicate", "hardware")

@@ -85,6 +85,18 @@ def test_a_recipe_over_device_memory_minus_reserve_is_rejected_and_one_under_acc
     assert check_memory(BIG, context(memory_reserve_bytes=reserve - 1)) == []
 
 
+def test_trials_in_flight_share_the_memory_left_after_the_reserve() -> None:
+    """Two trials at once can both reach their peak: each gets half of what is left."""
+    peak = predict_peak_bytes(BIG, CPU)
+    reserve = CPU.memory_bytes - 2 * peak  # room for exactly two peaks
+    assert check_memory(BIG, context(memory_reserve_bytes=reserve, trials_in_flight=2)) == []
+    (reason,) = check_memory(BIG, context(memory_reserve_bytes=reserve + 2,
+                                          trials_in_flight=2))
+    assert "shared by 2 trials in flight" in reason
+    assert "run fewer trials at once (--parallel)" in reason
+    assert check_memory(BIG, context(memory_reserve_bytes=reserve + 2)) == []
+
+
 def test_calibration_can_push_a_recipe_over_the_limit() -> None:
     peak = predict_peak_bytes(BIG, CPU)
     ctx = context(memory_reserve_bytes=CPU.memory_bytes - round(1.5 * peak))

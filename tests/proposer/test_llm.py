@@ -903,7 +903,8 @@ def test_searchable_shape_knobs_are_in_the_schema_and_the_llm_proposes_them(
     sent = fake.chat_requests()[0].body
     schema = json.dumps(sent["response_format"]["json_schema"]["schema"])
     assert all(f'"{name}"' in schema for name in SHAPE_KNOBS)
-    assert "shape.activation: one of 'swiglu', 'gelu', 'relu2'" in sent["messages"][0]["content"]
+    assert ("shape.activation: one of 'swiglu', 'gelu', 'gelu_exact', 'relu2'"
+            in sent["messages"][0]["content"])
 
 
 def test_without_searchable_a_shape_knob_is_outside_the_schema(fake: FakeOpenAI,

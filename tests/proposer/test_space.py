@@ -52,7 +52,7 @@ def test_every_combination_of_batch_seq_len_and_grad_accum_keeps_tokens_per_step
 
 def test_every_default_knob_holds_the_baseline_value() -> None:
     for baseline in (TINY, proxy_recipe("cpu"), proxy_recipe("tiny", "llama2-7b", 2_000_000)):
-        space = default_space(baseline, SHAPE_KNOBS, precisions=("fp32", "bf16"))
+        space = default_space(baseline, [*SHAPE_KNOBS, "precision"], precisions=("fp32", "bf16"))
         for name, value in space.point_of(baseline.knobs(), baseline.knobs()).items():
             assert space.knob(name).contains(value), name
 
@@ -70,17 +70,18 @@ def test_an_untied_output_layer_has_its_own_lr_multiplier_and_init_scale() -> No
 def test_searchable_adds_shape_knobs_and_refuses_the_size_knobs() -> None:
     space = default_space(TINY, ["shape.activation", "shape.norm", "shape.qk_norm"])
     assert {"shape.activation", "shape.norm", "shape.qk_norm"} <= space.searchable_shape_knobs()
-    assert space.knob("shape.activation").choices == ("swiglu", "gelu", "relu2")
+    assert space.knob("shape.activation").choices == ("swiglu", "gelu", "gelu_exact", "relu2")
     with pytest.raises(ValueError, match=r"cannot search shape.n_layer; searchable shape "
                                          r"knobs are shape.activation"):
         default_space(TINY, ["shape.n_layer"])
 
 
-def test_precision_is_searched_only_among_what_the_machine_can_train() -> None:
+def test_precision_is_searched_only_on_purpose_and_among_what_the_machine_can_train() -> None:
     assert "precision" not in default_space(TINY).names()
-    assert "precision" not in default_space(TINY, precisions=("fp32",)).names()
-    assert default_space(TINY, precisions=("fp32", "bf16")).knob("precision").choices == (
-        "fp32", "bf16")
+    assert "precision" not in default_space(TINY, precisions=("fp32", "bf16")).names()
+    assert "precision" not in default_space(TINY, ["precision"], precisions=("fp32",)).names()
+    assert default_space(TINY, ["precision"], precisions=("fp32", "bf16")).knob(
+        "precision").choices == ("fp32", "bf16")
 
 
 def test_the_wsd_decay_fraction_exists_only_under_wsd() -> None:

@@ -36,6 +36,7 @@ def model(s: Shape, max_len: int = T, seed: int = 0) -> GPT:
 @pytest.mark.parametrize("changes", [
     {},
     {"activation": "gelu", "norm": "layernorm", "position": "learned"},
+    {"activation": "gelu_exact"},
     {"activation": "relu2", "qk_norm": True, "tie_embeddings": False},
     {"vocab_size": 300},
 ])
@@ -44,6 +45,30 @@ def test_forward_gives_finite_logits_of_shape_batch_time_vocab(changes: dict[str
     logits = model(s)(tokens(s.vocab_size))
     assert logits.shape == (B, T, s.vocab_size)
     assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize(("activation", "reference"), [
+    ("gelu", lambda h: torch.nn.functional.gelu(h, approximate="tanh")),
+    ("gelu_exact", lambda h: 0.5 * h * (1 + torch.erf(h / 2 ** 0.5))),
+])
+def test_gelu_is_the_tanh_form_and_gelu_exact_the_erf_form(
+    activation: str, reference: Any,
+) -> None:
+    """Two activations, two functions: a target trained with one is not predicted by the
+    other, and ``gelu`` keeps the tanh maths it always had."""
+    ffn = blocks(model(shape(activation=activation)))[0].ffn
+    width = shape().d_model
+    x = torch.randn(B, T, width, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = ffn.down(reference(ffn.up(x)))
+        torch.testing.assert_close(ffn(x), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_gelu_exact_and_gelu_give_different_outputs_from_the_same_weights() -> None:
+    x = tokens()
+    tanh, exact = model(shape(activation="gelu")), model(shape(activation="gelu_exact"))
+    exact.load_state_dict(tanh.state_dict())
+    assert not torch.allclose(tanh(x), exact(x), rtol=0, atol=1e-6)
 
 
 def test_a_sequence_shorter_than_max_len_is_accepted() -> None:

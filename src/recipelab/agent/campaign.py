@@ -32,7 +32,9 @@ from recipelab.agent.display import CampaignProgress
 from recipelab.agent.events import campaign_logger
 from recipelab.agent.failures import FailureStreak
 from recipelab.agent.lock import CampaignLock
+from recipelab.agent.machine import resolve_auto
 from recipelab.agent.mlflow_log import CampaignTracking
+from recipelab.agent.preflight import local_trials_in_flight
 from recipelab.agent.priors import load_priors, log_priors
 from recipelab.agent.proposers import GuardedProposer, build_proposer
 from recipelab.agent.records import as_measurement, as_observation, as_proposal, proposal_fields
@@ -82,14 +84,18 @@ class Campaign:
     def __init__(self, settings: CampaignSettings, directory: Path, *,
                  executor: Executor | None = None, proposer: Proposer | None = None,
                  device: DeviceInfo | None = None, console: Console | None = None) -> None:
+        if executor is None and settings.executor == "ray":
+            executor = build_executor("ray", ray_address=settings.ray_address)
+        self.device = device or self._resolve_device(settings, executor)
+        settings, self.auto_notes = resolve_auto(
+            settings, self.device, executor_slots=executor.slots() if executor else None)
         self.settings = settings
         self.directory = directory
         self.baseline = settings.baseline()
         self.target = get_target(settings.target or PROXY_PRESETS[settings.preset].default_target)
         self.param_budget = settings.budget or PROXY_PRESETS[settings.preset].budget
         self.executor = executor or build_executor(settings.executor, ray_address=settings.ray_address,
-                                                   parallel=settings.parallel)
-        self.device = device or self._resolve_device(settings, self.executor)
+                                                   parallel=settings.trials_in_flight)
         self.space = default_space(self.baseline, settings.searchable, precisions=supported_precisions(
             self.baseline, self.target, self.device))
         self.priors = load_priors(settings.calibrate_from, self.space)
@@ -103,11 +109,12 @@ class Campaign:
         self._consecutive_rejections = 0
 
     @staticmethod
-    def _resolve_device(settings: CampaignSettings, executor: Executor) -> DeviceInfo:
+    def _resolve_device(settings: CampaignSettings, executor: Executor | None) -> DeviceInfo:
         """The device the guardrails judge: the one ``--device`` asks trials to run on, as
         the executor's workers see it (this machine's for local trials)."""
         try:
-            return executor.device(settings.device) or resolve_device(settings.device)
+            return ((executor.device(settings.device) if executor else None)
+                    or resolve_device(settings.device))
         except ValueError as error:
             raise SettingsError(str(error)) from None
 
@@ -132,6 +139,7 @@ class Campaign:
             seen=ledger.proposed_fingerprints() - {exclude},
             measurements=tuple(m for r in ledger.proxies if (m := as_measurement(r)) is not None),
             memory_reserve_bytes=int(s.memory_reserve_gib * GIB), timeout_s=s.trial_timeout_s,
+            trials_in_flight=local_trials_in_flight(s),
             memory_model=self.memory.model, memory_model_problem=self.memory.problem)
 
     def summary(self, stopped_early: bool = False) -> CampaignSummary:
@@ -160,7 +168,7 @@ class Campaign:
 
     def _launchable(self) -> int:
         """How many more proxy trials may start now: free slots, within ``iterations``."""
-        free = self.settings.parallel - len(self.book.inflight)
+        free = self.settings.trials_in_flight - len(self.book.inflight)
         if self.settings.iterations is None:
             return free
         return min(free, self.settings.iterations - self._proxies_started())
@@ -173,7 +181,7 @@ class Campaign:
             for record in self.book.poll(cancel=self.stops.cancel):
                 self.failures.note(record)
             if (launching and not self.stops.stop
-                    and len(self.book.inflight) < self.settings.parallel
+                    and len(self.book.inflight) < self.settings.trials_in_flight
                     and self._search_budget_left()):
                 launching = self._launch_next()
                 continue
@@ -286,7 +294,7 @@ class Campaign:
                 if (record.kind == kind and record.status == "interrupted"
                         and not self.stops.cancel):
                     queue += [f for f in candidates if f.trial_id == record.parent]
-            while queue and not self.stops.stop and len(self.book.inflight) < self.settings.parallel:
+            while queue and not self.stops.stop and len(self.book.inflight) < self.settings.trials_in_flight:
                 start(queue.pop(0))
             if not self.book.inflight and (not queue or self.stops.stop):
                 return
@@ -359,7 +367,7 @@ class Campaign:
         winner is named by its mean over seeds (see :mod:`recipelab.agent.seeds`)."""
         ledger = self.ledger
         for proposal in rerun_proposals(ledger.finalists, ledger.proxies, ledger.noise):
-            while len(self.book.inflight) >= self.settings.parallel:
+            while len(self.book.inflight) >= self.settings.trials_in_flight:
                 self.book.poll(cancel=self.stops.cancel)
                 time.sleep(POLL_INTERVAL_S)
             if self.stops.stop or not self.deadline.fits(self.ledger.proxies):
@@ -452,9 +460,11 @@ class Campaign:
                       deadline=self.deadline.at.isoformat() if self.deadline.at else None,
                       window=plan.describe() if plan else None,
                       device=f"{self.device.kind}:{self.device.name}",
-                      executor=self.executor.name, parallel=self.settings.parallel,
-                      db=self.store.index_name)
-        log_priors(self.log, self.priors)
+                      executor=self.executor.name, parallel=self.settings.trials_in_flight,
+                      precision=self.baseline.precision, db=self.store.index_name)
+        for note in self.auto_notes:
+            self.log.info("auto_resolved", what=note)
+        log_priors(self.log, self.priors, self.baseline.precision)
         self.deadline.warn_if_obviously_short(self.ledger.proxies)
         self.deadline.update(self.ledger.proxies)
         if not stress_only:

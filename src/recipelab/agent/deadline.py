@@ -50,7 +50,7 @@ class Deadline:
         rung = s.rung_skip_reason(self.proxy_steps) is None
         return plan_window(self.at, times, proxy_steps=self.proxy_steps,
                            stress_steps=s.stress_steps, promote=s.promote, fidelity=s.fidelity,
-                           noise_seeds=s.noise_seeds, parallel=s.parallel,
+                           noise_seeds=s.noise_seeds, parallel=s.trials_in_flight,
                            rung_steps=s.resolved_rung_steps(self.proxy_steps) if rung else 0,
                            rung_runs=s.rung_size if rung else 0)
 
@@ -67,7 +67,7 @@ class Deadline:
             return
         plan = self._plan(preset_floor(s.preset, self.proxy_steps))
         now = _now()
-        if not plan.fits(now, s.noise_seeds * plan.proxy_s / s.parallel + plan.stress_s):
+        if not plan.fits(now, s.noise_seeds * plan.proxy_s / s.trials_in_flight + plan.stress_s):
             self._too_short(plan, now, estimated=True)
 
     def update(self, proxies: Sequence[TrialRecord]) -> WindowPlan | None:

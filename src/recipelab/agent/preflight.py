@@ -240,8 +240,14 @@ def planned_proxy_trials(settings: CampaignSettings, now: datetime | None = None
     deadline = settings.deadline(now)
     if deadline is not None:
         counts.append(math.ceil((deadline - now).total_seconds() / MIN_TRIAL_SECONDS)
-                      * settings.parallel)
+                      * planned_in_flight(settings))
     return max(1, min(counts)) if counts else 1
+
+
+def planned_in_flight(settings: CampaignSettings) -> int:
+    """``parallel``, or 1 while it is still ``auto`` (a Ray campaign before its executor
+    saw the cluster): an estimate's input, never a scheduling decision."""
+    return settings.parallel if isinstance(settings.parallel, int) else 1
 
 
 def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int, str]:
@@ -254,7 +260,7 @@ def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
     # each rung and stress run keeps its last checkpoint; one being written briefly doubles
     # its run's
-    checkpoints = (longer + min(longer, settings.parallel)) * checkpoint if longer else 0
+    checkpoints = (longer + min(longer, planned_in_flight(settings))) * checkpoint if longer else 0
     files = (trials + longer) * TRIAL_FILES_BYTES
     corpus = 4 * (settings.corpus.max_bytes or 0)  # int32 token ids of the capped text
     how = (f"{trials:,} proxy trials x {TRIAL_FILES_BYTES // 1024} KiB, {stress} stress "
@@ -327,8 +333,17 @@ def guard_context(settings: CampaignSettings, baseline: Recipe, device: DeviceIn
         device=device, param_budget=settings.budget or preset.budget,
         searchable=frozenset(settings.searchable),
         memory_reserve_bytes=int(settings.memory_reserve_gib * GIB),
+        trials_in_flight=local_trials_in_flight(settings),
         timeout_s=settings.trial_timeout_s, memory_model=memory_model,
         memory_model_problem=problem)
+
+
+def local_trials_in_flight(settings: CampaignSettings) -> int:
+    """Trials sharing one device's memory at once: ``parallel`` for local trials (1 while
+    it is still ``auto``), 1 for Ray tasks, which each have a device of their own."""
+    if settings.executor == "ray" or isinstance(settings.parallel, str):
+        return 1
+    return settings.parallel
 
 
 def check_guardrails(settings: CampaignSettings, baseline: Recipe,
@@ -360,6 +375,9 @@ def check_memory(settings: CampaignSettings, baseline: Recipe,
     unified = is_unified_memory(device, psutil.virtual_memory().total)
     what = (f"baseline peak predicted {gib(predicted)} by {model}; {gib(device.memory_bytes)} on "
             f"{device.name}, {gib(reserve)} of it kept free for an LLM server")
+    if context.trials_in_flight > 1:
+        what += (f"; {context.trials_in_flight} trials in flight need "
+                 f"{gib(predicted * context.trials_in_flight)} together")
     if unified:
         what += (f" (unified memory: the default reserve is {UNIFIED_MEMORY_RESERVE_GIB:g} GiB, "
                  "an 8B model in bf16 with 32k tokens of KV cache)")
@@ -468,6 +486,23 @@ def proven_trial(settings: CampaignSettings, directory: Path) -> str | None:
     return None
 
 
+def check_calibration(settings: CampaignSettings, baseline: Recipe) -> CheckResult | None:
+    """A warning when ``--calibrate-from`` names trials of another precision than the
+    campaign's (see :func:`recipelab.agent.priors.precision_mismatch`); None without one."""
+    if not settings.calibrate_from:
+        return None
+    from recipelab.agent.priors import precision_mismatch
+    from recipelab.trajectory.calibration import load_calibration
+
+    calibration = load_calibration(settings.calibrate_from)
+    mismatch = precision_mismatch(calibration, baseline.precision)
+    if mismatch is None:
+        return CheckResult("calibrate", "ok", f"{len(calibration.trials)} prior trial(s), all "
+                           f"in this campaign's {baseline.precision}")
+    what, _, fix = mismatch.partition("; calibrate from")
+    return CheckResult("calibrate", "warning", what, "calibrate from" + fix)
+
+
 def check_llm(settings: CampaignSettings, baseline: Recipe) -> CheckResult | None:
     """The LLM endpoint answers one schema-valid proposal; None when no LLM is configured."""
     if not llm_configured(settings) or proposer_name(settings) == "classical":
@@ -537,16 +572,32 @@ def run_preflight(settings: CampaignSettings, directory: Path, *,
             if on_result is not None:
                 on_result(result)
 
-    baseline = settings.baseline()
     try:
         executor = preflight_executor(settings)
     except RayUnavailable as error:
         add(CheckResult("executor", "error", str(error), "install Ray or use --executor local"))
         return report
     try:
-        return _run_checks(settings, directory, baseline, executor, report, add)
+        settings = resolved_for(settings, executor)
+        report.settings = settings
+        return _run_checks(settings, directory, settings.baseline(), executor, report, add)
     finally:
         executor.close()
+
+
+def resolved_for(settings: CampaignSettings, executor: Executor) -> CampaignSettings:
+    """``settings`` with ``auto`` resolved for where ``executor`` runs trials (as the campaign
+    will); unchanged when the device cannot be resolved, which the device check reports."""
+    from recipelab.agent.machine import resolve_auto
+    from recipelab.guardrails.hardware import resolve_device
+
+    if settings.parallel != "auto" and settings.precision != "auto":
+        return settings
+    try:
+        device = executor.device(settings.device) or resolve_device(settings.device)
+    except ValueError:
+        return settings.model_copy(update={"parallel": 1} if settings.parallel == "auto" else {})
+    return resolve_auto(settings, device, executor_slots=executor.slots())[0]
 
 
 def preflight_executor(settings: CampaignSettings) -> Executor:
@@ -567,6 +618,7 @@ def _run_checks(settings: CampaignSettings, directory: Path, baseline: Recipe,
         add(check_memory(settings, baseline, context))
         add(check_guardrails(settings, baseline, context))
     add(check_corpus(settings, baseline))
+    add(check_calibration(settings, baseline))
     proven = proven_trial(settings, directory)
     if proven is not None:
         add(CheckResult("trial", "ok", f"not run again: this campaign's trial {proven} already "

@@ -45,12 +45,38 @@ def load_priors(paths: Sequence[str], space: SearchSpace) -> Priors:
                   calibration_summary(calibration, space.names()))
 
 
-def log_priors(log: Any, priors: Priors) -> None:
+def precision_mismatch(calibration: Calibration, precision: str) -> str | None:
+    """Why calibrating from trials of another precision misleads, or None when all prior
+    trials trained in ``precision``.
+
+    bf16 and fp32 runs of one recipe reach different losses, and the learning rates and
+    stability settings that win in one are not those that win in the other: priors from
+    the other precision steer the proposers toward the other numerics' optimum.
+    """
+    other: dict[str, int] = {}
+    for trial in calibration.trials:
+        theirs = str(trial.knobs.get("precision", precision))
+        if theirs != precision:
+            other[theirs] = other.get(theirs, 0) + 1
+    if not other:
+        return None
+    counts = ", ".join(f"{n} in {p}" for p, n in sorted(other.items()))
+    return (f"--calibrate-from holds trials of another precision than this campaign's "
+            f"{precision} ({counts} of {len(calibration.trials)}): their losses and winning "
+            "learning rates belong to other numerics and steer the proposers toward them; "
+            f"calibrate from a campaign that trained in {precision}, or run this one with "
+            "the same --precision as the one calibrated from")
+
+
+def log_priors(log: Any, priors: Priors, precision: str | None = None) -> None:
     """One ``calibration_loaded`` event with counts, and a warning per problem (bounded)."""
     calibration = priors.calibration
     if not calibration.trials and not calibration.problems:
         return
     log.info("calibration_loaded", **calibration.counts(), campaigns_read=list(calibration.campaigns))
+    mismatch = precision_mismatch(calibration, precision) if precision else None
+    if mismatch:
+        log.warning("calibration_precision", precision=precision, hint=mismatch)
     for problem in calibration.problems[:PROBLEMS_LOGGED]:
         log.warning("calibration_skipped", path=problem.path, line=problem.line, why=problem.why)
     hidden = len(calibration.problems) - PROBLEMS_LOGGED

@@ -1,19 +1,24 @@
 """Campaign settings: what ``recipelab run`` was asked to do, saved in the campaign directory.
 
 Running the same command again resumes the campaign. Settings that define what the
-trajectory *means* (target, corpus, proxy preset and budget, searchable knobs) cannot change
-on resume, since trials before and after would not be comparable; the rest (budget, timeout,
-proposer, promotion) may.
+trajectory *means* (target, corpus, proxy preset and budget, precision, searchable knobs)
+cannot change on resume, since trials before and after would not be comparable; the rest
+(budget, timeout, proposer, promotion, trials in flight) may.
+
+``parallel`` and ``precision`` default to ``auto``, which :mod:`recipelab.agent.machine`
+resolves for the machine the trials run on before the campaign starts; the saved settings
+hold what ``auto`` became, so a resume on the same campaign trains the same way.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 from datetime import datetime, time, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -24,7 +29,8 @@ from recipelab.tracking import REDACTED, redact_url  # light: status reads setti
 from recipelab.trainer.spec import CorpusSpec
 
 SETTINGS_FILE = "settings.json"
-FIXED_ON_RESUME = ("target", "preset", "budget", "corpus", "searchable")
+FIXED_ON_RESUME = ("target", "preset", "budget", "corpus", "precision", "searchable")
+AUTO = "auto"
 
 
 class SettingsError(ValueError):
@@ -70,7 +76,11 @@ class CampaignSettings(StrictModel):
     # baseline seeds measuring the noise floor (1 disables it); they count toward iterations
     noise_seeds: int = Field(default=3, ge=1, le=20)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    parallel: int = Field(default=1, ge=1, le=1024)  # trials in flight at once
+    # trials in flight at once; auto: what pays on this machine (recipelab.agent.machine)
+    parallel: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = "auto"
+    # every trial's precision (the baseline's too) unless "precision" is searchable; auto:
+    # bf16 where the device computes it natively, else fp32 (recipelab.agent.machine)
+    precision: Literal["auto", "fp32", "bf16", "fp8"] = "auto"
     # CPU threads per trial; None: the cores shared out among the trials in flight
     threads: int | None = Field(default=None, ge=1, le=1024)
     # torch.compile stress runs: they run long enough to win back the compile time
@@ -91,8 +101,22 @@ class CampaignSettings(StrictModel):
         return data
 
     def baseline(self) -> Recipe:
-        """The unedited proxy recipe: the campaign's first trial and every edit's reference."""
-        return proxy_recipe(self.preset, self.target, self.budget).apply({"seed": self.seed})
+        """The unedited proxy recipe: the campaign's first trial and every edit's reference,
+        in the campaign's precision (the preset's while ``precision`` is still ``auto``)."""
+        changes: dict[str, Any] = {"seed": self.seed}
+        if self.precision != AUTO:
+            changes["precision"] = self.precision
+        return proxy_recipe(self.preset, self.target, self.budget).apply(changes)
+
+    @property
+    def trials_in_flight(self) -> int:
+        """``parallel`` once resolved. Raises SettingsError while it is still ``auto``."""
+        if isinstance(self.parallel, str):
+            raise SettingsError(
+                "--parallel auto has not been resolved for this machine yet: pass the settings "
+                "through recipelab.agent.machine.resolve_auto (recipelab run does) or give "
+                "--parallel a number")
+        return self.parallel
 
     def trial_threads(self, cores: int | None = None) -> int | None:
         """Threads each trial gets: ``threads`` if set; for local trials, this machine's
@@ -100,7 +124,7 @@ class CampaignSettings(StrictModel):
         trials that all use every core spin against each other; for Ray, the task's own."""
         if self.threads is not None or self.executor == "ray":
             return self.threads
-        return max(1, (cores or os.cpu_count() or 1) // self.parallel)
+        return max(1, (cores or os.cpu_count() or 1) // self.trials_in_flight)
 
     def trial_compile(self, kind: str) -> bool:
         """Whether a trial of ``kind`` is compiled: stress runs when ``compile_stress`` is
@@ -164,7 +188,15 @@ def load(directory: Path) -> CampaignSettings | None:
     if not path.exists():
         return None
     try:
-        return CampaignSettings.model_validate_json(path.read_text())
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and "precision" not in data:
+            # saved before campaigns had one precision: their baseline trained in the preset's
+            preset = PROXY_PRESETS.get(data.get("preset", "cpu"))
+            data["precision"] = preset.precision if preset is not None else "fp32"
+        return CampaignSettings.model_validate(data)
+    except json.JSONDecodeError as error:
+        raise SettingsError(f"{path} is not valid campaign settings: not JSON ({error}); "
+                            "restore it, or start a new campaign with another --name") from None
     except ValidationError as error:
         raise SettingsError(f"{path} is not valid campaign settings: {error}") from None
 

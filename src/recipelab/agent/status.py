@@ -112,7 +112,8 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
     eta = ""
     left = max(0, (settings.iterations or 0) - len(ledger.search_trials))
     if left and walls:
-        minutes = left * statistics.median(walls) / 60 / settings.parallel
+        in_flight = settings.parallel if isinstance(settings.parallel, int) else 1
+        minutes = left * statistics.median(walls) / 60 / in_flight
         eta = f", ETA {minutes:.1f} min for the proxy trials"
     headline = f"campaign {settings.name}: {progress_line(settings, ledger)}{eta}"
     running = "; ".join(f"{r.trial_id} ({r.kind}, started {r.started_at})"

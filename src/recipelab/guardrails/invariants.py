@@ -4,6 +4,10 @@ A proxy is predictive of the target because it shares head dimension, FFN ratio,
 activation, norm, positional encoding, GQA ratio and QK-norm with it; only depth and width shrink.
 A campaign may deliberately search one of these (for example the activation) by listing its
 dotted name in ``GuardContext.searchable``; then the invariant is lifted for that knob.
+
+The campaign's precision is held the same way: every trial trains in the baseline's
+precision (``--precision``) unless ``precision`` is searchable, since a ranking that mixes
+bf16 and fp32 trials compares numerics as much as recipes.
 """
 
 from __future__ import annotations
@@ -47,6 +51,14 @@ def check_shape_invariants(recipe: Recipe, ctx: GuardContext) -> list[str]:
             f"{what} is {have!r} but the target {ctx.target.name} has {want!r}; a proxy must "
             f"keep the target's value to predict it, so {fix} (or make {knob} searchable in "
             "the campaign settings)."
+        )
+    want_precision = ctx.baseline.precision
+    if "precision" not in ctx.searchable and recipe.precision != want_precision:
+        reasons.append(
+            f"precision is {recipe.precision!r} but this campaign trains every trial in "
+            f"{want_precision!r} (--precision), so its ranking compares recipes, not numerics; "
+            f"set it to {want_precision!r} (or make precision searchable in the campaign "
+            "settings: --searchable precision)."
         )
     return reasons
 

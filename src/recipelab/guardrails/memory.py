@@ -18,7 +18,8 @@ k = n_kv_head * head_dim, h = ffn_hidden, H = n_head, T = seq_len), is::
 
     A = 4d                              block input and norm output, attention and FFN
       + 4a + 3k                         q/k/v, rotated q and k, attention output, its reshape
-      + 4h | 2h | 3h                    FFN: swiglu (gate+up, silu, product) | gelu | relu2
+      + 4h | 2h | 3h                    FFN: swiglu (gate+up, silu, product) | gelu and
+                                        gelu_exact (up, activation) | relu2
                                         (gelu 3h in fp32 on the CPU, whose written-out
                                         backward keeps the sigmoid)
       + 2 * H * T   (unfused only)      attention scores and probabilities
@@ -49,7 +50,7 @@ CAST_BYTES_PER_PARAM = 2
 ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}
 LOGIT_BYTES = 4
 LOGIT_COPIES = 3
-FFN_SAVED_PER_HIDDEN = {"swiglu": 4, "gelu": 2, "relu2": 3}
+FFN_SAVED_PER_HIDDEN = {"swiglu": 4, "gelu": 2, "gelu_exact": 2, "relu2": 3}
 CPU_FP32_GELU_EXTRA = 1  # the sigmoid kept by the trainer's fp32 CPU GELU
 CUDA_FUSED_HEAD_DIM_MULTIPLE = 8
 CALIBRATION_MIN, CALIBRATION_MAX = 0.25, 4.0
@@ -144,15 +145,26 @@ def check_memory(recipe: Recipe, ctx: GuardContext) -> list[str]:
     """Reject a candidate predicted to need more memory than the device has left for trials."""
     device = ctx.device
     predicted, model = predict_with_model(recipe, ctx)
-    available = device.memory_bytes - ctx.memory_reserve_bytes
+    available = trial_memory_bytes(ctx)
     if predicted <= available:
         return []
     room = f"the {gib(available)} available on {device.name}"
-    if ctx.memory_reserve_bytes:
-        room += (f" ({gib(device.memory_bytes)} minus {gib(ctx.memory_reserve_bytes)} kept "
-                 "free for the LLM server)")
+    if ctx.memory_reserve_bytes or ctx.trials_in_flight > 1:
+        room += f" ({gib(device.memory_bytes)}"
+        if ctx.memory_reserve_bytes:
+            room += f" minus {gib(ctx.memory_reserve_bytes)} kept free for the LLM server"
+        if ctx.trials_in_flight > 1:
+            room += f", shared by {ctx.trials_in_flight} trials in flight"
+        room += ")"
+    fewer = " or run fewer trials at once (--parallel)" if ctx.trials_in_flight > 1 else ""
     return [
         f"predicted peak memory {gib(predicted)} for batch_size {recipe.batch_size} x seq_len "
         f"{recipe.seq_len} exceeds {room}; lower batch_size or seq_len (raise grad_accum to "
-        f"keep the tokens per step) or shrink the model. Predicted by {model}."
+        f"keep the tokens per step), shrink the model{fewer}. Predicted by {model}."
     ]
+
+
+def trial_memory_bytes(ctx: GuardContext) -> int:
+    """The memory one trial may use: the device's, less the reserve, shared equally by the
+    trials in flight (they can all reach their peak at once)."""
+    return (ctx.device.memory_bytes - ctx.memory_reserve_bytes) // max(1, ctx.trials_in_flight)

@@ -224,7 +224,7 @@ class SearchSpace:
 
 
 SHAPE_KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
-    Knob("shape.activation", choices=("swiglu", "gelu", "relu2")),
+    Knob("shape.activation", choices=("swiglu", "gelu", "gelu_exact", "relu2")),
     Knob("shape.norm", choices=("rmsnorm", "layernorm")),
     Knob("shape.qk_norm", choices=(False, True)),
     Knob("shape.position", choices=("rope", "learned")),
@@ -234,12 +234,17 @@ SHAPE_KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
 size (set by the budget) or the target's identity."""
 
 
+PRECISION = "precision"
+"""``--searchable precision`` searches the precision among those the machine can train;
+without it every trial of a campaign trains in the campaign's ``--precision``."""
+
+
 def check_searchable(names: Iterable[str]) -> None:
-    """Raise ValueError naming the shape knobs that cannot be searched, and those that can."""
-    unknown = sorted(set(names) - set(SHAPE_KNOBS))
+    """Raise ValueError naming the knobs that cannot be searched, and those that can."""
+    unknown = sorted(set(names) - set(SHAPE_KNOBS) - {PRECISION})
     if unknown:
         raise ValueError(f"cannot search {', '.join(unknown)}; searchable shape knobs are "
-                         f"{', '.join(SHAPE_KNOBS)}")
+                         f"{', '.join(SHAPE_KNOBS)} (and {PRECISION})")
 
 
 def _factor_choices(value: int, factors: Iterable[float],
@@ -259,6 +264,8 @@ def default_space(baseline: Recipe, searchable: Iterable[str] = (),
     proxy and the Spark one. A conditional knob is left out when its condition can never
     hold (the output layer's knobs with tied embeddings that are not searched).
 
+    Precision is searched only when ``searchable`` names it (:data:`PRECISION`): a campaign
+    trains in one precision, so its ranking compares recipes rather than numerics. Then
     ``precisions`` are those this machine can train (the hardware guardrail's verdict, which
     the caller has and the proposer must not import); with fewer than two, precision is not
     searched, since offering one the guardrails reject wastes every trial that picks it.
@@ -275,7 +282,8 @@ def default_space(baseline: Recipe, searchable: Iterable[str] = (),
     seqs = _factor_choices(seq, (0.5, 1, 2), lambda s: s >= 4 and tokens % (s * accum) == 0)
     accums = _factor_choices(accum, (1, 2, 4), lambda a: tokens % (max(seqs) * a) == 0)
     rope = baseline.shape.rope_base
-    precision_choices = tuple(dict.fromkeys((baseline.precision, *precisions)))
+    precision_choices = tuple(dict.fromkeys(
+        (baseline.precision, *(precisions if PRECISION in searchable else ()))))
     knobs = [
         Knob("optimizer.lr", lr / 10, min(1.0, lr * 10), log=True),
         Knob("optimizer.beta1", 0.8, 0.95),

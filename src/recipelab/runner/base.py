@@ -59,6 +59,11 @@ class Executor(abc.ABC):
         (None: resolve ``requested`` here)."""
         return None
 
+    def slots(self) -> int | None:
+        """How many trials this executor runs at once by its own resources (a cluster's), or
+        None when that is the machine's business (``--parallel auto`` decides it)."""
+        return None
+
     def prestart(self) -> None:  # noqa: B027 - optional hook, a no-op unless overridden
         """Make the next submission start faster (called while a trial trains)."""
 

@@ -114,6 +114,13 @@ class RayExecutor(Executor):
         self._task = self.ray.remote(max_retries=0)(run_trial_task)
         self._inbox: Any = None  # a ray.util.queue.Queue of checkpoints, made on first need
 
+    def slots(self) -> int:
+        """One trial per GPU of the cluster (each task takes one), or per CPU on a cluster
+        without GPUs (each task takes one and trains with one thread)."""
+        if self.gpus >= 1:
+            return int(self.gpus)
+        return max(1, int(self.ray.cluster_resources().get("CPU", 1.0)))
+
     @property
     def _resources(self) -> dict[str, float]:
         return {"num_gpus": 1, "num_cpus": 0} if self.gpus >= 1 else {"num_cpus": 1}

@@ -224,6 +224,8 @@ class FeedForward(nn.Module):
             h = _SwiGLUFunction.apply(h, self.hidden)  # type: ignore[no-untyped-call]
         elif self.activation == "gelu":
             h = gelu_tanh(h)
+        elif self.activation == "gelu_exact":
+            h = F.gelu(h)  # the erf form: one fused kernel each way, no tanh to rewrite
         else:
             h = F.relu(h).square()
         out: torch.Tensor = self.down(h)

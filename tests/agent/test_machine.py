@@ -1,0 +1,78 @@
+"""--parallel auto and --precision auto: what they become for the device trials run on."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipelab.agent.machine import AUTO_MEMORY_HEADROOM, auto_parallel, resolve_auto, usable_cores
+from recipelab.agent.settings import CampaignSettings, SettingsError
+from recipelab.units import GIB
+from tests.guardrails.factories import CPU, H100, OLD_CPU
+
+PEAK = GIB  # a baseline predicted to peak at 1 GiB
+
+
+def test_a_new_campaign_asks_for_auto_trials_in_flight_and_auto_precision() -> None:
+    settings = CampaignSettings(name="n")
+    assert (settings.parallel, settings.precision) == ("auto", "auto")
+    with pytest.raises(SettingsError, match="--parallel auto has not been resolved"):
+        _ = settings.trials_in_flight
+
+
+def test_on_a_cpu_auto_runs_one_trial_per_core_with_one_thread_each() -> None:
+    trials, why = auto_parallel(CPU, cores=8, peak_bytes=PEAK)
+    assert trials == 8
+    assert "one 1-thread trial per core on 8 core(s)" in why
+    resolved, _ = resolve_auto(CampaignSettings(name="n"), CPU, cores=8, peak_bytes=PEAK)
+    assert resolved.trials_in_flight == 8
+    assert resolved.trial_threads(cores=8) == 1
+
+
+def test_on_a_cpu_memory_bounds_the_trials_in_flight() -> None:
+    room_for_three = CPU.memory_bytes // int(3 * AUTO_MEMORY_HEADROOM)
+    trials, why = auto_parallel(CPU, cores=8, peak_bytes=room_for_three)
+    assert trials == 3
+    assert "bounded by memory" in why
+
+
+def test_the_reserve_for_an_llm_server_is_not_memory_for_trials() -> None:
+    free = auto_parallel(CPU, cores=8, peak_bytes=PEAK)[0]
+    reserved = auto_parallel(CPU, cores=8, peak_bytes=PEAK, reserve_bytes=CPU.memory_bytes - 4 * GIB)[0]
+    assert reserved == 2 < free
+
+
+def test_auto_never_goes_below_one_trial() -> None:
+    assert auto_parallel(CPU, cores=8, peak_bytes=CPU.memory_bytes * 10)[0] == 1
+
+
+def test_on_one_gpu_auto_runs_one_trial() -> None:
+    assert auto_parallel(H100, cores=64, peak_bytes=PEAK)[0] == 1
+
+
+def test_with_ray_auto_runs_what_the_cluster_can() -> None:
+    trials, why = auto_parallel(H100, cores=2, peak_bytes=PEAK, executor_slots=16)
+    assert trials == 16
+    assert "Ray cluster" in why
+
+
+@pytest.mark.parametrize(("device", "precision"), [(CPU, "bf16"), (OLD_CPU, "fp32"),
+                                                   (H100, "bf16")])
+def test_auto_precision_is_the_campaigns_and_its_baselines(device: object, precision: str) -> None:
+    resolved, notes = resolve_auto(CampaignSettings(name="n"), device,  # type: ignore[arg-type]
+                                   cores=2, peak_bytes=PEAK)
+    assert resolved.precision == precision
+    assert resolved.baseline().precision == precision
+    assert any(note.startswith(f"precision auto: {precision}") for note in notes)
+
+
+def test_explicit_values_are_kept() -> None:
+    settings = CampaignSettings(name="n", parallel=3, precision="fp32")
+    resolved, notes = resolve_auto(settings, CPU, cores=8, peak_bytes=PEAK)
+    assert (resolved.parallel, resolved.precision, notes) == (3, "fp32", [])
+    assert resolved.baseline().precision == "fp32"
+
+
+def test_this_machines_usable_cores_are_at_least_one_and_at_most_its_cpus() -> None:
+    import os
+
+    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
