@@ -180,13 +180,3 @@ def test_without_mlflow_installed_the_uri_is_refused_with_the_install_command(
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(TrackingUnavailable, match=r"pip install 'recipelab\[mlflow\]'"):
         check_tracking_uri("sqlite:////tmp/never/mlflow.db")
-
-
-@pytest.mark.parametrize("url", ["http://ann:hunter2@host:5000", "https://TOKEN@host/mlflow",
-                                 "sqlite:////tmp/mlflow.db", "http://host:5000", "not a url@x",
-                                 "http://[::1:bad@host"])
-def test_uris_are_shown_as_the_llm_proposer_shows_urls(url: str) -> None:
-    from recipelab.proposer.llm import redact_url as llm_redact_url
-    from recipelab.tracking import redact_url
-
-    assert redact_url(url) == llm_redact_url(url)

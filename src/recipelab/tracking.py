@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
+from recipelab.redaction import redact_text, redact_url, url_secrets
+
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
@@ -57,25 +59,6 @@ _RUN_IN_URI = re.compile(r"#/experiments/([^/\s]+)/runs/([^/\s]+)\s*$")
 
 Status = Literal["FINISHED", "FAILED", "KILLED"]
 T = TypeVar("T")
-
-
-REDACTED = "[redacted]"
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its credentials replaced, as :func:`recipelab.proposer.llm.redact_url`
-    shows it (``http://user:[redacted]@host``; a lone token redacted whole). A copy, because
-    the base layer imports no recipelab module; tests/test_tracking.py keeps the two equal."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return re.sub(r"(://)[^/@\s]+@", rf"\1{REDACTED}@", url)
-    userinfo, at, host = parts.netloc.rpartition("@")
-    if not at:
-        return url
-    user, colon, _password = userinfo.partition(":")
-    shown = f"{user}:{REDACTED}" if colon else REDACTED
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
 
 
 class TrackingUnavailable(Exception):
@@ -362,17 +345,7 @@ def _tags(tags: Mapping[str, str]) -> list[Any]:
 
 def scrub(text: str, uri: str) -> str:
     """``text`` (an error from MLflow or below it) with ``uri``'s credentials redacted."""
-    text = text.replace(uri, redact_url(uri))
-    try:
-        parts = urllib.parse.urlsplit(uri)
-    except ValueError:
-        return text
-    userinfo, at, _host = parts.netloc.rpartition("@")
-    user, colon, password = userinfo.partition(":")
-    secret = password if colon else user
-    for form in {secret, urllib.parse.unquote(secret)} if at and secret else ():
-        text = text.replace(form, REDACTED)
-    return text
+    return redact_text(text.replace(uri, redact_url(uri)), url_secrets(uri))
 
 
 def _unavailable(uri: str, what: str, error: BaseException) -> TrackingUnavailable:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recipelab.agent.events import REDACTED, redact
+from recipelab.redaction import REDACTED, redact
 
 
 def test_a_database_url_keeps_its_user_and_host_but_not_its_password() -> None:

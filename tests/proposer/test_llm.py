@@ -26,9 +26,9 @@ from recipelab.proposer.llm import (
     extract_json_object,
     iteration,
     next_iteration,
-    redact_url,
 )
 from recipelab.recipe import Recipe, proxy_recipe
+from recipelab.redaction import redact_url
 from tests.proposer.conformance import (
     BASELINE_ID,
     ProposerConformance,

@@ -7,9 +7,8 @@ taken from the environment) are scrubbed from every value before anything is wri
 from __future__ import annotations
 
 import json
-import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -17,30 +16,11 @@ import structlog
 from rich.console import Console
 
 from recipelab import environment
+from recipelab.redaction import redact
 
 EVENTS_FILE = "events.jsonl"
-REDACTED = "[redacted]"
-# The password of a URL such as postgresql+psycopg://user:password@host/db (one SQLAlchemy
-# has already masked as *** is left as it is).
-URL_PASSWORD = re.compile(r"(://[^:/@\s]*):(?!\*\*\*@)[^@/\s]+@")
 
 EventDict = MutableMapping[str, Any]
-
-
-def redact(value: Any, secrets: Iterable[str]) -> Any:
-    """``value`` with every occurrence of a secret, and every URL's password, replaced,
-    recursively."""
-    secrets = list(secrets)
-    if isinstance(value, str):
-        value = URL_PASSWORD.sub(rf"\1:{REDACTED}@", value)
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
-    if isinstance(value, Mapping):
-        return {key: redact(item, secrets) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact(item, secrets) for item in value]
-    return value
 
 
 def redact_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from recipelab.agent.settings import CampaignSettings
-from recipelab.proposer.llm import redact_url
+from recipelab.redaction import redact_url
 from recipelab.tracking import (
     MlflowRun,
     RunNotFound,

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from recipelab import environment
-from recipelab.agent.events import redact
 from recipelab.agent.settings import CampaignSettings, SettingsError
 from recipelab.proposer import ClassicalProposer, Observation, Proposal, Proposer, SearchSpace
 from recipelab.recipe import Recipe, Target
+from recipelab.redaction import redact
 
 LLM_ENV = environment.LLM_BASE_URL
 

@@ -22,10 +22,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from recipelab.agent.events import redact
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import PROXY_PRESETS, Recipe, StrictModel, proxy_recipe
-from recipelab.tracking import REDACTED, redact_url  # light: status reads settings
+from recipelab.redaction import REDACTED, redact_url
 from recipelab.trainer.spec import CorpusSpec
 
 SETTINGS_FILE = "settings.json"
@@ -177,7 +176,7 @@ def save(settings: CampaignSettings, directory: Path) -> None:
     variables; ``--mlflow-uri``, or MLflow's ``MLFLOW_TRACKING_USERNAME`` / ``_PASSWORD``)."""
     shown = settings
     if settings.llm_base_url is not None:
-        shown = shown.model_copy(update={"llm_base_url": redact(settings.llm_base_url, [])})
+        shown = shown.model_copy(update={"llm_base_url": redact_url(settings.llm_base_url)})
     if settings.mlflow_uri is not None:
         shown = shown.model_copy(update={"mlflow_uri": redact_url(settings.mlflow_uri)})
     atomic_write_text(directory / SETTINGS_FILE, shown.model_dump_json(indent=2))

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from recipelab.proposer.llm import redact_url
+from recipelab.redaction import redact_url
 from recipelab.tracking import MlflowRun, Status, TrackingUnavailable, read_run_id, write_run_uri
 
 LOGGED_METRICS = ("train_loss", "val_loss", "val_bpb", "grad_norm", "param_norm", "lr",

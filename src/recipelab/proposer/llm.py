@@ -29,14 +29,11 @@ back to its classical proposer.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import json
-import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -73,6 +70,7 @@ from recipelab.proposer.prompt import (
 )
 from recipelab.proposer.space import Knob, SearchSpace
 from recipelab.recipe import BASELINE_PROPOSER, Recipe
+from recipelab.redaction import MIN_SECRET_CHARS, redact_text, redact_url, url_secrets
 from recipelab.text import clip
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", "nvext", "prompt"]
@@ -99,9 +97,6 @@ QUOTED_REPLY_CHARS = 2_000
 ERROR_CHARS = 600
 CAUSE_CHARS = 300
 INPUT_CHARS = 60
-MIN_SECRET_CHARS = 4  # as in the agent's event redaction
-REDACTED = "[redacted]"
-_USERINFO = re.compile(r"(://)[^/@\s]+@")
 
 T = TypeVar("T")
 
@@ -160,43 +155,6 @@ class LLMConfig(BaseModel):
             raise ValueError(f"no LLM endpoint: set {ENV_BASE_URL} (for example "
                              "http://localhost:8000/v1 for a NIM) or pass base_url")
         return cls(**values)
-
-
-def redact_url(url: str) -> str:
-    """``url`` fit for a log, an error or a record: credentials in it replaced.
-
-    ``http://user:secret@host/v1`` becomes ``http://user:[redacted]@host/v1``; userinfo with
-    no password (``http://TOKEN@host``, a common way to pass a token) is redacted whole.
-    Anything that does not parse as a URL is returned with every ``...@`` userinfo redacted.
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return _USERINFO.sub(rf"\1{REDACTED}@", url)
-    userinfo, at, host = parts.netloc.rpartition("@")
-    if not at:
-        return url
-    user, colon, _password = userinfo.partition(":")
-    shown = f"{user}:{REDACTED}" if colon else REDACTED
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
-
-
-def url_secrets(url: str) -> list[str]:
-    """The secrets written into ``url``: its password (or a lone userinfo token), as
-    written and percent-decoded, since an error may show either, and the Basic
-    authorization an HTTP client makes of them."""
-    try:
-        userinfo, at, _host = urllib.parse.urlsplit(url).netloc.rpartition("@")
-    except ValueError:
-        return []
-    if not at:
-        return []
-    user, colon, password = userinfo.partition(":")
-    secret = password if colon else user
-    # HTTP clients send URL credentials as Basic auth, which a server may echo back.
-    basic = base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode()
-    return sorted({form for form in (secret, urllib.parse.unquote(secret), basic)
-                   if len(form) >= MIN_SECRET_CHARS}, key=len, reverse=True)
 
 
 # --- the reply schema ----------------------------------------------------------------------
@@ -446,10 +404,7 @@ class _Endpoint:
 
     def redact(self, text: str) -> str:
         """``text`` without the API key or the base URL's credentials."""
-        text = text.replace(self.url, self.shown_url)
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        return text
+        return redact_text(text.replace(self.url, self.shown_url), self._secrets)
 
     def unavailable(self, cause: str) -> LLMUnavailable:
         return LLMUnavailable(self.redact(f"LLM endpoint {self.shown_url}: {cause}"))

@@ -47,9 +47,10 @@ from sqlalchemy.pool import Pool, QueuePool, StaticPool
 from sqlmodel import Session, col, select
 
 from recipelab.fsutil import fsync_dir
+from recipelab.redaction import redact_url
 from recipelab.trajectory.record import TrialRecord, TrialRow, utc_now
 
-__all__ = ["ReconcileReport", "StoreError", "TrajectoryStore", "redact_url"]
+__all__ = ["ReconcileReport", "StoreError", "TrajectoryStore"]
 
 _TABLE: Table = TrialRow.metadata.tables[str(TrialRow.__tablename__)]
 # Long enough to outwait any single write transaction of the campaign (they are tiny), short
@@ -557,14 +558,6 @@ def _replace_rows(session: Session, campaign: str, records: Iterable[TrialRecord
 def _has_table(engine: Engine) -> bool:
     with engine.connect() as connection:
         return inspect(connection).has_table(_TABLE.name)
-
-
-def redact_url(url: str) -> str:
-    """A database URL fit for a log: any password replaced by ``***``."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<a database URL that does not parse>"
 
 
 def _parse(db_url: str) -> URL:
