@@ -405,6 +405,8 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
                     llm_base_url=options["llm_base_url"])
     except InputError as error:
         fail(str(error))
+    if options.get("mlflow_uri"):
+        checked_mlflow_uri(options["mlflow_uri"])  # before anything else is said or written
     name = options["name"]
     directory = options["directory"] or default_campaign_dir(name)
     calibrate_from = options["calibrate_from"]
