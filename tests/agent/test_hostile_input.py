@@ -254,7 +254,7 @@ def test_a_campaign_against_a_server_answering_pages_and_broken_completions_comp
     server.default = NOT_A_COMPLETION["html page"]
     settings = CampaignSettings(
         name="pages", preset="tiny", corpus=corpus, iterations=5, noise_seeds=1, promote=0,
-        proposer="llm", llm_base_url=server.base_url, trial_timeout_s=120)
+        proposer="llm", llm_base_url=server.base_url, trial_timeout_s=120, parallel=1)
     try:
         Campaign(settings, tmp_path / "campaign").run()
     finally:
