@@ -18,7 +18,8 @@ LAYER = {"__main__": -1, "cli": 0, "agent": 1, "envelope": 1, "runner": 2, "long
          "proposer": 3, "guardrails": 3, "trainer": 3, "trajectory": 3, "report": 3,
          "recipe": 4}
 BASE = 5  # small shared modules with no recipelab imports of their own (units, text, fsutil...)
-LAYER["redaction"] = BASE + 1  # the one redactor: below the base modules that log or show URLs
+# below the base modules that use them: the one redactor and the error root
+LAYER.update({"redaction": BASE + 1, "errors": BASE + 1})
 FORBIDDEN_SIDEWAYS = {("proposer", "trainer")}  # the proposer never imports the trainer
 
 

@@ -21,8 +21,9 @@ from recipelab.agent.events import EVENTS_FILE, read_events, render_event
 from recipelab.agent.lock import CampaignLock, CampaignLocked
 from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
 from recipelab.agent.status import campaign_status, latest_window
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
-from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
+from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, proxy_recipe
 from recipelab.text import edit_text
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory import StoreError, TrajectoryStore
@@ -46,8 +47,12 @@ def root() -> None:
     """Propose, guard, train and record pretraining recipes on a small proxy model."""
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, fix: str | None = None) -> NoReturn:
+    """One line saying what was wrong (and a second with the fix, when it is not in the
+    message already); exit status 2."""
     errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if fix:
+        errors.print(f"fix: {escape(fix)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -626,7 +631,6 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
     classical proposer when the LLM is down) are what runs, so the next resume tries the
     LLM again."""
     from recipelab.agent.campaign import Campaign
-    from recipelab.runner.ray import RayUnavailable
 
     tonight = preflight.settings if preflight and preflight.settings else settings
     try:
@@ -642,8 +646,8 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
             errors.print("the campaign runs classical-only tonight: the LLM endpoint is not "
                          "usable (see the preflight above)", markup=False, soft_wrap=True)
         summary = campaign.run(stress_only=stress_only)
-    except (CampaignLocked, StoreError, SettingsError, ProxyBudgetError, RayUnavailable) as error:
-        fail(str(error))
+    except RecipelabError as error:
+        fail(str(error), error.fix)
     except OSError as error:
         fix = "free some space on its disk" if is_disk_full(error) else "make it writable"
         fail(f"cannot use campaign directory {directory}: {error}. {fix.capitalize()} and run "
@@ -1161,4 +1165,12 @@ def db_check(campaign: Annotated[str, typer.Argument(help="campaign name or dire
 
 
 def main() -> None:
-    app()
+    """The console script: a recipelab error that no command turned into its own message is
+    printed as one, with its fix, instead of a traceback (exit status 2)."""
+    try:
+        app()
+    except RecipelabError as error:
+        try:
+            fail(str(error), error.fix)
+        except typer.Exit as done:
+            raise SystemExit(done.exit_code) from None

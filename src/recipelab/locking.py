@@ -14,10 +14,12 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from recipelab.errors import RecipelabError
+
 __all__ = ["FileLock", "LockHeld"]
 
 
-class LockHeld(Exception):
+class LockHeld(RecipelabError):
     """The lock is held by another process; ``holder`` is its note."""
 
     def __init__(self, path: Path, holder: str) -> None:

@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from recipelab.errors import RecipelabError
+
 Activation = Literal["swiglu", "gelu", "gelu_exact", "relu2"]
 """``gelu`` is the tanh form (GPT-2's); ``gelu_exact`` is the erf form (BERT's, Hugging Face's
 ``gelu``): two activations, since a target trained with one is not predicted by the other."""
@@ -452,7 +454,7 @@ HF_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inter
                "vocab_size")
 
 
-class TargetFileError(ValueError):
+class TargetFileError(RecipelabError, ValueError):
     """A target file that cannot be read as a target; the message names the file and the fix."""
 
 
@@ -529,7 +531,7 @@ def _hf_target(data: dict[str, Any], path: Path) -> Target:
 MIN_PROXY_LAYERS = 2
 
 
-class ProxyBudgetError(ValueError):
+class ProxyBudgetError(RecipelabError, ValueError):
     """The budget cannot hold even the smallest shape-faithful proxy of the target."""
 
 

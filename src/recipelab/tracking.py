@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
+from recipelab.errors import RecipelabError
 from recipelab.redaction import redact_text, redact_url, url_secrets
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ Status = Literal["FINISHED", "FAILED", "KILLED"]
 T = TypeVar("T")
 
 
-class TrackingUnavailable(Exception):
+class TrackingUnavailable(RecipelabError):
     """MLflow cannot be used: it is not installed, the URI is not one it serves, or the store
     did not answer. The message names the URI (credentials redacted) and what to do."""
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from types import TracebackType
 
+from recipelab.errors import RecipelabError
 from recipelab.locking import FileLock, LockHeld
 
 LOCK_FILE = ".lock"
 
 
-class CampaignLocked(RuntimeError):
+class CampaignLocked(RecipelabError, RuntimeError):
     """Another orchestrator holds this campaign."""
 
 

@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 from recipelab import environment
 from recipelab.agent.proposers import LLM_ENV, llm_configured, proposer_name
 from recipelab.agent.settings import CampaignSettings
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.guardrails.base import DeviceInfo, GuardContext, gib
 from recipelab.guardrails.memory_fit import memory_model_path, read_for_guardrail
@@ -129,7 +130,7 @@ class Preflight:
 # --- input (no torch, no I/O) -----------------------------------------------------------------
 
 
-class InputError(ValueError):
+class InputError(RecipelabError, ValueError):
     """A value the user typed cannot be used; the message is one line naming the fix."""
 
 

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import PROXY_PRESETS, Recipe, StrictModel, proxy_recipe
 from recipelab.redaction import REDACTED, redact_url
@@ -32,7 +33,7 @@ FIXED_ON_RESUME = ("target", "preset", "budget", "corpus", "precision", "searcha
 AUTO = "auto"
 
 
-class SettingsError(ValueError):
+class SettingsError(RecipelabError, ValueError):
     """Settings that cannot be used; the message says what to change."""
 
 

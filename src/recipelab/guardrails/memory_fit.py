@@ -34,6 +34,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from recipelab import environment
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.recipe import Recipe, StrictModel
@@ -45,7 +46,7 @@ MAX_POINTS = 256
 
 
 
-class MemoryModelError(Exception):
+class MemoryModelError(RecipelabError):
     """The memory-model file exists but cannot be used; it is left untouched."""
 
 

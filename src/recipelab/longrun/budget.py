@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlparse
 
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 
 __all__ = [
@@ -50,7 +51,7 @@ BudgetAction = Literal["continue", "stop_after_checkpoint", "stop_at_once"]
 SpendSource = Literal["sidecar", "estimate", "none"]
 
 
-class BudgetUnknowable(ValueError):
+class BudgetUnknowable(RecipelabError, ValueError):
     """A cap or an alert level with no way to know the spend."""
 
 

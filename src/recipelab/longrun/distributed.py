@@ -22,6 +22,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from recipelab.errors import RecipelabError
+
 __all__ = [
     "BACKEND_DEVICE",
     "CollectiveOnWrongDevice",
@@ -39,7 +41,7 @@ INIT_TIMEOUT = timedelta(minutes=30)
 """Collectives' timeout: long enough for a slow evaluation or checkpoint write on rank 0."""
 
 
-class CollectiveOnWrongDevice(RuntimeError):
+class CollectiveOnWrongDevice(RecipelabError, RuntimeError):
     """A collective was given a tensor its backend cannot communicate."""
 
 

@@ -48,6 +48,7 @@ from safetensors.torch import save_model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.locking import FileLock, LockHeld
 from recipelab.longrun.budget import (
@@ -183,7 +184,7 @@ class Events:
             self._file.close()
 
 
-class RunLocked(ValueError):
+class RunLocked(RecipelabError, ValueError):
     """Another process is writing to the run directory."""
 
 

@@ -60,6 +60,7 @@ from tenacity import (
 )
 
 from recipelab import environment
+from recipelab.errors import RecipelabError
 from recipelab.proposer.base import Observation, Proposal, Proposer
 from recipelab.proposer.prompt import (
     HYPOTHESIS_CHARS,
@@ -105,7 +106,7 @@ Hypothesis = Annotated[str, StringConstraints(strip_whitespace=True, min_length=
                                               pattern=r"^[^\r\n]+$")]
 
 
-class LLMUnavailable(RuntimeError):
+class LLMUnavailable(RecipelabError, RuntimeError):
     """The endpoint is down, keeps failing or keeps replying nonsense.
 
     The message names the endpoint and the cause, never the API key. A hybrid proposer
@@ -251,11 +252,11 @@ def quote_error(exc: Exception) -> str:
 # --- errors and retries ----------------------------------------------------------------------
 
 
-class ModeRefused(Exception):
+class ModeRefused(RecipelabError):
     """The server rejected the structured-output parameters of the request."""
 
 
-class BadReply(ValueError):
+class BadReply(RecipelabError, ValueError):
     """A 200 answer that is not a chat completion with text: asked again like an invalid
     reply, since a proxy's error page or a model's tool call may well not happen twice."""
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from recipelab.errors import RecipelabError
 from recipelab.guardrails.base import DeviceInfo, gib
 from recipelab.guardrails.memory import PeakBreakdown, peak_breakdown
 from recipelab.recipe import Recipe
@@ -34,7 +35,7 @@ is off by default), one more fp32 copy of the parameters on each rank of a multi
 DeviceKind = Literal["cuda", "cpu"]
 
 
-class BatchFitError(ValueError):
+class BatchFitError(RecipelabError, ValueError):
     """The global batch cannot be split so that one GPU holds a micro-batch; says what to do."""
 
 

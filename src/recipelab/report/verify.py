@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from recipelab.errors import RecipelabError
 from recipelab.report.prediction import Prediction
 
 Verdict = Literal["on track", "worse", "diverging"]
@@ -66,7 +67,7 @@ class Verification:
                 "resume from an earlier checkpoint with a lower learning rate or the fallback recipe")
 
 
-class MetricsError(ValueError):
+class MetricsError(RecipelabError, ValueError):
     """The metrics file cannot be read as a pretrain run's metrics."""
 
 

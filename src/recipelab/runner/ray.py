@@ -32,6 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.runner import files, launch
@@ -50,7 +51,7 @@ TOKEN_VARIABLES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 TOKEN_FILE = Path("~/.ray/auth_token")  # where `ray start --head` keeps the cluster's token
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(RecipelabError, RuntimeError):
     """Ray is not installed or the cluster cannot be reached; the message says what to do."""
 
 

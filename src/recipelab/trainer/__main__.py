@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text, is_disk_full
 from recipelab.trainer.spec import EXIT_BAD_SPEC, EXIT_DISK_FULL, LOG_FILE, TrialResult, TrialSpec
 
@@ -34,7 +35,7 @@ PR_SET_PDEATHSIG = 1
 NICE_CEILING = 20  # RLIMIT_NICE needed to return from SCHED_IDLE to nice 0
 
 
-class SpecError(Exception):
+class SpecError(RecipelabError):
     """The trial spec cannot be used; nothing was run."""
 
 

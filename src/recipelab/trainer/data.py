@@ -44,6 +44,7 @@ from tokenizers import Tokenizer as HFModel
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from recipelab import environment
+from recipelab.errors import RecipelabError
 from recipelab.locking import FileLock
 from recipelab.recipe import BYTE_VOCAB
 from recipelab.trainer.spec import CorpusSpec
@@ -92,7 +93,7 @@ BIN_META = "meta.json"
 _SAFE_SPLIT = re.compile(r"(?<=\S\n)(?=\S)")
 
 
-class DataError(ValueError):
+class DataError(RecipelabError, ValueError):
     """Bad training data. The message names the problem AND the fix (what the user should do)."""
 
 

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from recipelab import __version__, environment
+from recipelab.errors import RecipelabError
 from recipelab.recipe import Precision
 from recipelab.trainer.model import LinearFactory, plain_linear
 from recipelab.trainer.spec import Provenance, code_version
@@ -30,7 +31,7 @@ from recipelab.trainer.spec import Provenance, code_version
 FP8_MIN_CAPABILITY = (8, 9)
 
 
-class UnsupportedPrecision(RuntimeError):
+class UnsupportedPrecision(RecipelabError, RuntimeError):
     """The recipe asks for a precision this machine cannot run; never train another one."""
 
 

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.trainer import checkpoint
 from recipelab.trainer.core import build_model, build_optimizer, set_learning_rate, train_step
@@ -47,7 +48,7 @@ from recipelab.trainer.telemetry import DeviceSampler
 TIMED_WARMUP_STEPS = 5
 
 
-class TrialFailure(Exception):
+class TrialFailure(RecipelabError):
     """Ends a trial early with a failure reason (raised inside the training loop)."""
 
     def __init__(self, reason: FailureReason, message: str) -> None:

@@ -45,6 +45,7 @@ from typing import Any, Literal
 import psutil
 
 from recipelab import environment
+from recipelab.errors import RecipelabError
 from recipelab.recipe import StrictModel
 
 DEFAULT_INTERVAL_S = 2.0
@@ -123,7 +124,7 @@ def counter_delta(before: int, after: int, max_range: int) -> int:
 # --- NVML ------------------------------------------------------------------------------------
 
 
-class NoVisibleGpu(Exception):
+class NoVisibleGpu(RecipelabError):
     """``CUDA_VISIBLE_DEVICES`` leaves the trial no GPU NVML can find; the message says why."""
 
 

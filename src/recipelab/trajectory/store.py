@@ -46,6 +46,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 from sqlalchemy.pool import Pool, QueuePool, StaticPool
 from sqlmodel import Session, col, select
 
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import fsync_dir
 from recipelab.redaction import redact_url
 from recipelab.trajectory.record import TrialRecord, TrialRow, utc_now
@@ -63,7 +64,7 @@ POSTGRES_HINT = "pip install 'recipelab[postgres]'"
 CONNECT_TIMEOUT_S = 10
 
 
-class StoreError(RuntimeError):
+class StoreError(RecipelabError, RuntimeError):
     """The trajectory cannot be written or read as asked; the message says what to do."""
 
 
