@@ -12,7 +12,11 @@ What it measures
     (median over rounds) and the ratio. Load averages are printed: on a shared machine only
     the ratio from one interleaved run means anything.
 
-Run it with ``.venv/bin/python bench/thread_policy.py [--trials 4] [--rounds 1] [--steps 60]``.
+Trials train in ``--precision`` (default ``auto``: what a campaign on this machine trains in,
+bf16 on a CPU with native bf16, else fp32).
+
+Run it with ``.venv/bin/python bench/thread_policy.py [--trials 4] [--rounds 1] [--steps 60]
+[--precision auto|fp32|bf16]``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import trial_process
+from recipelab.guardrails.hardware import campaign_precision, detect_device
 from recipelab.recipe import proxy_recipe
 from recipelab.trainer.spec import TrialSpec
 
@@ -37,9 +42,10 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run_way(parallel: int, threads: int, trials: int, steps: int, out: Path) -> float:
+def run_way(parallel: int, threads: int, trials: int, steps: int, out: Path,
+            precision: str = "fp32") -> float:
     """Run ``trials`` trials, ``parallel`` in flight at once; returns trials per hour."""
-    recipe = proxy_recipe("cpu").apply({"steps": steps})
+    recipe = proxy_recipe("cpu").apply({"steps": steps, "precision": precision})
     begin = time.perf_counter()
     queue = list(range(trials))
     running: list[tuple[subprocess.Popen[bytes], TrialSpec]] = []
@@ -59,10 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
     args = parser.parse_args(argv)
     cores = os.cpu_count() or 1
-    print(f"{cores} logical CPUs; {args.trials} cpu-preset trials of {args.steps} steps per "
-          f"way, {args.rounds} round(s), alternating")
+    precision = campaign_precision(args.precision, detect_device())
+    print(f"{cores} logical CPUs; {args.trials} cpu-preset trials of {args.steps} steps in "
+          f"{precision} per way, {args.rounds} round(s), alternating")
     print(f"load average before: {load_average()}")
     ways = [(1, cores), (cores, 1)]
     rates: dict[tuple[int, int], list[float]] = {way: [] for way in ways}
@@ -70,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             for parallel, threads in ways if r % 2 == 0 else ways[::-1]:
                 out = Path(tmp) / f"r{r}"
-                rate = run_way(parallel, threads, args.trials, args.steps, out)
+                rate = run_way(parallel, threads, args.trials, args.steps, out, precision)
                 rates[(parallel, threads)].append(rate)
                 print(f"  round {r + 1}: parallel {parallel} x {threads} thread(s): "
                       f"{rate:.0f} trials/h", flush=True)

@@ -10,9 +10,9 @@ What it measures
     Each size runs as two comparisons:
 
     * ``gpt2``: recipelab with the reference's own architecture expressed as a recipe
-      (``activation gelu, norm layernorm, position learned, ffn_ratio 4``, tied embeddings,
-      one key/value head per query head). The parameter counts are asserted equal, so this
-      is the like-for-like figure.
+      (``activation gelu_exact`` (the reference's erf GELU), ``norm layernorm, position
+      learned, ffn_ratio 4``, tied embeddings, one key/value head per query head). The
+      parameter counts are asserted equal, so this is the like-for-like figure.
     * ``default``: recipelab's default block (SwiGLU, RMSNorm, RoPE, GQA) at the ``tiny`` and
       ``cpu`` preset shapes, against the reference at the same depth, width, heads and
       tokens per step: what a campaign's trials actually train.
@@ -106,7 +106,7 @@ class Case:
 
 def gpt2_shape(n_layer: int, d_model: int, n_head: int) -> Shape:
     return Shape(n_layer=n_layer, d_model=d_model, n_head=n_head, n_kv_head=n_head,
-                 head_dim=d_model // n_head, ffn_ratio=4.0, activation="gelu",
+                 head_dim=d_model // n_head, ffn_ratio=4.0, activation="gelu_exact",
                  norm="layernorm", position="learned", tie_embeddings=True)
 
 
