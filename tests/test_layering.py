@@ -73,3 +73,19 @@ def test_the_packages_import_each_other_without_a_cycle() -> None:
         list(TopologicalSorter(graph).static_order())
     except CycleError as error:
         raise AssertionError(f"an import cycle between packages: {error.args[1]}") from None
+
+
+def documented_layers() -> dict[str, int]:
+    """The layer table of docs/architecture.md: ``| `module` | layer | job |`` rows."""
+    table = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text()
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| `")]
+    return {cells[1].strip().strip("`"): int(cells[2]) for cells in rows}
+
+
+def test_the_architecture_page_lists_every_package_and_module_with_its_layer() -> None:
+    modules = {path.stem if path.is_file() else path.name for path in PACKAGE.iterdir()
+               if (path.suffix == ".py" and path.stem != "__init__")
+               or (path.is_dir() and (path / "__init__.py").exists())}
+    documented = documented_layers()
+    assert set(documented) == modules
+    assert documented == {name: layer(name) for name in modules}
