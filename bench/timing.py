@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from recipelab.agent.events import EVENTS_FILE, read_events
+from recipelab.eventlog import EVENTS_FILE, read_events
 from recipelab.trajectory import TrajectoryStore
 
 

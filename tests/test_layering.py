@@ -19,7 +19,7 @@ LAYER = {"__main__": -1, "cli": 0, "agent": 1, "envelope": 1, "runner": 2, "long
          "recipe": 4}
 BASE = 5  # small shared modules with no recipelab imports of their own (units, text, fsutil...)
 # below the base modules that use them: the one redactor and the error root
-LAYER.update({"redaction": BASE + 1, "errors": BASE + 1})
+LAYER.update({"redaction": BASE + 1, "errors": BASE + 1, "environment": BASE + 1})
 FORBIDDEN_SIDEWAYS = {("proposer", "trainer")}  # the proposer never imports the trainer
 
 

@@ -17,11 +17,11 @@ from rich.table import Table
 from rich.text import Text
 
 from recipelab.agent import settings as settings_store
-from recipelab.agent.events import EVENTS_FILE, read_events, render_event
 from recipelab.agent.lock import CampaignLock, CampaignLocked
 from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
 from recipelab.agent.status import campaign_status, latest_window
 from recipelab.errors import RecipelabError
+from recipelab.eventlog import EVENTS_FILE, read_events, render_event
 from recipelab.fsutil import is_disk_full
 from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, proxy_recipe
 from recipelab.text import edit_text
@@ -194,7 +194,7 @@ def envelope(
     """Sweep batch x sequence x precision: throughput, step time, peak memory, plateau, and
     the fitted memory line the guardrail then uses."""
     from recipelab import envelope as env
-    from recipelab.agent.events import campaign_logger
+    from recipelab.eventlog import campaign_logger
     from recipelab.guardrails.hardware import resolve_device
     from recipelab.recipe import get_target
     from recipelab.runner import LocalExecutor
@@ -610,7 +610,7 @@ def stress(
 
 def log_preflight(settings: CampaignSettings, directory: Path, report: Preflight) -> None:
     """Record the preflight in ``events.jsonl`` (the console already showed its table)."""
-    from recipelab.agent.events import campaign_logger
+    from recipelab.eventlog import campaign_logger
 
     log, sink = campaign_logger(settings.name, directory, Console(file=io.StringIO()))
     try:

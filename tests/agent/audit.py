@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipelab.agent.events import EVENTS_FILE, read_events
+from recipelab.eventlog import EVENTS_FILE, read_events
 from recipelab.trajectory import TrajectoryStore
 
 TRAINED = ("complete", "failed")

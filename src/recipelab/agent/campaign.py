@@ -29,7 +29,6 @@ from rich.console import Console
 
 from recipelab.agent.deadline import Deadline
 from recipelab.agent.display import CampaignProgress
-from recipelab.agent.events import campaign_logger
 from recipelab.agent.failures import FailureStreak
 from recipelab.agent.lock import CampaignLock
 from recipelab.agent.machine import resolve_auto
@@ -42,6 +41,7 @@ from recipelab.agent.seeds import baseline_proposals, noise_marks, rerun_proposa
 from recipelab.agent.settings import CampaignSettings, SettingsError
 from recipelab.agent.signals import StopRequests
 from recipelab.agent.trials import TRIALS_DIR, GuardrailMemory, TrialBook
+from recipelab.eventlog import campaign_logger
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, judge
 from recipelab.guardrails.hardware import resolve_device, supported_precisions
 from recipelab.guardrails.memory_fit import MemoryModel

@@ -8,9 +8,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from recipelab.agent.events import EVENTS_FILE, read_events
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import split_text
+from recipelab.eventlog import EVENTS_FILE, read_events
 from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.trajectory.ledger import Ledger, Winner
 from recipelab.trajectory.noise import NoiseFloor

@@ -41,14 +41,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal, TextIO
 
-import structlog
 import torch
 from pydantic import Field
+from rich.console import Console
 from safetensors.torch import save_model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from recipelab.errors import RecipelabError
+from recipelab.eventlog import JsonlSink, event_logger
 from recipelab.fsutil import atomic_write_text
 from recipelab.locking import FileLock, LockHeld
 from recipelab.longrun.budget import (
@@ -158,30 +159,23 @@ class PretrainResult:
 
 
 class Events:
-    """structlog JSON lines in ``events.jsonl`` (rank 0), one readable line on stderr."""
+    """The run's events through the one event pipeline (:mod:`recipelab.eventlog`: secrets
+    redacted, JSON lines in ``events.jsonl``, a readable line on the console); rank 0 only."""
 
     def __init__(self, path: Path | None, campaign: str, run: str, console: TextIO) -> None:
-        self._file = path.open("a", encoding="utf-8") if path is not None else None
-        self.console = console
-        self.log = structlog.wrap_logger(
-            structlog.WriteLogger(self._file) if self._file else structlog.ReturnLogger(),
-            processors=[structlog.processors.add_log_level,
-                        structlog.processors.TimeStamper(fmt="iso", utc=True),
-                        structlog.processors.JSONRenderer()],
-        ).bind(campaign=campaign, run=run)
+        self.log: Any = None
+        self._sink: JsonlSink | None = None
+        if path is not None:
+            self.log, self._sink = event_logger(path, Console(file=console), campaign=campaign,
+                                                run=run)
 
     def emit(self, event: str, level: str = "info", **fields: Any) -> None:
-        if self._file is None:
-            return
-        getattr(self.log, level)(event, **fields)
-        self._file.flush()
-        shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in fields.items())
-        print(f"[{level}] {event} {shown}", file=self.console, flush=True)
+        if self.log is not None:
+            getattr(self.log, level)(event, **fields)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        if self._sink is not None:
+            self._sink.close()
 
 
 class RunLocked(RecipelabError, ValueError):

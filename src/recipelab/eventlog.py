@@ -1,7 +1,9 @@
-"""Structured campaign events: JSON lines in ``events.jsonl`` and readable console lines.
+"""Structured events, one pipeline for the campaign and the long run: JSON lines in
+``events.jsonl`` and readable console lines.
 
-Every event carries ``campaign`` and, where there is one, ``trial_id``. Secrets (API keys
-taken from the environment) are scrubbed from every value before anything is written.
+Every event carries ``campaign`` and, where there is one, ``trial_id`` (a long run: ``run``).
+Secrets (API keys taken from the environment, URL credentials) are scrubbed from every value
+before anything is written.
 """
 
 from __future__ import annotations
@@ -61,22 +63,31 @@ def console_renderer(colors: bool) -> structlog.dev.ConsoleRenderer:
                                          exception_formatter=structlog.dev.plain_traceback)
 
 
-def campaign_logger(campaign: str, directory: Path,
-                    console: Console | None = None) -> tuple[Any, JsonlSink]:
-    """A bound logger for one campaign, and the sink to close when the campaign ends."""
+def event_logger(path: Path | None, console: Console | None = None,
+                 **bound: Any) -> tuple[Any, JsonlSink | None]:
+    """A logger bound to ``bound`` (``campaign=...``), writing ``path`` (none: the console
+    only), and the sink to close at the end."""
     console = console or Console(stderr=True)
-    sink = JsonlSink(directory / EVENTS_FILE)
+    sink = JsonlSink(path) if path is not None else None
     logger = structlog.wrap_logger(
         ConsoleLogger(console),
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             redact_secrets,
-            sink,
+            *([sink] if sink is not None else []),
             console_renderer(colors=console.is_terminal),
         ],
     )
-    return logger.bind(campaign=campaign), sink
+    return logger.bind(**bound), sink
+
+
+def campaign_logger(campaign: str, directory: Path,
+                    console: Console | None = None) -> tuple[Any, JsonlSink]:
+    """A bound logger for one campaign, and the sink to close when the campaign ends."""
+    logger, sink = event_logger(directory / EVENTS_FILE, console, campaign=campaign)
+    assert sink is not None
+    return logger, sink
 
 
 def read_events(path: Path, follow: bool = False,
