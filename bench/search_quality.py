@@ -1,7 +1,8 @@
 """Search quality: the best val_bpb each proposer reaches after N trained trials.
 
-TPE, CMA-ES, random search and the hybrid (the classical TPE sampler with an LLM taking a
-share of the trials, the LLM shown the sampler's state) search the default space of a preset
+TPE, CMA-ES, random search, the hybrid (the classical TPE sampler with an LLM steering a
+share of its turns: the sampler draws four candidates with its state, the LLM picks one and
+may change up to three knobs) and ``llm`` (the LLM steering every turn) search the default space of a preset
 at equal trials, each with ``--seeds`` sampler seeds. Every trial trains with the same
 training seed, so a difference between two trials is the recipe's (common random numbers).
 Each search starts from the baseline's own result; guardrail rejections cost no trial, up to
@@ -14,7 +15,7 @@ The hybrid needs an OpenAI-compatible endpoint: ``--llm-base-url`` (or
 left out and the table says so. Trials run in this process, one thread, one after another.
 
     python bench/search_quality.py [--preset cpu] [--trials 16] [--seeds 3]
-        [--proposers tpe,cmaes,random,hybrid] [--llm-base-url URL]
+        [--proposers tpe,cmaes,random,hybrid,llm] [--llm-base-url URL]
         [--llm-structured-output json_object] [--searchable shape.norm]
 """
 
@@ -54,6 +55,7 @@ from recipelab.trainer.spec import CorpusSpec, TrialSpec
 CHECKS = ("ranges", "stability", "divisibility", "shape_invariants", "param_budget",
           "duplicate", "hardware")
 BOOTSTRAP_SAMPLES = 2_000
+LLM_PROPOSERS = ("hybrid", "llm")
 
 
 def train(recipe: Recipe, corpus: CorpusSpec, trial_id: str) -> Observation:
@@ -113,14 +115,16 @@ def make_proposer(name: str, baseline: Recipe, space: SearchSpace, seed: int,
                   target_description: str, llm_base_url: str | None,
                   structured_output: StructuredOutput = "auto") -> Proposer:
     classical = ClassicalProposer(baseline, BASELINE_PROPOSER, space,
-                                  sampler="tpe" if name == "hybrid" else name,  # type: ignore[arg-type]
+                                  sampler="tpe" if name in LLM_PROPOSERS else name,  # type: ignore[arg-type]
                                   seed=seed)
-    if name != "hybrid":
+    if name not in LLM_PROPOSERS:
         return classical
     assert llm_base_url is not None
     llm = LLMProposer(LLMConfig(base_url=llm_base_url, structured_output=structured_output),
                       baseline, BASELINE_PROPOSER, space,
-                      target_description)
+                      target_description, sampler=classical)
+    if name == "llm":  # as the campaign's --proposer llm: every turn steered, no pause
+        return HybridProposer(classical, llm, llm_share=1.0, retry_after=0)
     return HybridProposer(classical, llm, llm_share=0.3)
 
 
@@ -156,7 +160,7 @@ def main() -> None:
     for column in ("proposer", "mean", "95% interval", "per seed", "LLM's trials"):
         table.add_column(column)
     for name in args.proposers.split(","):
-        if name == "hybrid" and not args.llm_base_url:
+        if name in LLM_PROPOSERS and not args.llm_base_url:
             table.add_row(name, "-", "-", "no LLM endpoint (--llm-base-url)", "-")
             continue
         bests, llm_trials = [], 0
@@ -174,7 +178,8 @@ def main() -> None:
         low, high = interval(bests)
         table.add_row(name, f"{statistics.fmean(bests):.4f}", f"[{low:.4f}, {high:.4f}]",
                       ", ".join(f"{b:.4f}" for b in bests),
-                      f"{llm_trials} of {args.seeds * (args.trials - 1)}" if name == "hybrid" else "-")
+                      f"{llm_trials} of {args.seeds * (args.trials - 1)}" if name in LLM_PROPOSERS
+                      else "-")
     console.print(table)
 
 

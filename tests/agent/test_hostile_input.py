@@ -39,6 +39,7 @@ from tests.proposer.fake_openai import (
     FakeOpenAI,
     error,
     good,
+    steered,
     text,
 )
 
@@ -194,11 +195,13 @@ def hostile_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSpe
     server = FakeOpenAI().start()
     server.script(
         good({"optimizer.lr": 0.003}, hypothesis=HOSTILE),  # the preflight's one proposal
-        good({"optimizer.lr": 0.004}, hypothesis=HOSTILE),
-        text(json.dumps({"edit": {"schedule.kind": "../../outside",
-                                  "optimizer.lr": "__import__('os')"}, "hypothesis": HOSTILE})),
+        # The campaign's LLM steers the sampler: it answers with a pick and changes.
+        steered(pick=1, changes=[], hypothesis=HOSTILE),
+        text(json.dumps({"pick": 1, "changes": [
+            {"knob": "schedule.kind", "value": "../../outside"},
+            {"knob": "optimizer.lr", "value": "__import__('os')"}], "hypothesis": HOSTILE})),
         error(401, f"invalid key {AUTHORIZATION}"),
-        good({"optimizer.lr": 0.002, "schedule.kind": "linear"}, hypothesis=HOSTILE),
+        steered(pick=1, changes=[], hypothesis=HOSTILE),
     )
     root = tmp_path_factory.mktemp("hostile")
     env = {**os.environ, "RECIPELAB_LLM_API_KEY": SECRET, "COLUMNS": "200",
@@ -224,7 +227,8 @@ def test_hostile_text_is_stored_verbatim_as_data_and_touches_nothing_else(
     from_model = [r for r in read_jsonl(directory / "trajectory.jsonl")
                   if r["proposer"].startswith("llm:")]
     assert from_model
-    expected = HOSTILE.replace(AUTHORIZATION, "Bearer [redacted]")
+    expected = "picked TPE candidate 1 of 4: " + HOSTILE.replace(AUTHORIZATION,
+                                                                   "Bearer [redacted]")
     assert all(r["hypothesis"] == expected for r in from_model)
     with sqlite3.connect(directory / "trajectory.sqlite") as db:
         stored = {row[0] for row in db.execute("SELECT hypothesis FROM trials WHERE proposer LIKE 'llm:%'")}
@@ -250,7 +254,8 @@ def test_a_campaign_against_a_server_answering_pages_and_broken_completions_comp
     unreadable = [NOT_A_COMPLETION[kind] for kind in
                   ("html page", "json without choices", "choice without message")]
     server = FakeOpenAI().start()
-    server.script(*unreadable, good({"optimizer.lr": 0.004}), *unreadable)
+    server.script(*unreadable, steered(changes=[{"knob": "optimizer.lr", "value": 0.004}]),
+                  *unreadable)
     server.default = NOT_A_COMPLETION["html page"]
     settings = CampaignSettings(
         name="pages", preset="tiny", corpus=corpus, iterations=5, noise_seeds=1, promote=0,

@@ -61,6 +61,17 @@ def good(edit: dict[str, Any] | None = None, hypothesis: str = GOOD_HYPOTHESIS,
                                      "hypothesis": hypothesis}), delay_s=delay_s)
 
 
+GOOD_CHANGES: list[dict[str, Any]] = [{"knob": "optimizer.lr", "value": 0.0042}]
+
+
+def steered(pick: int = 1, changes: list[dict[str, Any]] | None = None,
+            hypothesis: str = GOOD_HYPOTHESIS) -> Reply:
+    """A valid steering reply: candidate ``pick`` with ``changes`` (by default the lr)."""
+    return Reply(content=json.dumps({"pick": pick,
+                                     "changes": GOOD_CHANGES if changes is None else changes,
+                                     "hypothesis": hypothesis}))
+
+
 def text(content: str) -> Reply:
     """An assistant message with exactly ``content``."""
     return Reply(content=content)

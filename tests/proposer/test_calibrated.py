@@ -115,6 +115,7 @@ def test_a_campaign_hands_its_calibration_to_both_halves_of_the_hybrid(tmp_path:
     assert isinstance(campaign.proposer, HybridProposer)
     llm, classical = campaign.proposer.llm, campaign.proposer.classical
     assert isinstance(llm, LLMProposer) and isinstance(classical, ClassicalProposer)
+    assert llm.sampler is classical, "the LLM steers the campaign's own sampler"
     assert llm.calibration is not None and llm.calibration == campaign.priors.summary
     assert "Best prior edits" in llm.calibration
     assert len(classical.priors) == 6

@@ -208,7 +208,7 @@ def test_the_decay_fraction_is_proposed_only_with_the_wsd_schedule(sampler: str)
             assert "schedule.decay_fraction" not in proposal.edit
     # The sampler itself never draws the fraction without wsd, so no study models a value
     # that changed nothing.
-    points, _ = make(sampler, seed=3)._sample(history, 12)
+    points = make(sampler, seed=3).suggest(history, 12, with_state=False).points
     assert all(("schedule.decay_fraction" in point) == (point["schedule.kind"] == "wsd")
                for point in points)
 

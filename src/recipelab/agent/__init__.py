@@ -15,16 +15,27 @@ never pull in torch.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
 
-_EXPORTS = {"Campaign": "campaign", "CampaignSettings": "settings",
-            "run_preflight": "preflight", "campaign_status": "status"}
-
-__all__ = sorted(_EXPORTS)
+__all__ = ["Campaign", "CampaignSettings", "campaign_status", "run_preflight"]
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    """The entry points, imported on first use."""
+    if name == "Campaign":
+        from recipelab.agent.campaign import Campaign
+
+        return Campaign
+    if name == "CampaignSettings":
+        from recipelab.agent.settings import CampaignSettings
+
+        return CampaignSettings
+    if name == "run_preflight":
+        from recipelab.agent.preflight import run_preflight
+
+        return run_preflight
+    if name == "campaign_status":
+        from recipelab.agent.status import campaign_status
+
+        return campaign_status
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -55,8 +55,9 @@ def build_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSp
     overrides = {key: value for key, value in {
         "base_url": settings.llm_base_url, "model": settings.llm_model,
         "structured_output": settings.llm_structured_output}.items() if value is not None}
+    # The LLM steers the campaign's sampler: it picks among its candidates and adjusts one.
     llm = LLMProposer(LLMConfig.from_env(**overrides), baseline, None, space,
-                      f"{target.name}: {target.description}", calibration)
+                      f"{target.name}: {target.description}", calibration, sampler=classical)
     # "llm" is the hybrid with every turn the LLM's: when the endpoint fails, that iteration
     # still falls back to the classical proposer, so a failing LLM never stops a campaign.
     if name == "llm":

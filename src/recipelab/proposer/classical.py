@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -30,6 +31,7 @@ from optuna.samplers import BaseSampler, CmaEsSampler, RandomSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from recipelab.proposer.base import Observation, Proposal, Proposer
+from recipelab.proposer.sampler_state import SamplerState, sampler_state
 from recipelab.proposer.space import SearchSpace
 from recipelab.recipe import Recipe, upgrade_knobs
 
@@ -77,6 +79,17 @@ def hypothesis_line(label: str, edit: dict[str, Any], parent: dict[str, Any],
         if len(line) <= HYPOTHESIS_CHARS:
             return line
     return f"{label}: {len(changes)} knobs changed; {rationale}"[:HYPOTHESIS_CHARS]
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """What one call of the sampler gives: candidates, the points of the space they lie at
+    (in the same order), and the sampler's state when it was asked for and readable."""
+
+    sampler: str  # the sampler's label, e.g. "TPE"
+    points: list[dict[str, Any]]
+    proposals: list[Proposal]
+    state: SamplerState | None
 
 
 def _suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:
@@ -136,7 +149,26 @@ class ClassicalProposer(Proposer):
 
     def propose(self, history: list[Observation], n: int) -> list[Proposal]:
         """Up to ``n`` distinct proposals; fewer only if the sampler keeps repeating points."""
-        points, n_complete = self._sample(history, n)
+        return self.suggest(history, n, with_state=False).proposals
+
+    def suggest(self, history: list[Observation], n: int, *,
+                with_state: bool = True) -> Suggestion:
+        """Up to ``n`` candidates as :meth:`propose` makes them, with the points of the space
+        they lie at and, when ``with_state``, what the sampler believes (its
+        :class:`~recipelab.proposer.sampler_state.SamplerState`, or None when it has none to
+        show or Optuna's internals moved). The candidates are exactly :meth:`propose`'s:
+        the state is read after they are drawn, so reading it never changes a proposal.
+        """
+        with warnings.catch_warnings():
+            # Optuna flags warm-started CMA-ES and TPE's group decomposition as experimental
+            # on every call; both are deliberate (see the class docstring), so it is noise.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study, sampler, n_complete = self._study(history)
+            points = self._sample_from(study, n)
+            state = None
+            if with_state:
+                importance, _ = knob_importance(self.space, self.baseline, history)
+                state = sampler_state(study, sampler, self.space, importance)
         parent = self.baseline.knobs()
         rationale = self._rationale(n_complete)
         if self.priors:
@@ -149,38 +181,39 @@ class ClassicalProposer(Proposer):
                 self.baseline, self.baseline_id, edit,
                 hypothesis_line(label, edit, parent, rationale), self.proposer_name,
             ))
-        return proposals
+        return Suggestion(label, points, proposals, state)
 
-    def _sample(self, history: list[Observation], n: int) -> tuple[list[dict[str, Any]], int]:
-        """Up to ``n`` distinct points other than the baseline's, and the complete trials seen.
-
-        A point the sampler repeats (the baseline, or one already asked in this call) is
-        asked again, within a bound, since proposing it twice would waste a trial.
-        """
-        with warnings.catch_warnings():
-            # Optuna flags warm-started CMA-ES and TPE's group decomposition as experimental
-            # on every call; both are deliberate (see the class docstring), so it is noise.
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return self._sample_quietly(history, n)
-
-    def _sample_quietly(self, history: list[Observation],
-                        n: int) -> tuple[list[dict[str, Any]], int]:
+    def trials(self, history: Sequence[Observation]) -> list[FrozenTrial]:
+        """The trials the sampler is told on every call: the priors (scaled by this
+        campaign's baseline), then each observation it can place in the space, with the
+        values actually trained, whoever proposed them (an LLM's pick included)."""
         distributions = self.space.distributions()
         trials = [trial for obs in history
                   if (trial := self._as_trial(obs, distributions)) is not None]
         scale = self._baseline_scale(trials)
-        trials = [trial for obs in self.priors
-                  if (trial := self._as_trial(obs, distributions, scale)) is not None] + trials
-        complete = [trial for trial in trials if trial.state == TrialState.COMPLETE]
-        study = optuna.create_study(
-            direction="minimize",
-            sampler=self._make_sampler(history_seed(self.seed, len(history)), complete),
-        )
-        study.add_trials(trials)
+        return [trial for obs in self.priors
+                if (trial := self._as_trial(obs, distributions, scale)) is not None] + trials
 
+    def _study(self, history: list[Observation]) -> tuple[optuna.Study, BaseSampler, int]:
+        """A fresh study told every trial of :meth:`trials`, its sampler, and how many of
+        those trials are complete."""
+        trials = self.trials(history)
+        complete = [trial for trial in trials if trial.state == TrialState.COMPLETE]
+        sampler = self._make_sampler(history_seed(self.seed, len(history)), complete)
+        study = optuna.create_study(direction="minimize", sampler=sampler)
+        study.add_trials(trials)
+        return study, sampler, len(complete)
+
+    def _sample_from(self, study: optuna.Study, n: int) -> list[dict[str, Any]]:
+        """Up to ``n`` distinct points other than the baseline's and those in flight.
+
+        A point the sampler repeats (the baseline, or one already asked in this call) is
+        asked again, within a bound, since proposing it twice would waste a trial.
+        """
         baseline = self.baseline.knobs()
         seen = {self._key(self.space.point_of(baseline, baseline))}
-        seen |= {self._key(trial.params) for trial in trials if trial.state == TrialState.RUNNING}
+        seen |= {self._key(trial.params) for trial in study.get_trials(deepcopy=False)
+                 if trial.state == TrialState.RUNNING}
         points: list[dict[str, Any]] = []
         for _ in range(n * ASKS_PER_PROPOSAL):
             if len(points) == n:
@@ -190,7 +223,7 @@ class ClassicalProposer(Proposer):
             if key not in seen:
                 seen.add(key)
                 points.append(point)
-        return points, len(complete)
+        return points
 
     def _ask(self, study: optuna.Study, parent: dict[str, Any]) -> dict[str, Any]:
         """One point, define-by-run: each knob in declaration order, if active by then."""

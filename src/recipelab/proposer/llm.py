@@ -62,15 +62,26 @@ from tenacity import (
 from recipelab import environment
 from recipelab.errors import RecipelabError
 from recipelab.proposer.base import Observation, Proposal, Proposer
+from recipelab.proposer.classical import ClassicalProposer, Suggestion
 from recipelab.proposer.prompt import (
     HYPOTHESIS_CHARS,
     PROMPT_BUDGET_CHARS,
     Message,
     best_complete,
     build_messages,
+    build_steer_messages,
 )
 from recipelab.proposer.space import Knob, SearchSpace
-from recipelab.recipe import BASELINE_PROPOSER, Recipe
+from recipelab.proposer.steer import (
+    DEFAULT_CANDIDATES,
+    MAX_CHANGES,
+    STEER_ARTIFACT,
+    Change,
+    apply_changes,
+    steer_line,
+    steer_model,
+)
+from recipelab.recipe import BASELINE_PROPOSER, Recipe, flatten
 from recipelab.redaction import MIN_SECRET_CHARS, redact_text, redact_url, url_secrets
 from recipelab.text import clip
 
@@ -587,7 +598,16 @@ class _Exchange:
 
 
 class LLMProposer(Proposer):
-    """Proposes one edit per call of the model, parented on the best complete trial.
+    """Proposes one edit per call of the model, parented on the best complete trial; or,
+    given a ``sampler``, steers it: the sampler draws ``candidates`` points with its state,
+    the model picks one and may change up to three of its knobs.
+
+    A steered proposal is the sampler's candidate (with the model's changes) as an edit of
+    the baseline, like the sampler's own, and carries ``steer.json``: the candidates, the
+    pick, each change (asked, used, and the value it replaced), the state shown and the
+    model's hypothesis. Its trial, once trained, is told to the sampler on its next call
+    with the values actually trained (:meth:`ClassicalProposer.trials`), so a steering turn
+    is a trial the sampler learns from like its own.
 
     Each proposal carries ``llm_exchange.json``: the exact messages sent, every raw reply,
     the structured-output mode used and the number of requests. A reply that is not valid
@@ -603,8 +623,14 @@ class LLMProposer(Proposer):
 
     def __init__(self, config: LLMConfig, baseline: Recipe, baseline_id: str | None,
                  space: SearchSpace, target_description: str,
-                 calibration: str | None = None) -> None:
+                 calibration: str | None = None, sampler: ClassicalProposer | None = None,
+                 candidates: int = DEFAULT_CANDIDATES) -> None:
         space.check_fits(baseline)
+        if candidates < 1:
+            raise ValueError(f"candidates must be at least 1 (the sampler's points the model "
+                             f"picks from), got {candidates}")
+        self.sampler = sampler
+        self.candidates = candidates
         self.config = config
         self.baseline = baseline
         self.baseline_id = baseline_id
@@ -709,6 +735,8 @@ class LLMProposer(Proposer):
         return None
 
     def _propose_one(self, history: list[Observation]) -> Proposal:
+        if self.sampler is not None:
+            return self._steer_one(history, self.sampler)
         with self._call_lock:
             model = self._endpoint.model()
             parent_id, parent = self._parent(history)
@@ -724,7 +752,18 @@ class LLMProposer(Proposer):
         return dataclasses.replace(proposal, artifacts={EXCHANGE_ARTIFACT: artifact})
 
     def _propose_batch(self, history: list[Observation], n: int) -> list[Proposal]:
-        """Up to ``n`` proposals from one call, for trials that will run side by side."""
+        """Up to ``n`` proposals from one call, for trials that will run side by side.
+
+        Steering asks once per proposal, each told the earlier picks as trials in flight,
+        so the sampler's constant liar spreads the next candidates away from them."""
+        if self.sampler is not None:
+            proposals: list[Proposal] = []
+            for index in range(n):
+                pending = [Observation(trial_id=f"pending-{index}-{i}", status="running",
+                                       knobs=flatten(p.candidate), proposer=p.proposer)
+                           for i, p in enumerate(proposals)]
+                proposals.append(self._steer_one([*history, *pending], self.sampler))
+            return proposals
         reply_model = batch_model(self._reply_model, n)
         schema = decoding_schema(reply_model.model_json_schema())
         with self._call_lock:
@@ -744,6 +783,56 @@ class LLMProposer(Proposer):
                                clip(self._endpoint.redact(hypothesis), HYPOTHESIS_CHARS),
                                f"llm:{model}"),
             artifacts={EXCHANGE_ARTIFACT: artifact}) for edit, hypothesis in edits]
+
+    def _steer_one(self, history: list[Observation], sampler: ClassicalProposer) -> Proposal:
+        """One steering turn: the sampler's candidates and state, the model's pick."""
+        with self._call_lock:
+            model = self._endpoint.model()
+            suggestion = sampler.suggest(history, self.candidates)
+            if not suggestion.points:
+                raise self._endpoint.unavailable(
+                    "the sampler proposed no candidate to pick from (it kept repeating "
+                    "points already tried); the classical proposer takes the turn")
+            reply_model = steer_model(self.space, len(suggestion.points), Hypothesis)
+            schema = decoding_schema(reply_model.model_json_schema())
+            messages = build_steer_messages(
+                self.target_description, self.space, self.baseline, history,
+                suggestion.sampler, [p.edit for p in suggestion.proposals], suggestion.state,
+                self.calibration, max_changes=MAX_CHANGES,
+                budget_chars=self.config.prompt_budget_chars)
+            exchange = _Exchange(model, messages)
+            base = self.baseline.knobs()
+            pick, point, changes, hypothesis = self._ask(
+                base, exchange, schema=schema,
+                validate=lambda reply, parent: self._validated_steer(
+                    reply, parent, reply_model, suggestion))
+        hypothesis = clip(self._endpoint.redact(hypothesis), HYPOTHESIS_CHARS)
+        edit = self.space.resolve(point, base)
+        line = clip(steer_line(suggestion.sampler, pick, len(suggestion.points), changes,
+                               hypothesis), HYPOTHESIS_CHARS)
+        proposal = Proposal.from_edit(self.baseline, self.baseline_id, edit, line,
+                                      f"llm:{model}")
+        record = self._endpoint.redact(json.dumps({
+            "sampler": suggestion.sampler,
+            "candidates": [p.edit for p in suggestion.proposals],
+            "pick": pick,
+            "changes": [dataclasses.asdict(change) for change in changes],
+            "state": suggestion.state.data if suggestion.state else None,
+            "state_shown": list(suggestion.state.lines) if suggestion.state else [],
+            "hypothesis": hypothesis,
+        }, indent=2, ensure_ascii=False, default=str))
+        return dataclasses.replace(proposal, artifacts={
+            EXCHANGE_ARTIFACT: self._endpoint.redact(exchange.to_json()), STEER_ARTIFACT: record})
+
+    def _validated_steer(self, reply: str, parent: dict[str, Any], reply_model: type[BaseModel],
+                         suggestion: Suggestion) -> tuple[int, dict[str, Any], list[Change], str]:
+        """The pick, the point it makes with the changes applied, the changes as made and
+        the hypothesis; ValueError (quoted back to the model) when the reply cannot be used."""
+        data = reply_model.model_validate_json(extract_json_object(reply)).model_dump()
+        pick: int = data["pick"]
+        point, changes = apply_changes(self.space, suggestion.points[pick], parent,
+                                       data["changes"])
+        return pick, point, changes, data["hypothesis"]
 
     def _parent(self, history: list[Observation]) -> tuple[str | None, Recipe]:
         """The best complete trial and its recipe, else the baseline."""

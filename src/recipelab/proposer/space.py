@@ -38,7 +38,7 @@ TOKEN_SPLITTERS = ("seq_len", "grad_accum")
 """Knobs that move at constant tokens per step: changing them rescales ``batch_size``."""
 
 
-def _same_choice(value: Any, choice: Any) -> bool:
+def same_choice(value: Any, choice: Any) -> bool:
     """Equality that keeps booleans apart from numbers (``True == 1`` in Python)."""
     return isinstance(value, bool) == isinstance(choice, bool) and bool(value == choice)
 
@@ -101,7 +101,7 @@ class Knob:
     def contains(self, value: Any) -> bool:
         """Whether ``value`` is a point of this knob (right type, inside the range)."""
         if self.choices is not None:
-            return any(_same_choice(value, choice) for choice in self.choices)
+            return any(same_choice(value, choice) for choice in self.choices)
         assert self.low is not None and self.high is not None  # checked in __post_init__
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
@@ -114,7 +114,7 @@ class Knob:
         if self.condition is None:
             return True
         knob, allowed = self.condition
-        return any(_same_choice(values.get(knob), choice) for choice in allowed)
+        return any(same_choice(values.get(knob), choice) for choice in allowed)
 
     def range_text(self) -> str:
         """``one of 'a', 'b'`` or ``float in [0.001, 0.1], log scale``."""

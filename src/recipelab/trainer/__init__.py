@@ -16,17 +16,44 @@ The names are loaded on first use: a spec or a result is read without importing 
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
 
-_EXPORTS = {"run_trial": "loop", "TrialSpec": "spec", "TrialResult": "spec",
-            "load_dataset": "data", "bits_per_byte": "evaluate", "build_model": "core",
-            "build_optimizer": "core", "train_step": "core"}
-
-__all__ = sorted(_EXPORTS)
+__all__ = ["TrialResult", "TrialSpec", "bits_per_byte", "build_model", "build_optimizer",
+           "load_dataset", "run_trial", "train_step"]
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    """The entry points, imported on first use."""
+    if name == "run_trial":
+        from recipelab.trainer.loop import run_trial
+
+        return run_trial
+    if name == "TrialSpec":
+        from recipelab.trainer.spec import TrialSpec
+
+        return TrialSpec
+    if name == "TrialResult":
+        from recipelab.trainer.spec import TrialResult
+
+        return TrialResult
+    if name == "load_dataset":
+        from recipelab.trainer.data import load_dataset
+
+        return load_dataset
+    if name == "bits_per_byte":
+        from recipelab.trainer.evaluate import bits_per_byte
+
+        return bits_per_byte
+    if name == "build_model":
+        from recipelab.trainer.core import build_model
+
+        return build_model
+    if name == "build_optimizer":
+        from recipelab.trainer.core import build_optimizer
+
+        return build_optimizer
+    if name == "train_step":
+        from recipelab.trainer.core import train_step
+
+        return train_step
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
