@@ -495,6 +495,10 @@ def run(
         "--horizon-rule/--no-horizon-rule",
         help="stress-run at the learning rate the horizon rule fitted from the proxies and the "
         "rung gives (default on; without a fit the rate is the proxy's)")] = None,
+    attribution: Annotated[bool | None, typer.Option(
+        "--attribution/--no-attribution",
+        help="after the winner is named, measure which groups of its edit carry the gain and "
+        "recommend the minimal winning edit (default on)")] = None,
     proposer: Annotated[str | None, typer.Option(
         help="classical, llm or hybrid (default: hybrid when an LLM is configured)")] = None,
     llm_base_url: Annotated[str | None, typer.Option(
