@@ -22,8 +22,16 @@ from recipelab.agent.lock import CampaignLock, CampaignLocked
 from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
 from recipelab.agent.status import campaign_status, latest_window
 from recipelab.fsutil import is_disk_full
-from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
-from recipelab.text import edit_text
+from recipelab.recipe import (
+    BASELINE_PROPOSER,
+    PROXY_PRESETS,
+    TARGETS,
+    ProxyBudgetError,
+    Recipe,
+    flatten,
+    proxy_recipe,
+)
+from recipelab.text import compact_edit
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory import StoreError, TrajectoryStore
 from recipelab.trajectory.record import TrialRecord
@@ -705,11 +713,12 @@ def status(campaign: Annotated[str, typer.Argument(help="campaign name or direct
     for line in (view.noise_line(), view.winner_line()):
         if line:
             console.print(line, soft_wrap=True)
+    base = next((flatten(r.recipe) for r in records if r.proposer == BASELINE_PROPOSER), {})
     for column in ("trial", "val_bpb", "vs baseline", "proposer", "edit", "stress"):
         table.add_column(column)
     for row in view.best:
         table.add_row(row.trial_id, f"{row.val_bpb:.4f}", view.marks.get(row.trial_id, ""),
-                      row.proposer, edit_text(row.edit, short_names=True),
+                      row.proposer, compact_edit(row.edit, base),
                       view.stress_verdicts.get(row.trial_id, ""))
     console.print(table)
 
