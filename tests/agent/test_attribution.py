@@ -10,6 +10,7 @@ intervals have a width, as with a real trainer.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -143,3 +144,34 @@ def test_out_of_time_it_says_it_skipped_attribution(
     skipped = events(tmp_path, "attribution_skipped")
     assert skipped and skipped[-1]["reason"].startswith("out of time")
     assert not of_kind(tmp_path, RESULT_KIND)
+
+
+def test_a_real_tiny_campaign_ends_with_attribution_json(
+        tiny_settings: CampaignSettings, tmp_path: Path) -> None:
+    """The real trainer, in subprocesses: two baseline seeds, one edit of two groups (four
+    times the batch, which sees four times the text in 20 steps, and a neutral eps), its
+    stress run, then 2 seeds x 4 variants of attribution; the export writes attribution.json."""
+    from typer.testing import CliRunner
+
+    from recipelab.agent.settings import save
+    from recipelab.cli import app
+
+    settings = tiny_settings.model_copy(update={
+        "iterations": 3, "noise_seeds": 2, "attribution": True, "name": "real"})
+    save(settings, tmp_path)
+    Campaign(settings, tmp_path, proposer=ScriptedProposer(settings.baseline(), [
+        {"batch_size": 32, "optimizer.eps": 1e-10}])).run()
+    runs = of_kind(tmp_path, ATTRIBUTION_KIND)
+    assert len(runs) >= 2 * 4 and all(r["status"] == "complete" for r in runs)
+    [result] = of_kind(tmp_path, RESULT_KIND)
+    out = tmp_path / "cloud"
+    exported = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out)])
+    assert exported.exit_code == 0, exported.output
+    attribution = json.loads((out / "attribution.json").read_text())
+    assert {g["group"] for g in attribution["groups"]} == {"batch geometry", "optimizer betas"}
+    assert attribution["seeds"] == [0, 1] and attribution["steps"] == settings.stress_steps
+    for group in attribution["groups"]:
+        assert group["kept"] or group["low"] <= 0.0  # dropped only inside the interval
+    assert result["edit"] == attribution["minimal_edit"]
+    assert (tmp_path / "report" / "report.md").read_text().startswith(
+        "# recipelab report: campaign real\n\n## Why this recipe")

@@ -43,7 +43,10 @@ def _cost(group: Mapping[str, Any]) -> str:
 
 def _share(group: Mapping[str, Any]) -> str:
     share = group.get("share_of_gain")
-    return "—" if share is None else f"{share:.0%}"
+    if share is None:
+        return "—"
+    text = f"{share:.0%}"
+    return "0%" if text == "-0%" else text  # a share that rounds to nothing has no sign
 
 
 def kept_sentence(group: Mapping[str, Any], gain: float | None) -> str:
