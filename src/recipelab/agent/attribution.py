@@ -30,6 +30,7 @@ from recipelab.recipe import Recipe
 from recipelab.trajectory.attribution import (
     ATTRIBUTION_KIND,
     ATTRIBUTION_PROPOSER,
+    LEAVE_ONE_OUT_MAX_GROUPS,
     RESULT_KIND,
     Abandoned,
     Attribution,
@@ -74,7 +75,7 @@ def expected_runs(groups: int, seeds: int) -> int:
     """At most how many runs an attribution of ``groups`` groups takes: the baseline, the
     winner and each group left out, plus the minimal edit (or, greedily, one per group),
     each at every seed."""
-    extra = 1 if groups <= 4 else groups
+    extra = 1 if groups <= LEAVE_ONE_OUT_MAX_GROUPS else groups
     return seeds * (2 + groups + extra)
 
 
