@@ -52,7 +52,7 @@ def test_the_report_opens_with_why_this_recipe(attributed_campaign: Path) -> Non
 def test_without_an_attribution_it_says_what_is_missing(attributed_campaign: Path) -> None:
     records = [r for r in records_of(attributed_campaign) if r.kind != RESULT_KIND]
     text = text_of(why_this_recipe(records).blocks)
-    assert "changes 2 knob(s) from the baseline" in text and "was not measured" in text
+    assert "changes 2 knob(s) from the baseline" in text and "is unknown: no attribution has run" in text
     assert "attribution_skipped" in text
 
 
