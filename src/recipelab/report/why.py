@@ -82,9 +82,10 @@ def why_this_recipe(records: Sequence[TrialRecord]) -> Section:
     if result is None:
         return Section(TITLE, (Paragraph(
             f"The winner {winner.record.trial_id} changes {len(full)} knob(s) from the baseline "
-            f"({compact_edit(full, base)}). Which of them carry its gain is unknown: no attribution "
-            "has run for it. The attribution runs after the winner is named, when the campaign's window leaves time "
-            "for it (see the events for 'attribution_skipped'); without it, treat the whole edit "
+            f"({compact_edit(full, base)}). Which of them carry its gain is unknown: no "
+            "attribution has run for it. The attribution runs after the winner is named, when "
+            "the campaign's window leaves time for it (see the events for "
+            "'attribution_skipped'); without it, treat the whole edit "
             "as one bet."),))
     data = result_json(result)
     groups: list[dict[str, Any]] = list(data.get("groups", []))
