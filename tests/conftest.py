@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -60,3 +61,34 @@ def ray_cluster() -> Iterator[None]:
              _node_ip_address="127.0.0.1", runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def attributed_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSpec) -> Path:
+    """A finished campaign on the in-memory fake executor whose winner's edit has a real part
+    (the learning rate, 1e-2 to the fake's optimum 3e-3) and a planted neutral part
+    (``optimizer.eps``, which the fake ignores), attributed at three seeds: the records the
+    report, the export and the calibration read (see tests/agent/test_attribution.py)."""
+    from recipelab.agent.campaign import Campaign
+    from recipelab.agent.settings import CampaignSettings, save
+    from recipelab.proposer import Observation, Proposal, Proposer
+    from recipelab.runner import FakeExecutor
+
+    settings = CampaignSettings(name="attributed", preset="tiny", iterations=4, promote=1,
+                                stress_steps=30, stress_checkpoint_every=10, corpus=corpus,
+                                noise_seeds=3, rung_size=0, parallel=1, precision="fp32")
+    baseline = settings.baseline()
+
+    class Planted(Proposer):
+        name = "planted"
+
+        def propose(self, history: list[Observation], n: int) -> list[Proposal]:
+            return [Proposal.from_edit(baseline, None, {"optimizer.lr": 3e-3,
+                                                        "optimizer.eps": 1e-10},
+                                       "a better learning rate and a neutral eps", self.name)]
+
+    directory = tmp_path_factory.mktemp("attributed")
+    save(settings, directory)  # as 'recipelab run' does, for 'recipelab export DIR'
+    Campaign(settings, directory, proposer=Planted(), executor=FakeExecutor(
+        recipe_noise=0.002)).run()
+    return directory

@@ -3,7 +3,7 @@ everywhere (status, report, prompt, calibration)."""
 
 from __future__ import annotations
 
-from recipelab.text import clip, edit_json, edit_text
+from recipelab.text import clip, compact_edit, edit_json, edit_text
 
 EDIT = {"optimizer.lr": 0.003, "batch_size": 16, "shape.activation": "gelu"}
 
@@ -18,3 +18,14 @@ def test_the_llm_reads_compact_json_clipped_to_its_budget() -> None:
     assert edit_json(EDIT, 200) == '{"optimizer.lr": 0.003, "batch_size": 16, "shape.activation": "gelu"}'
     assert edit_json(EDIT, 20) == clip(edit_json(EDIT, 200), 20) and len(edit_json(EDIT, 20)) == 20
     assert edit_json({}, 200) == "(the baseline)"
+
+
+def test_a_compact_edit_shows_the_three_largest_relative_changes_then_how_many_more() -> None:
+    parent = {"optimizer.lr": 0.01, "optimizer.eps": 1e-8, "batch_size": 16,
+              "optimizer.beta2": 0.95, "precision": "fp32", "seq_len": 128}
+    edit = {"optimizer.lr": 0.011, "optimizer.eps": 1e-10, "batch_size": 64,
+            "optimizer.beta2": 0.99, "precision": "bf16", "seq_len": 64}
+    # batch 16→64 is +300%, eps 1e-8→1e-10 -99%, a new precision 100%, seq_len -50%, ...
+    assert compact_edit(edit, parent) == "batch_size=64, precision=bf16, eps=1e-10 +3 more"
+    assert compact_edit({}, parent) == "(baseline)"
+    assert compact_edit({"optimizer.lr": 0.02}, parent) == "lr=0.02"

@@ -23,8 +23,8 @@ from recipelab.agent.status import campaign_status, latest_window
 from recipelab.errors import RecipelabError
 from recipelab.eventlog import EVENTS_FILE, read_events, render_event
 from recipelab.fsutil import is_disk_full
-from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, proxy_recipe
-from recipelab.text import edit_text
+from recipelab.recipe import BASELINE_PROPOSER, PROXY_PRESETS, TARGETS, Recipe, flatten, proxy_recipe
+from recipelab.text import compact_edit
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory import StoreError, TrajectoryStore
 from recipelab.trajectory.record import TrialRecord
@@ -502,6 +502,10 @@ def run(
         "--horizon-rule/--no-horizon-rule",
         help="stress-run at the learning rate the horizon rule fitted from the proxies and the "
         "rung gives (default on; without a fit the rate is the proxy's)")] = None,
+    attribution: Annotated[bool | None, typer.Option(
+        "--attribution/--no-attribution",
+        help="after the winner is named, measure which groups of its edit carry the gain and "
+        "recommend the minimal winning edit (default on)")] = None,
     proposer: Annotated[str | None, typer.Option(
         help="classical, llm or hybrid (default: hybrid when an LLM is configured)")] = None,
     llm_base_url: Annotated[str | None, typer.Option(
@@ -707,11 +711,12 @@ def status(campaign: Annotated[str, typer.Argument(help="campaign name or direct
     for line in (view.noise_line(), view.winner_line()):
         if line:
             console.print(line, soft_wrap=True)
+    base = next((flatten(r.recipe) for r in records if r.proposer == BASELINE_PROPOSER), {})
     for column in ("trial", "val_bpb", "vs baseline", "proposer", "edit", "stress"):
         table.add_column(column)
     for row in view.best:
         table.add_row(row.trial_id, f"{row.val_bpb:.4f}", view.marks.get(row.trial_id, ""),
-                      row.proposer, edit_text(row.edit, short_names=True),
+                      row.proposer, compact_edit(row.edit, base),
                       view.stress_verdicts.get(row.trial_id, ""))
     console.print(table)
 

@@ -36,3 +36,23 @@ def edit_json(edit: Mapping[str, Any], limit: int) -> str:
     """An edit for the LLM, clipped to ``limit`` characters; ``(the baseline)`` when nothing
     changed."""
     return clip(compact_json(dict(edit)), limit) if edit else "(the baseline)"
+
+
+def relative_change(old: Any, new: Any) -> float:
+    """How far a knob moved, as a fraction of its old value: ``|new - old| / |old|`` for
+    numbers; 1.0 for a switch, a category, or a knob the parent lacked (a change of kind)."""
+    numbers = (int, float)
+    if (isinstance(old, numbers) and isinstance(new, numbers) and not isinstance(old, bool)
+            and not isinstance(new, bool) and old != 0):
+        return abs(new - old) / abs(old)
+    return 1.0
+
+
+def compact_edit(edit: Mapping[str, Any], parent: Mapping[str, Any], limit: int = 3) -> str:
+    """An edit for a table cell: its ``limit`` largest relative changes from ``parent``'s
+    values (short knob names), then ``+N more``; ``(baseline)`` when nothing changed. A
+    twenty-knob edit spelt out in full makes a table unreadable."""
+    ranked = sorted(edit, key=lambda k: (-relative_change(parent.get(k), edit[k]), k))
+    shown = edit_text({k: edit[k] for k in ranked[:limit]}, short_names=True) if ranked else ""
+    more = len(ranked) - limit
+    return (shown or "(baseline)") + (f" +{more} more" if more > 0 else "")

@@ -22,12 +22,13 @@ from recipelab.trainer.spec import CorpusSpec
 
 @pytest.fixture
 def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
-    """Phase 2 without the middle rung (rung_size 0): the specifications of the rung set it
-    themselves (tests/agent/test_rung.py)."""
+    """Phase 2 without the middle rung (rung_size 0) and without attribution: the
+    specifications of the rung and of attribution turn them on themselves
+    (tests/agent/test_rung.py, tests/agent/test_attribution.py)."""
     return CampaignSettings(name="tiny", preset="tiny", iterations=3, promote=1,
                             stress_steps=30, stress_log_every=10, stress_checkpoint_every=10,
                             corpus=corpus, trial_timeout_s=120, noise_seeds=1, rung_size=0,
-                            parallel=1, precision="fp32")
+                            parallel=1, precision="fp32", attribution=False)
 
 
 FAKE_STEP_S = 2e-3

@@ -23,13 +23,14 @@ EDITS: list[dict[str, Any]] = [
 @pytest.fixture(scope="session")
 def finished_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSpec) -> Path:
     """Two baseline seeds and four scripted edits (one rejected), seed re-runs of close
-    finalists, then the top two and one mid-ranked trial (``fidelity=1``) stress-run."""
+    finalists, then the top two and one mid-ranked trial (``fidelity=1``) stress-run; not
+    attributed (``attributed_campaign`` is, for tests/report/test_why.py)."""
     directory = tmp_path_factory.mktemp("campaigns") / "nightly"
     directory.mkdir()
     settings = CampaignSettings(
         name="nightly", preset="tiny", iterations=5, noise_seeds=2, promote=2, fidelity=1,
         stress_steps=24, stress_log_every=4, stress_checkpoint_every=8, corpus=corpus,
-        trial_timeout_s=120, rung_size=0)
+        trial_timeout_s=120, rung_size=0, attribution=False)
     save(settings, directory)
     Campaign(settings, directory, proposer=ScriptedProposer(settings.baseline(), EDITS)).run()
     return directory

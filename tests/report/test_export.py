@@ -252,3 +252,27 @@ def test_the_report_and_the_export_recommend_the_same_learning_rate(
     unfitted = transfer(Recipe.model_validate(pick_winner(records)[0].recipe),  # type: ignore[index]
                         {}, get_target("toy"), ExportOptions(lr_horizon_exponent=0)).recipe
     assert f"{unfitted.optimizer.lr:.4g}" != shown  # the horizon rule moved it
+
+
+def test_export_recommends_the_minimal_edit_and_writes_the_full_one_and_attribution_json(
+        attributed_campaign: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cloud"
+    result = CliRunner().invoke(app, ["export", str(attributed_campaign), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    recommended = Recipe.model_validate_json((out / "recipe.json").read_text())
+    full = Recipe.model_validate_json((out / "full-recipe.json").read_text())
+    baseline_eps = proxy_recipe("tiny").optimizer.eps
+    assert recommended.optimizer.eps == baseline_eps and full.optimizer.eps == 1e-10
+    assert recommended.optimizer.lr == full.optimizer.lr  # the kept change moves the same way
+    attribution = json.loads((out / "attribution.json").read_text())
+    groups = {g["group"]: g for g in attribution["groups"]}
+    assert set(groups) == {"learning rate", "optimizer betas"}
+    assert groups["learning rate"]["kept"] and groups["learning rate"]["knobs"] == {
+        "optimizer.lr": 0.003}
+    assert not groups["optimizer betas"]["kept"]
+    for group in groups.values():
+        assert group["low"] <= group["contribution"] <= group["high"]
+    assert attribution["minimal_edit"] == {"optimizer.lr": 0.003}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["recommended"] == "minimal edit"
+    assert "full-recipe.json is the winner's whole edit" in (out / "transfer.md").read_text()

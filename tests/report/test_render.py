@@ -20,8 +20,9 @@ from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import is_extra_seed
 from recipelab.trajectory.record import TrialRecord
 
-SECTIONS = ("Summary", "val_bpb by iteration", "Top 10 proxy trials", "Stress runs", "Knob importance",
-            "Rejections by reason", "Failures by reason", "Throughput and peak memory", "Energy",
+SECTIONS = ("Why this recipe", "Summary", "val_bpb by iteration", "Top 10 proxy trials",
+            "Stress runs", "Knob importance", "Rejections by reason", "Failures by reason",
+            "Throughput and peak memory", "Energy",
             "Proxy-to-stress rank agreement", "Recommendation for the cloud run")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -178,3 +178,17 @@ def test_run_takes_calibration_sources_and_noise_seeds_from_the_command_line(
     assert any(e["event"] == "calibration_skipped" and "no such file" in e["why"] for e in events)
     trajectory = tmp_path / "campaigns" / "new" / "trajectory.jsonl"
     assert not trajectory.exists() or not trajectory.read_text().strip()
+
+
+def test_an_attributed_campaign_gives_the_knobs_that_mattered(attributed_campaign: Path) -> None:
+    calibration = load_calibration([attributed_campaign])
+    [attributed] = calibration.attributions
+    assert [k for k, _ in attributed.kept] == ["optimizer.lr"]
+    assert attributed.dropped == ("optimizer.eps",)
+    minimal = [t for t in calibration.trials if t.trial_id.startswith("m")]
+    assert len(minimal) == 1 and minimal[0].edit == {"optimizer.lr": 0.003}
+    assert minimal[0].relative is not None and minimal[0].relative < 1.0
+    summary = calibration_summary(calibration)
+    assert summary is not None
+    assert "carried the gain: optimizer.lr" in summary
+    assert "dropped as noise: optimizer.eps" in summary

@@ -547,3 +547,22 @@ def test_sigkilled_writer_loses_and_duplicates_no_completed_trial(tmp_path: Path
             complete = {r.trial_id for r in store.records(status="complete")}
             assert set(appended) <= complete
     assert appended, "no round got as far as an append; the kill delays are too short"
+
+
+def test_attribution_runs_and_results_are_stored_filtered_and_rebuilt(
+    delete_row: RowDeleter, store: TrajectoryStore, campaign_dir: Path
+) -> None:
+    run = make("a0000", kind="attribution", parent="p0003", edit={"optimizer.lr": 0.003},
+               val_bpb=2.0)
+    result = make("m0000", kind="attribution-result", parent="p0003",
+                  edit={"optimizer.lr": 0.003},
+                  metrics={"attribution": {"groups": [{"group": "learning rate", "kept": True,
+                                                        "contribution": 0.13, "low": 0.12,
+                                                        "high": 0.14}]}})
+    store.append(run)
+    store.append(result)
+    assert store.records(kind="attribution-result") == [result]
+    assert store.records(kind="attribution") == [run]
+    delete_row(campaign_dir, "m0000")
+    assert store.rebuild() == 2
+    assert store.records() == store.jsonl_records() and store.get("m0000") == result

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from recipelab.agent.attribution import AttributionPhase
 from recipelab.agent.deadline import Deadline
 from recipelab.agent.display import CampaignProgress
 from recipelab.agent.failures import FailureStreak
@@ -283,6 +284,7 @@ class Campaign:
         self._stress_lr_factor = (rule.factor(self.baseline.steps, self.settings.stress_steps)
                                   if self.settings.horizon_rule else 1.0)
         self._in_waves("stress", self.ledger.stress_candidates, self._stress)
+        AttributionPhase(self).run()  # the winner is named: which parts of its edit carry the gain
 
     def _in_waves(self, kind: str, candidates: Sequence[TrialRecord],
                   start: Callable[[TrialRecord], None]) -> None:

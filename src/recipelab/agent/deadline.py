@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from recipelab.agent.attribution import EXPECTED_GROUPS, attribution_rungs, expected_runs
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import (
     TrialTimes,
@@ -48,11 +49,15 @@ class Deadline:
         assert self.at is not None
         s = self.settings
         rung = s.rung_skip_reason(self.proxy_steps) is None
+        attribution = attribution_rungs(s, self.proxy_steps)[0][1] if s.attribution else 0
         return plan_window(self.at, times, proxy_steps=self.proxy_steps,
                            stress_steps=s.stress_steps, promote=s.promote, fidelity=s.fidelity,
                            noise_seeds=s.noise_seeds, parallel=s.trials_in_flight,
                            rung_steps=s.resolved_rung_steps(self.proxy_steps) if rung else 0,
-                           rung_runs=s.rung_size if rung else 0)
+                           rung_runs=s.rung_size if rung else 0,
+                           attribution_steps=attribution,
+                           attribution_runs=expected_runs(EXPECTED_GROUPS, s.noise_seeds)
+                           if s.attribution else 0)
 
     def initial_plan(self, proxies: Sequence[TrialRecord]) -> WindowPlan | None:
         """The plan from trials a resumed campaign already measured (for its start event)."""
@@ -102,6 +107,14 @@ class Deadline:
         times = measured_times(proxies)
         seconds = times.seconds(steps or self.proxy_steps) if times else 0.0
         if self.plan is not None and times is not None:
+            return self.plan.fits(_now(), seconds)
+        return (self.at - _now()).total_seconds() > seconds
+
+    def fits_seconds(self, seconds: float) -> bool:
+        """Whether work of ``seconds`` started now (and the report) ends before the deadline."""
+        if self.at is None:
+            return True
+        if self.plan is not None:
             return self.plan.fits(_now(), seconds)
         return (self.at - _now()).total_seconds() > seconds
 

@@ -57,6 +57,8 @@ class CampaignSettings(StrictModel):
     rung_steps: int | None = Field(default=None, ge=1)  # None: see resolved_rung_steps
     # stress runs train at the learning rate the horizon rule gives (trajectory.horizon)
     horizon_rule: bool = True
+    # after the winner is named, measure which groups of its edit carry the gain (attribution)
+    attribution: bool = True
     proposer: Literal["classical", "llm", "hybrid"] | None = None  # None: hybrid with an LLM
     llm_base_url: str | None = None
     llm_model: str | None = None

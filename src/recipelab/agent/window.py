@@ -108,6 +108,8 @@ class WindowPlan:
     parallel: int
     rung_s: float = 0.0  # one rung run
     rung_runs: int = 0
+    attribution_s: float = 0.0  # one attribution run (at the highest rung)
+    attribution_runs: int = 0
 
     def search_may_launch(self, now: datetime) -> bool:
         """Whether a proxy trial started now ends before Phase 2 must start."""
@@ -128,6 +130,8 @@ class WindowPlan:
                 + f"{self.stress_runs} stress run{'s' if self.stress_runs != 1 else ''} of "
                 f"~{self.stress_s / 60:.1f} min"
                 + (f", up to {self.reruns} seed re-runs" if self.reruns else "")
+                + (f", attribution: up to {self.attribution_runs} runs of "
+                   f"~{self.attribution_s / 60:.1f} min" if self.attribution_runs else "")
                 + (f", {self.parallel} at a time" if self.parallel > 1 else "") + ")")
 
     def as_event(self) -> dict[str, Any]:
@@ -137,6 +141,8 @@ class WindowPlan:
                 "phase2_s": round(self.phase2_s, 2), "reruns": self.reruns,
                 "stress_runs": self.stress_runs, "parallel": self.parallel,
                 "rung_s": round(self.rung_s, 2), "rung_runs": self.rung_runs,
+                "attribution_s": round(self.attribution_s, 2),
+                "attribution_runs": self.attribution_runs,
                 "plan": self.describe()}
 
 
@@ -148,7 +154,8 @@ def split_text(search_until: datetime, deadline: datetime) -> str:
 
 def plan_window(deadline: datetime, times: TrialTimes, *, proxy_steps: int, stress_steps: int,
                 promote: int, fidelity: int, noise_seeds: int, parallel: int,
-                rung_steps: int = 0, rung_runs: int = 0) -> WindowPlan:
+                rung_steps: int = 0, rung_runs: int = 0, attribution_steps: int = 0,
+                attribution_runs: int = 0) -> WindowPlan:
     """Reserve Phase 2's time at the end of the window.
 
     Phase 2 is the seed re-runs (in waves of ``parallel``), the ``rung_runs`` rung runs of
@@ -158,15 +165,18 @@ def plan_window(deadline: datetime, times: TrialTimes, *, proxy_steps: int, stre
     proxy_s = times.seconds(proxy_steps)
     stress_s = times.seconds(stress_steps)
     rung_s = times.seconds(rung_steps) if rung_runs else 0.0
+    attribution_s = times.seconds(attribution_steps) if attribution_runs else 0.0
     reruns = expected_reruns(promote, noise_seeds) if promote else 0
     stress_runs = promote + fidelity
     phase2_s = MARGIN * (math.ceil(reruns / parallel) * proxy_s
                          + math.ceil(rung_runs / parallel) * rung_s
-                         + math.ceil(stress_runs / parallel) * stress_s) + REPORT_RESERVE_S
+                         + math.ceil(stress_runs / parallel) * stress_s
+                         + math.ceil(attribution_runs / parallel) * attribution_s) + REPORT_RESERVE_S
     return WindowPlan(deadline=deadline, search_until=deadline - timedelta(seconds=phase2_s),
                       proxy_s=proxy_s, stress_s=stress_s, phase2_s=phase2_s, reruns=reruns,
                       stress_runs=stress_runs, parallel=parallel, rung_s=rung_s,
-                      rung_runs=rung_runs)
+                      rung_runs=rung_runs, attribution_s=attribution_s,
+                      attribution_runs=attribution_runs)
 
 
 def too_short_message(plan: WindowPlan, now: datetime, stress_steps: int) -> str:

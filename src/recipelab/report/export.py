@@ -42,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -56,6 +57,7 @@ from recipelab.report.micro_batch import (
 )
 from recipelab.report.prediction import Prediction, bytes_per_token, predict
 from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_winner
+from recipelab.trajectory.attribution import result_json, result_of
 from recipelab.trajectory.horizon import horizon_rule
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
@@ -242,12 +244,22 @@ def transfer(winner: Recipe, edit: dict[str, object], target: Target,
 
 @dataclass(frozen=True)
 class Recommended:
-    """The campaign's winner exported, with the options after the defaults were resolved."""
+    """The campaign's winner exported, with the options after the defaults were resolved.
+
+    When the winner's attribution found a minimal winning edit that keeps its gain within
+    noise, ``exported`` is that minimal edit (the baseline plus the groups that carry the
+    gain) and ``full`` the winner's whole edit, the alternative; else ``full`` is None."""
 
     winner: TrialRecord
     because: str
     exported: Exported
     options: ExportOptions
+    full: Exported | None = None
+    attribution: dict[str, Any] | None = None  # the attribution result, when there is one
+
+    @property
+    def minimal(self) -> bool:
+        return self.full is not None
 
 
 def recommended_export(records: Sequence[TrialRecord], target: Target, options: ExportOptions,
@@ -263,7 +275,14 @@ def recommended_export(records: Sequence[TrialRecord], target: Target, options: 
         options = options.model_copy(update={"lr_horizon_exponent": alpha})
     winner, because = chosen
     exported = transfer(Recipe.model_validate(winner.recipe), winner.edit, target, options)
-    return Recommended(winner, because, exported, options)
+    result = result_of(records, winner.trial_id)
+    attribution = result_json(result) if result is not None else None
+    if result is None or attribution is None or not attribution.get("recommends_minimal"):
+        return Recommended(winner, because, exported, options, attribution=attribution)
+    minimal = transfer(Recipe.model_validate(result.recipe), result.edit, target, options)
+    return Recommended(winner, because + "; recommended as its minimal winning edit (the groups "
+                       "of its changes that carry the gain)", minimal, options, full=exported,
+                       attribution=attribution)
 
 
 def launch_command(exported: Exported, options: ExportOptions) -> str:
@@ -347,6 +366,7 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
         if fallback_problem is None:
             _write_json(out / "fallback-recipe.json", fallback.recipe.model_dump(mode="json"))
             written.append(out / "fallback-recipe.json")
+    written += _write_attribution(out, found)
     points = predicted_points(prediction, exported.recipe)
     _write_json(out / "prediction.json", {**prediction.to_json(), "planned": points})
     _write_json(out / "transfer.json", [t.__dict__ for t in exported.transfers])
@@ -373,11 +393,35 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
                    "command": launch_command(exported, options),
                    "data_command": data_command(exported.recipe)},
         "options": options.model_dump(mode="json"),
+        "recommended": "minimal edit" if found.minimal else "full edit",
+        "minimal_edit": (found.attribution or {}).get("minimal_edit"),
+        "full_edit": winner.edit,
     }
     _write_json(out / "manifest.json", manifest)
-    (out / "transfer.md").write_text(render_transfer(campaign, target, winner, because, exported,
-                                                     prediction, points, runner_up, options))
+    text = render_transfer(campaign, target, winner, because, exported, prediction, points,
+                           runner_up, options)
+    if found.minimal:
+        minimal = (found.attribution or {}).get("minimal_edit", {})
+        text += ("\nrecipe.json is the minimal winning edit: the baseline with "
+                 f"{', '.join(f'{k}={v}' for k, v in minimal.items())}, the groups of the "
+                 "winner's changes that carry its gain (attribution.json says what each "
+                 "contributed); full-recipe.json is the winner's whole edit, the alternative.\n")
+    (out / "transfer.md").write_text(text)
     written += [out / n for n in ("prediction.json", "transfer.json", "manifest.json", "transfer.md")]
+    return written
+
+
+def _write_attribution(out: Path, found: Recommended) -> list[Path]:
+    """``attribution.json`` (each group, its knobs, its contribution with interval, kept or
+    dropped) when the winner was attributed, and ``full-recipe.json`` (the whole edit) when
+    the recommendation is the minimal edit."""
+    written = []
+    if found.attribution is not None:
+        _write_json(out / "attribution.json", found.attribution)
+        written.append(out / "attribution.json")
+    if found.full is not None and found.full.memory_problem is None:
+        _write_json(out / "full-recipe.json", found.full.recipe.model_dump(mode="json"))
+        written.append(out / "full-recipe.json")
     return written
 
 

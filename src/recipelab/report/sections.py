@@ -20,7 +20,8 @@ from recipelab.report.export import ExportOptions, recommended_export
 from recipelab.report.powerlaw import fit_power_law
 from recipelab.report.prediction import bytes_per_token, predict
 from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
-from recipelab.text import edit_text
+from recipelab.report.why import baseline_knobs, why_this_recipe
+from recipelab.text import compact_edit
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.noise import NoiseFloor, noise_floor, paired_gain
@@ -59,7 +60,7 @@ def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloo
     if scored:
         best = scored[0]
         items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "
-                     f"{edit_text(best.edit)})")
+                     f"{compact_edit(best.edit, baseline_knobs(records))})")
     if noise is not None:
         items.append(noise.summary())
     else:
@@ -105,6 +106,7 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
     if not scored:
         return Section("Top 10 proxy trials", (Paragraph("No proxy trial has completed yet."),))
     stress = _stress_of(records)
+    base = baseline_knobs(records)
     rows = []
     for rank, r in enumerate(scored, start=1):
         assert r.val_bpb is not None
@@ -113,7 +115,7 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
                                         else gain.interval_text())
         run = stress.get(r.trial_id)
         rows.append((str(rank), r.trial_id, _fmt(r.val_bpb), mark or "—", r.proposer,
-                     edit_text(r.edit), r.hypothesis, (run.verdict or run.status) if run else ""))
+                     compact_edit(r.edit, base), r.hypothesis, (run.verdict or run.status) if run else ""))
     blocks: list[Block] = [Table(("rank", "trial", "val_bpb", "gain vs baseline [90%]", "proposer",
                                   "edit", "hypothesis", "stress"), tuple(rows))]
     if noise is not None:
@@ -209,7 +211,8 @@ def importance(records: Sequence[TrialRecord]) -> Section:
             "knobs and val_bpb vary."),))
     return Section("Knob importance", (
         Paragraph("Share of the decision between the better half of trials and the rest that each "
-                  "varying knob explains (PED-ANOVA); it sums to 1."),
+                  "varying knob explains (PED-ANOVA); it sums to 1. The seed is not a knob: what "
+                  "it moves is the noise floor."),
         Image("knob_importance.png", plots.horizontal_bars(found, "importance"), "knob importance"),
         Table(("knob", "importance"), tuple((k, f"{v:.3f}") for k, v in found.items()))))
 
@@ -385,8 +388,9 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
 
 def build_document(records: Sequence[TrialRecord], ctx: ReportContext) -> Document:
     noise = noise_floor(records)
-    sections = [summary(records, ctx, noise), progress(records, noise), top_trials(records, noise),
-                rung_runs(records), stress_runs(records), importance(records), *reasons(records),
+    sections = [why_this_recipe(records), summary(records, ctx, noise), progress(records, noise),
+                top_trials(records, noise), rung_runs(records), stress_runs(records),
+                importance(records), *reasons(records),
                 resources(records), energy(records), rank_agreement(records),
                 recommendation(records, ctx, noise)]
     return Document(f"recipelab report: campaign {ctx.campaign}", tuple(sections))

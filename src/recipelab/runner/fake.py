@@ -31,21 +31,32 @@ Duration = Callable[[TrialSpec], float]
 CPU = DeviceInfo("cpu", "fake CPU", 16 * 2**30, None, False, native_bf16=False)
 
 
-def synthetic_val_bpb(recipe: Recipe) -> float:
+def synthetic_val_bpb(recipe: Recipe, recipe_noise: float = 0.0) -> float:
     """A smooth, deterministic val_bpb: best at a learning rate of 3e-3 and a warmup of 6,
     plus a seed-dependent wobble of up to ±0.01, so searches have something to find and
-    seeds something to disagree about."""
+    seeds something to disagree about. Every other knob (``optimizer.eps`` among them) has no
+    effect at all, which is what a planted neutral edit needs.
+
+    The wobble alone is shared by every recipe at one seed, so paired differences would be
+    exact. ``recipe_noise`` adds, as a real trainer has, a part of the seed's effect that a
+    recipe does *not* share with the others: up to ±``recipe_noise``, from the recipe
+    (without its seed and steps) and the seed together, so a paired interval has a width."""
     lr_miss = math.log10(recipe.optimizer.lr / 3e-3) ** 2
     warmup_miss = ((recipe.schedule.warmup_steps - 6) / 20) ** 2
     wobble = (zlib.crc32(str(recipe.seed).encode()) % 2001 - 1000) / 100_000
-    return round(2.0 + 0.5 * lr_miss + 0.1 * warmup_miss + wobble, 6)
+    own = 0.0
+    if recipe_noise:
+        key = recipe.model_copy(update={"seed": 0, "steps": 1}).fingerprint() + str(recipe.seed)
+        own = recipe_noise * (zlib.crc32(key.encode()) % 2001 - 1000) / 1000
+    return round(2.0 + 0.5 * lr_miss + 0.1 * warmup_miss + wobble + own, 6)
 
 
-def synthetic_outcome(spec: TrialSpec, start_step: int = 0, seconds: float = 0.0) -> TrialResult:
+def synthetic_outcome(spec: TrialSpec, start_step: int = 0, seconds: float = 0.0,
+                      recipe_noise: float = 0.0) -> TrialResult:
     """A complete trial with a loss curve falling to its :func:`synthetic_val_bpb`, which
     took ``seconds``: a fifth of them to set up, the rest training."""
     recipe = spec.recipe
-    final = synthetic_val_bpb(recipe)
+    final = synthetic_val_bpb(recipe, recipe_noise)
     every = max(1, spec.log_every)
     curve = [CurvePoint(step=s, loss=final * math.log(2) * (1 + 2 / math.sqrt(s + 1)),
                         grad_norm=1.0, lr=recipe.optimizer.lr)
@@ -71,13 +82,16 @@ class FakeExecutor(Executor):
 
     The trials named in ``lose_midway`` come back ``interrupted`` half-way through their first
     attempt, as when a Ray worker dies. ``submitted`` lists every spec in submission order.
+    Without an ``outcome``, results are :func:`synthetic_outcome`'s, with ``recipe_noise``.
     """
 
     name = "fake"
 
     def __init__(self, outcome: Outcome | None = None, *, duration: Duration | None = None,
-                 device: DeviceInfo | None = None, lose_midway: Collection[str] = ()) -> None:
+                 device: DeviceInfo | None = None, lose_midway: Collection[str] = (),
+                 recipe_noise: float = 0.0) -> None:
         self.outcome = outcome
+        self.recipe_noise = recipe_noise
         self.lose_midway = set(lose_midway)
         self.duration = duration or (lambda spec: 0.0)
         self._device = device
@@ -111,7 +125,8 @@ class FakeExecutor(Executor):
                 trial_id=spec.trial_id, status="interrupted", message="lost its fake worker"))
         elif now - handle.submitted_at >= handle.duration_s:
             result = (self.outcome(spec) if self.outcome
-                      else synthetic_outcome(spec, handle.start_step, handle.duration_s))
+                      else synthetic_outcome(spec, handle.start_step, handle.duration_s,
+                                             self.recipe_noise))
         elif handle.deadline is not None and now > handle.deadline:
             result = timed_out(spec, handle.deadline - handle.submitted_at)
         else:

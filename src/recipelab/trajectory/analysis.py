@@ -27,6 +27,9 @@ from recipelab.trajectory.record import TrialRecord
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 MIN_IMPORTANCE_TRIALS = 4
+NOT_KNOBS = frozenset({"seed"})
+"""Recipe fields that are not choices: the training seed varies between the baseline's noise
+seeds and seed re-runs, and what it "explains" is the noise floor, not a recipe decision."""
 IMPORTANCE_TOP_QUANTILE = 0.5
 _LOG_SCALE_SPAN = 10.0  # a positive numeric knob whose values span this factor is searched in log space
 
@@ -99,7 +102,8 @@ def knob_importance(records: Sequence[TrialRecord]) -> dict[str, float]:
     """How much each varying knob decides whether a trial lands among the best val_bpb
     (Optuna's PED-ANOVA over the better half), normalised to sum to 1, most important first.
 
-    Empty when the trajectory cannot say: fewer than :data:`MIN_IMPORTANCE_TRIALS` scored
+    The seed is never a knob here (:data:`NOT_KNOBS`). Empty when the trajectory cannot say:
+    fewer than :data:`MIN_IMPORTANCE_TRIALS` scored
     proxy trials, no knob that varies, or a val_bpb that does not vary.
     """
     scored = scored_proxies(records)
@@ -107,7 +111,7 @@ def knob_importance(records: Sequence[TrialRecord]) -> dict[str, float]:
         return {}
     knob_rows = [flatten(r.recipe) for r in scored]
     shared = set.intersection(*(set(row) for row in knob_rows))
-    varying = sorted(k for k in shared
+    varying = sorted(k for k in shared - NOT_KNOBS
                      if len({repr(_categorical(row[k])) for row in knob_rows}) > 1)
     targets = [float(r.val_bpb) for r in scored if r.val_bpb is not None]
     if not varying or max(targets) == min(targets):

@@ -10,6 +10,11 @@ where that campaign started", wherever it started.
 Nothing here is fatal. A missing file, a line that is not a trial record, a campaign without
 a complete baseline: each is reported as a :class:`CalibrationProblem` naming the file, the
 line and what to do, and the rest is still used. Prior trials are only read, never written.
+
+A campaign's attribution result (:mod:`recipelab.trajectory.attribution`) adds the knobs that
+carried its winner's gain and those that were noise (:class:`PriorAttribution`, shown to the
+LLM), and its minimal winning edit as one more prior trial (what the classical sampler
+starts from).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pydantic import ValidationError
 from recipelab.recipe import flatten
 from recipelab.text import clip, edit_json
 from recipelab.trajectory.analysis import knob_importance
+from recipelab.trajectory.attribution import RESULT_KIND, result_json
 from recipelab.trajectory.horizon import fit_alpha
 from recipelab.trajectory.noise import SEED_RERUN_PROPOSER, baseline_seed_trials
 from recipelab.trajectory.record import TrialRecord
@@ -39,6 +45,7 @@ SUMMARY_BEST = 5
 SUMMARY_FAILURES = 4
 SUMMARY_REJECTIONS = 4
 SUMMARY_IMPORTANCES = 6
+SUMMARY_ATTRIBUTIONS = 3
 SUMMARY_CHARS = 1_400
 EDIT_CHARS = 160
 REASON_CHARS = 160
@@ -78,11 +85,31 @@ class PriorTrial:
 
 
 @dataclass(frozen=True)
+class PriorAttribution:
+    """What an earlier campaign measured of its winner's edit: the knobs of the groups that
+    carried the gain (with each group's share of it) and those dropped as noise."""
+
+    campaign: str
+    kept: tuple[tuple[str, float | None], ...]  # (knob, its group's share of the gain)
+    dropped: tuple[str, ...]
+    rung: str = ""
+    steps: int | None = None
+
+    def describe(self) -> str:
+        kept = ", ".join(f"{k}" + (f" ({share:.0%} of the gain)" if share is not None else "")
+                         for k, share in self.kept) or "none"
+        where = f" at {self.steps} steps" if self.steps else ""
+        return (f"- {self.campaign}{where}: carried the gain: {kept}; dropped as noise: "
+                f"{', '.join(self.dropped) or 'none'}")
+
+
+@dataclass(frozen=True)
 class Calibration:
     trials: tuple[PriorTrial, ...] = ()
     problems: tuple[CalibrationProblem, ...] = ()
     campaigns: tuple[str, ...] = field(default=())
     horizon_fits: tuple[float, ...] = ()  # each campaign's fitted alpha (trajectory.horizon)
+    attributions: tuple[PriorAttribution, ...] = ()  # each attributed winner's edit
 
     def counts(self) -> dict[str, int]:
         """Trials by status, plus the campaigns and problems: the figures a log line needs."""
@@ -178,12 +205,41 @@ def _campaign_priors(source: str, campaign: str, records: list[TrialRecord]
     return priors, problems
 
 
+def _attribution_priors(source: str, records: Sequence[TrialRecord]
+                        ) -> tuple[list[PriorTrial], list[PriorAttribution]]:
+    """A campaign's attribution results: each minimal winning edit as a prior trial (its
+    val_bpb relative to the baseline's at the same steps and seeds, so the classical
+    sampler starts from the edit that carried the gain) and the knobs that mattered."""
+    trials: list[PriorTrial] = []
+    found: list[PriorAttribution] = []
+    for record in records:
+        if record.kind != RESULT_KIND or record.status != "complete":
+            continue
+        data = result_json(record)
+        groups = data.get("groups") or []
+        kept = tuple((knob, g.get("share_of_gain")) for g in groups if g.get("kept")
+                     for knob in g.get("knobs", {}))
+        dropped = tuple(knob for g in groups if not g.get("kept") for knob in g.get("knobs", {}))
+        found.append(PriorAttribution(record.campaign, kept, dropped, str(data.get("rung", "")),
+                                      data.get("steps")))
+        values = data.get("values") or {}
+        base, minimal = values.get("baseline"), values.get("minimal")
+        if isinstance(base, (int, float)) and isinstance(minimal, (int, float)) and base > 0:
+            knobs = {k: v for k, v in flatten(record.recipe).items() if k not in IGNORED_KNOBS}
+            trials.append(PriorTrial(
+                source=source, campaign=record.campaign, trial_id=record.trial_id,
+                status="complete", knobs=knobs, edit=dict(record.edit),
+                relative=float(minimal) / float(base), hypothesis=record.hypothesis))
+    return trials, found
+
+
 def load_calibration(paths: Iterable[str | Path]) -> Calibration:
     """Prior trials from trajectory files or campaign directories, and every problem met."""
     files, problems = trajectory_files(paths)
     trials: list[PriorTrial] = []
     campaigns: list[str] = []
     horizon_fits: list[float] = []
+    attributions: list[PriorAttribution] = []
     for path in files:
         records, bad_lines = _read_records(path)
         problems += bad_lines
@@ -194,12 +250,15 @@ def load_calibration(paths: Iterable[str | Path]) -> Calibration:
             by_campaign.setdefault(record.campaign, []).append(record)
         for campaign, members in by_campaign.items():
             priors, campaign_problems = _campaign_priors(str(path), campaign, members)
-            trials += priors
+            minimal, attributed = _attribution_priors(str(path), members)
+            trials += priors + minimal
+            attributions += attributed
             problems += campaign_problems
             campaigns.append(campaign)
             if (alpha := fit_alpha(members)) is not None:
                 horizon_fits.append(alpha)
-    return Calibration(tuple(trials), tuple(problems), tuple(campaigns), tuple(horizon_fits))
+    return Calibration(tuple(trials), tuple(problems), tuple(campaigns), tuple(horizon_fits),
+                       tuple(attributions))
 
 
 # -- the summary an LLM proposer reads ---------------------------------------------------------
@@ -235,6 +294,10 @@ def calibration_summary(calibration: Calibration, knobs: Collection[str] | None 
     if importance:
         shown = list(importance.items())[:SUMMARY_IMPORTANCES]
         lines.append("Knob importance: " + ", ".join(f"{k} {v:.2f}" for k, v in shown))
+    if calibration.attributions:
+        lines.append("Measured attribution of earlier winners' edits (which changes carried "
+                     "the gain, which were noise):")
+        lines += [a.describe() for a in calibration.attributions[-SUMMARY_ATTRIBUTIONS:]]
     best = [t for t in complete if t.edit][:SUMMARY_BEST]
     if best:
         lines.append("Best prior edits from the baseline:")

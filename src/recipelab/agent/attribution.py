@@ -1,0 +1,273 @@
+"""The attribution phase: after the winner is named, measure which groups of its edit carry
+the gain, and record the minimal winning edit.
+
+:func:`recipelab.trajectory.attribution.attribute` decides from measurements alone and says
+which (variant, seed) runs it still needs; this phase runs them as trials of kind
+``attribution`` (ids ``a0000``…, parent the winner's proxy trial, ``edit`` the variant's edit
+from the baseline) and, once it can decide, writes one record of kind ``attribution-result``.
+Everything it knows is read back from the records, so after a crash it runs only what is
+missing: a run that was lost (``interrupted``) is launched again from its checkpoint folder,
+a trained one never twice, and the result is written once per winner.
+
+The variants are measured at the highest rung the window allows (:func:`attribution_rungs`,
+then :func:`choose_rung`); when not even the proxy's fits, the campaign says it skipped
+attribution (``attribution_skipped``, reason "out of time").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.trials import TRIALS_DIR
+from recipelab.agent.window import TrialTimes, measured_times
+from recipelab.guardrails import CHECKS, judge
+from recipelab.recipe import Recipe
+from recipelab.trajectory.attribution import (
+    ATTRIBUTION_KIND,
+    ATTRIBUTION_PROPOSER,
+    LEAVE_ONE_OUT_MAX_GROUPS,
+    RESULT_KIND,
+    Abandoned,
+    Attribution,
+    GroupKey,
+    Pending,
+    attribute,
+    group_edit,
+    result_of,
+    variant_edit,
+    variant_key,
+)
+from recipelab.trajectory.ledger import Ledger, Winner
+from recipelab.trajectory.record import TrialRecord, utc_now
+
+if TYPE_CHECKING:
+    from recipelab.agent.campaign import Campaign
+
+ATTEMPTS = 5
+"""Interruptions after which a variant's run is given up (each resumes from its checkpoint)."""
+CURVE_POINTS = 20
+POLL_INTERVAL_S = 0.02
+EXPECTED_GROUPS = 4
+"""Groups the window planner reserves time for before a winner (and so its edit) is known."""
+
+Rung = tuple[str, int]
+
+
+def attribution_rungs(settings: CampaignSettings, proxy_steps: int) -> list[Rung]:
+    """The fidelities the variants may be measured at, highest first: the stress runs' steps
+    (when there are stress runs), the middle rung's (when it runs), the proxy's. The one place
+    to point at a ladder's rungs."""
+    rungs: list[Rung] = []
+    if settings.promote > 0:
+        rungs.append(("stress", settings.stress_steps))
+    if settings.rung_skip_reason(proxy_steps) is None:
+        rungs.append(("rung", settings.resolved_rung_steps(proxy_steps)))
+    rungs.append(("proxy", proxy_steps))
+    return rungs
+
+
+def expected_runs(groups: int, seeds: int) -> int:
+    """At most how many runs an attribution of ``groups`` groups takes: the baseline, the
+    winner and each group left out, plus the minimal edit (or, greedily, one per group),
+    each at every seed."""
+    extra = 1 if groups <= LEAVE_ONE_OUT_MAX_GROUPS else groups
+    return seeds * (2 + groups + extra)
+
+
+def choose_rung(rungs: Sequence[Rung], runs: int, parallel: int,
+                fits: Callable[[float], bool], times: TrialTimes | None) -> Rung | None:
+    """The highest rung at which ``runs`` runs (``parallel`` at a time) fit the window, or
+    None when none does. Without measured trial times (or a window) the highest rung."""
+    if times is None:
+        return rungs[0] if rungs else None
+    waves = math.ceil(runs / max(1, parallel))
+    return next((rung for rung in rungs if fits(waves * times.seconds(rung[1]))), None)
+
+
+def winner_edit(winner: TrialRecord, baseline: Recipe) -> dict[str, object]:
+    """The winner's whole edit from the baseline (its recipe against the baseline's)."""
+    return Recipe.model_validate(winner.recipe).edit_from(baseline)
+
+
+def measured_runs(records: Sequence[TrialRecord], winner_id: str,
+                  steps: int) -> dict[GroupKey, dict[int, float | None]]:
+    """Each variant's val_bpb by seed from the trained attribution runs of ``winner_id`` at
+    ``steps``; None for a run that failed."""
+    found: dict[GroupKey, dict[int, float | None]] = {}
+    for r in records:
+        if (r.kind == ATTRIBUTION_KIND and r.parent == winner_id and r.trained
+                and r.recipe.get("steps") == steps):
+            value = r.val_bpb if r.status == "complete" and r.val_bpb is not None and \
+                math.isfinite(r.val_bpb) else None
+            found.setdefault(variant_key(r.edit), {})[int(r.recipe.get("seed", 0))] = value
+    return found
+
+
+def describe_variant(key: GroupKey, all_groups: Sequence[str]) -> str:
+    """The variant in words, for its record's hypothesis."""
+    if not key:
+        return "the baseline (no group of the winner's edit)"
+    if set(key) == set(all_groups):
+        return "the winner's whole edit"
+    left_out = [g for g in all_groups if g not in key]
+    return f"the winner's edit without {', '.join(left_out)}"
+
+
+class AttributionPhase:
+    """Runs one campaign's attribution (see the module)."""
+
+    def __init__(self, campaign: Campaign) -> None:
+        self.c = campaign
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.c.ledger
+
+    def run(self) -> None:
+        c = self.c
+        if not c.settings.attribution:
+            c.log.info("attribution_skipped", reason="turned off (--no-attribution)")
+            return
+        winner = self.ledger.winner
+        if winner is None:
+            c.log.info("attribution_skipped", reason="no winner to attribute")
+            return
+        if result_of(self.ledger.records, winner.record.trial_id) is not None:
+            return
+        groups = group_edit(winner_edit(winner.record, c.baseline))
+        if not groups:
+            c.log.info("attribution_skipped", trial_id=winner.record.trial_id,
+                       reason="the winner's recipe is the baseline's")
+            return
+        seeds = self._seeds(winner)
+        rung = self._rung(len(groups), len(seeds))
+        if rung is None:
+            c.log.warning("attribution_skipped", trial_id=winner.record.trial_id,
+                          reason="out of time: not even the proxy's steps fit the window's end "
+                          "(a longer --hours/--until, or fewer --stress-steps, leaves room)")
+            return
+        c.log.info("attribution_started", trial_id=winner.record.trial_id, rung=rung[0],
+                   steps=rung[1], seeds=list(seeds), groups={g: list(k) for g, k in groups.items()})
+        self._measure(winner, groups, seeds, rung)
+
+    def _seeds(self, winner: Winner) -> tuple[int, ...]:
+        """The baseline's seeds (those its noise floor was measured at), else the winner's."""
+        noise = self.ledger.noise
+        if noise is not None and noise.seeds:
+            return tuple(noise.seeds)
+        return (int(winner.record.recipe.get("seed", 0)),)
+
+    def _rung(self, groups: int, seeds: int) -> Rung | None:
+        c = self.c
+        times = measured_times(self.ledger.proxies) if c.deadline.at is not None else None
+        return choose_rung(attribution_rungs(c.settings, c.baseline.steps),
+                           expected_runs(groups, seeds), c.settings.trials_in_flight,
+                           lambda seconds: c.deadline.fits_seconds(seconds), times)
+
+    def _measure(self, winner: Winner, groups: dict[str, dict[str, object]],
+                 seeds: tuple[int, ...], rung: Rung) -> None:
+        c, winner_id, steps = self.c, winner.record.trial_id, rung[1]
+        running: dict[str, tuple[GroupKey, int]] = {}
+        while True:
+            for record in c.book.poll(cancel=c.stops.cancel):
+                running.pop(record.trial_id, None)
+            records = self.ledger.records
+            decision = attribute(groups, measured_runs(records, winner_id, steps), seeds,
+                                 self.ledger.noise)
+            if isinstance(decision, Attribution):
+                self._write(winner, decision, rung)
+                return
+            if isinstance(decision, Abandoned):
+                c.log.warning("attribution_abandoned", trial_id=winner_id, reason=decision.reason)
+                return
+            assert isinstance(decision, Pending)
+            stopping = c.stops.stop
+            for key, seed in decision.runs:
+                if stopping or len(c.book.inflight) >= c.settings.trials_in_flight:
+                    break
+                if (key, seed) in running.values():
+                    continue
+                lost = self._lost(records, winner_id, steps, key, seed)
+                if len(lost) >= ATTEMPTS:
+                    c.log.warning("attribution_abandoned", trial_id=winner_id,
+                                  reason=f"a run of {describe_variant(key, list(groups))} was "
+                                  f"interrupted {len(lost)} times")
+                    stopping = True
+                    break
+                if not c.deadline.fits(self.ledger.proxies, steps):
+                    c.log.warning("attribution_skipped", trial_id=winner_id,
+                                  reason="out of time: the runs it still needs cannot finish "
+                                  "before the campaign's deadline")
+                    stopping = True
+                    break
+                trial_id = self._launch(winner, groups, key, seed, steps, lost)
+                if trial_id is None:
+                    stopping = True
+                    break
+                running[trial_id] = (key, seed)
+            if not c.book.inflight and (stopping or not running):
+                return
+            time.sleep(POLL_INTERVAL_S)
+
+    @staticmethod
+    def _lost(records: Sequence[TrialRecord], winner_id: str, steps: int, key: GroupKey,
+              seed: int) -> list[TrialRecord]:
+        return [r for r in records if r.kind == ATTRIBUTION_KIND and r.parent == winner_id
+                and r.status == "interrupted" and r.recipe.get("steps") == steps
+                and variant_key(r.edit) == key and int(r.recipe.get("seed", 0)) == seed]
+
+    def _launch(self, winner: Winner, groups: dict[str, dict[str, object]], key: GroupKey,
+                seed: int, steps: int, lost: Sequence[TrialRecord]) -> str | None:
+        """Judge and launch one variant's run; None (logged) when the guardrails reject it."""
+        c = self.c
+        edit = variant_edit(groups, key)
+        # judged as the proxy candidate it is (the guardrails hold a candidate to the
+        # proxy's steps), then trained at the rung's steps, as a stress run is
+        context = dataclasses.replace(c._context(), seen=frozenset())
+        verdict = judge(c.baseline.apply({**edit, "seed": seed}).model_dump(mode="json"),
+                        context, checks=[k for k in CHECKS if k not in c.settings.skip_checks])
+        if not verdict.accepted or verdict.recipe is None:
+            c.log.warning("attribution_abandoned", trial_id=winner.record.trial_id,
+                          reason=f"the guardrails reject {describe_variant(key, list(groups))}: "
+                          + "; ".join(verdict.reasons))
+            return None
+        recipe = verdict.recipe.apply({"steps": steps})
+        trial_id = self.ledger.next_id("a")
+        record = TrialRecord(
+            campaign=c.settings.name, trial_id=trial_id, iteration=winner.record.iteration,
+            kind=ATTRIBUTION_KIND, status="queued", recipe=recipe.model_dump(mode="json"),
+            fingerprint=recipe.fingerprint(), parent=winner.record.trial_id,
+            proposer=ATTRIBUTION_PROPOSER, edit=edit,
+            hypothesis=describe_variant(key, list(groups)),
+            retry_of=lost[-1].trial_id if lost else None)
+        c.book.launch(record, recipe, log_every=max(1, steps // CURVE_POINTS),
+                      checkpoint_every=c.settings.stress_checkpoint_every, resume=True,
+                      out_dir=c.directory / TRIALS_DIR / f"attribution-{recipe.fingerprint()}",
+                      timeout_s=c.settings.trial_timeout_s * max(1.0, steps / c.baseline.steps))
+        return trial_id
+
+    def _write(self, winner: Winner, decision: Attribution, rung: Rung) -> None:
+        c = self.c
+        recipe = c.baseline.apply({**decision.minimal_edit,
+                                   "seed": int(winner.record.recipe.get("seed", 0))})
+        data = {**decision.to_json(), "rung": rung[0], "steps": rung[1],
+                "winner": winner.record.trial_id, "full_edit": winner_edit(winner.record, c.baseline)}
+        record = TrialRecord(
+            campaign=c.settings.name, trial_id=self.ledger.next_id("m"),
+            iteration=winner.record.iteration, kind=RESULT_KIND, status="complete",
+            recipe=recipe.model_dump(mode="json"), fingerprint=recipe.fingerprint(),
+            parent=winner.record.trial_id, proposer=ATTRIBUTION_PROPOSER,
+            edit=decision.minimal_edit, val_bpb=decision.values.get("minimal"),
+            hypothesis="the minimal winning edit: the baseline plus the groups that carry the gain",
+            metrics={"attribution": data}, finished_at=utc_now())
+        c.book.write(record)
+        c.log.info("attribution_finished", trial_id=record.trial_id, winner=winner.record.trial_id,
+                   method=decision.method, rung=rung[0], steps=rung[1],
+                   kept=[g.group for g in decision.kept],
+                   dropped=[g.group for g in decision.dropped],
+                   keeps_gain=decision.keeps_gain, minimal_edit=decision.minimal_edit)

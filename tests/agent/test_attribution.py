@@ -1,0 +1,178 @@
+"""The attribution phase on the in-memory fake executor: which runs it launches, what it
+decides, how it survives a crash, and what it does when the window has no room for it.
+
+The fake's val_bpb (recipelab.runner.fake.synthetic_val_bpb) is best at a learning rate of
+3e-3 and ignores ``optimizer.eps`` altogether; the tiny baseline trains at 1e-2. So an edit
+of both has a real gain that comes from its learning rate and a planted neutral part.
+``recipe_noise`` gives each recipe its own share of the seed's effect, so the paired
+intervals have a width, as with a real trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from recipelab.agent.attribution import (
+    attribution_rungs,
+    choose_rung,
+    expected_runs,
+)
+from recipelab.agent.campaign import Campaign
+from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.window import TrialTimes, plan_window
+from recipelab.trajectory.attribution import ATTRIBUTION_KIND, RESULT_KIND, variant_key
+
+from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
+
+PLANTED = {"optimizer.lr": 3e-3, "optimizer.eps": 1e-10}
+
+
+@pytest.fixture
+def settings(tiny_settings: CampaignSettings) -> CampaignSettings:
+    # three baseline seeds measure the paired noise floor, then the one scripted edit
+    return tiny_settings.model_copy(update={"iterations": 4, "noise_seeds": 3, "promote": 1,
+                                            "attribution": True})
+
+
+def run(settings: CampaignSettings, directory: Path, **executor: object) -> Campaign:
+    campaign = Campaign(settings, directory, proposer=ScriptedProposer(settings.baseline(),
+                                                                       [PLANTED]),
+                        executor=fake_executor(recipe_noise=0.002, **executor))
+    campaign.run()
+    return campaign
+
+
+def of_kind(directory: Path, kind: str) -> list[dict[str, object]]:
+    return [r for r in read_jsonl(directory / "trajectory.jsonl") if r["kind"] == kind]
+
+
+def test_a_planted_neutral_edit_is_dropped_and_the_real_one_kept(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings, tmp_path)
+    runs = of_kind(tmp_path, ATTRIBUTION_KIND)
+    # baseline, winner, winner without each of its two groups: the minimal edit is one of
+    # those, so nothing more is needed; three seeds each, at the stress runs' steps
+    assert len(runs) == 4 * 3
+    assert {r["recipe"]["steps"] for r in runs} == {settings.stress_steps}  # type: ignore[index]
+    assert {r["recipe"]["seed"] for r in runs} == {0, 1, 2}  # type: ignore[index]
+    assert all(r["parent"] == "p0003" and r["status"] == "complete" for r in runs)
+    [result] = of_kind(tmp_path, RESULT_KIND)
+    data = result["metrics"]["attribution"]  # type: ignore[index]
+    groups = {g["group"]: g for g in data["groups"]}
+    assert groups["learning rate"]["kept"] and not groups["optimizer betas"]["kept"]
+    assert groups["optimizer betas"]["knobs"] == {"optimizer.eps": 1e-10}
+    assert groups["learning rate"]["low"] > 0
+    assert groups["optimizer betas"]["low"] <= 0 <= groups["optimizer betas"]["high"]
+    assert result["edit"] == {"optimizer.lr": 3e-3} == data["minimal_edit"]
+    assert data["keeps_gain"] and data["recommends_minimal"]
+    assert (data["rung"], data["steps"], data["seeds"]) == ("stress", 30, [0, 1, 2])
+    finished = events(tmp_path, "attribution_finished")
+    assert finished and finished[-1]["kept"] == ["learning rate"]
+
+
+def test_a_crash_resumes_without_duplicating_or_losing_a_run(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    # the fifth attribution run is lost half-way: it is run again, from its checkpoint folder
+    run(settings, tmp_path, lose_midway={"a0004"})
+    runs = of_kind(tmp_path, ATTRIBUTION_KIND)
+    lost = [r for r in runs if r["status"] == "interrupted"]
+    assert [r["trial_id"] for r in lost] == ["a0004"]
+    retry = [r for r in runs if r["retry_of"] == "a0004"]
+    assert len(retry) == 1 and retry[0]["status"] == "complete"
+    trained = [(variant_key(r["edit"]), r["recipe"]["seed"])  # type: ignore[arg-type,index]
+               for r in runs if r["status"] == "complete"]
+    assert len(trained) == len(set(trained)) == 12
+    before = read_jsonl(tmp_path / "trajectory.jsonl")
+    run(settings, tmp_path)  # resumed once more after the end: nothing is run or written twice
+    assert read_jsonl(tmp_path / "trajectory.jsonl") == before
+    assert len(of_kind(tmp_path, RESULT_KIND)) == 1
+
+
+def test_turned_off_it_runs_nothing(settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings.model_copy(update={"attribution": False}), tmp_path)
+    assert not of_kind(tmp_path, ATTRIBUTION_KIND) and not of_kind(tmp_path, RESULT_KIND)
+    assert events(tmp_path, "attribution_skipped")[-1]["reason"].startswith("turned off")
+
+
+def test_the_rung_is_the_highest_the_window_allows() -> None:
+    rungs = [("stress", 1000), ("rung", 245), ("proxy", 60)]
+    times = TrialTimes(fixed_s=1.0, per_step_s=0.1)
+    # 21 runs, 3 at a time: 7 waves of (1 + 0.1 × steps) seconds
+    assert choose_rung(rungs, 21, 3, lambda s: s <= 7 * 101, times) == ("stress", 1000)
+    assert choose_rung(rungs, 21, 3, lambda s: s <= 7 * 30, times) == ("rung", 245)
+    assert choose_rung(rungs, 21, 3, lambda s: s <= 7 * 7, times) == ("proxy", 60)
+    assert choose_rung(rungs, 21, 3, lambda s: s <= 1, times) is None
+    assert choose_rung(rungs, 21, 3, lambda s: False, None) == ("stress", 1000)
+
+
+def test_rungs_follow_the_campaign(settings: CampaignSettings) -> None:
+    assert attribution_rungs(settings, 20) == [("stress", 30), ("proxy", 20)]
+    with_rung = settings.model_copy(update={"rung_size": 3, "rung_steps": 25})
+    assert attribution_rungs(with_rung, 20) == [("stress", 30), ("rung", 25), ("proxy", 20)]
+    assert attribution_rungs(settings.model_copy(update={"promote": 0}), 20) == [("proxy", 20)]
+
+
+def test_the_window_planner_reserves_the_attribution() -> None:
+    from datetime import datetime, timezone
+    deadline = datetime(2026, 1, 1, 8, tzinfo=timezone.utc)
+    times = TrialTimes(fixed_s=0.0, per_step_s=1.0)
+    common: dict[str, int] = dict(proxy_steps=10, stress_steps=100, promote=1, fidelity=0, noise_seeds=1,
+                  parallel=1)
+    without = plan_window(deadline, times, **common)
+    runs = expected_runs(4, 3)
+    with_it = plan_window(deadline, times, **common, attribution_steps=100,
+                          attribution_runs=runs)
+    assert runs == 3 * (2 + 4 + 1)
+    assert math.isclose(with_it.phase2_s - without.phase2_s, 1.25 * runs * 100)
+    assert "attribution: up to 21 runs" in with_it.describe()
+
+
+def test_out_of_time_it_says_it_skipped_attribution(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    # a 20-second window: the search and the stress run (5 s) fit, and then only the 15 s
+    # the report keeps at the window's end are left
+    settings = settings.model_copy(update={"hours": 20 / 3600})
+    campaign = Campaign(settings, tmp_path, proposer=ScriptedProposer(settings.baseline(),
+                                                                      [PLANTED]),
+                        executor=fake_executor(recipe_noise=0.002, duration=lambda spec: (
+                            5.0 if spec.kind == "stress" else 0.05)))
+    campaign.run()
+    skipped = events(tmp_path, "attribution_skipped")
+    assert skipped and skipped[-1]["reason"].startswith("out of time")
+    assert not of_kind(tmp_path, RESULT_KIND)
+
+
+@pytest.mark.timeout(1200)  # a dozen real trial subprocesses on a small shared machine
+def test_a_real_tiny_campaign_ends_with_attribution_json(
+        tiny_settings: CampaignSettings, tmp_path: Path) -> None:
+    """The real trainer, in subprocesses: two baseline seeds, one edit of two groups (four
+    times the batch, which sees four times the text in 20 steps, and a neutral eps), its
+    stress run, then 2 seeds x 4 variants of attribution; the export writes attribution.json."""
+    from typer.testing import CliRunner
+
+    from recipelab.agent.settings import save
+    from recipelab.cli import app
+
+    settings = tiny_settings.model_copy(update={
+        "iterations": 3, "noise_seeds": 2, "attribution": True, "name": "real"})
+    save(settings, tmp_path)
+    Campaign(settings, tmp_path, proposer=ScriptedProposer(settings.baseline(), [
+        {"batch_size": 32, "optimizer.eps": 1e-10}])).run()
+    runs = of_kind(tmp_path, ATTRIBUTION_KIND)
+    assert len(runs) >= 2 * 4 and all(r["status"] == "complete" for r in runs)
+    [result] = of_kind(tmp_path, RESULT_KIND)
+    out = tmp_path / "cloud"
+    exported = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out)])
+    assert exported.exit_code == 0, exported.output
+    attribution = json.loads((out / "attribution.json").read_text())
+    assert {g["group"] for g in attribution["groups"]} == {"batch geometry", "optimizer betas"}
+    assert attribution["seeds"] == [0, 1] and attribution["steps"] == settings.stress_steps
+    for group in attribution["groups"]:
+        assert group["kept"] or group["low"] <= 0.0  # dropped only inside the interval
+    assert result["edit"] == attribution["minimal_edit"]
+    assert (tmp_path / "report" / "report.md").read_text().startswith(
+        "# recipelab report: campaign real\n\n## Why this recipe")

@@ -1,0 +1,66 @@
+"""The report's first section, "Why this recipe", and the compact edit column, read from a
+campaign whose winner's edit was attributed (the ``attributed_campaign`` fixture)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipelab.recipe import get_target
+from recipelab.report.context import ReportContext
+from recipelab.report.document import Bullets, Paragraph, Table
+from recipelab.report.sections import build_document, importance, top_trials
+from recipelab.report.why import why_this_recipe
+from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.attribution import RESULT_KIND
+from recipelab.trajectory.noise import noise_floor
+from recipelab.trajectory.record import TrialRecord
+
+
+def records_of(directory: Path) -> list[TrialRecord]:
+    with TrajectoryStore(directory, "attributed", readonly=True) as store:
+        return store.records()
+
+
+def text_of(blocks: tuple[object, ...]) -> str:
+    parts: list[str] = []
+    for block in blocks:
+        if isinstance(block, Paragraph):
+            parts.append(block.text)
+        elif isinstance(block, Bullets):
+            parts += block.items
+        elif isinstance(block, Table):
+            parts += [" | ".join(row) for row in block.rows]
+    return "\n".join(parts)
+
+
+def test_the_report_opens_with_why_this_recipe(attributed_campaign: Path) -> None:
+    records = records_of(attributed_campaign)
+    document = build_document(records, ReportContext("attributed", get_target("toy"), "tiny"))
+    first = document.sections[0]
+    assert first.title == "Why this recipe"
+    text = text_of(first.blocks)
+    assert "Recommended: the baseline plus 1 of the 2 groups" in text
+    kept = next(b for b in first.blocks if isinstance(b, Bullets)).items
+    assert len(kept) == 1 and kept[0].startswith("Keep the learning rate change (lr=0.003)")
+    assert "of the winner's gain" in kept[0]
+    assert "Drop the optimizer betas change (eps=1e-10) as noise" in text
+    assert "trained for 30 steps (the stress rung) at seeds 0, 1, 2" in text
+    assert "learning rate | lr=0.003 |" in text and "| kept" in text
+    assert "dropped as noise" in text
+
+
+def test_without_an_attribution_it_says_what_is_missing(attributed_campaign: Path) -> None:
+    records = [r for r in records_of(attributed_campaign) if r.kind != RESULT_KIND]
+    text = text_of(why_this_recipe(records).blocks)
+    assert "changes 2 knob(s) from the baseline" in text and "is unknown: no attribution has run" in text
+    assert "attribution_skipped" in text
+
+
+def test_edit_columns_are_compact_and_the_seed_is_no_knob(attributed_campaign: Path) -> None:
+    records = records_of(attributed_campaign)
+    table = next(b for b in top_trials(records, noise_floor(records)).blocks
+                 if isinstance(b, Table))
+    edits = {row[1]: row[5] for row in table.rows}
+    assert edits["p0003"] == "eps=1e-10, lr=0.003"  # the larger relative change first
+    table = next(b for b in importance(records).blocks if isinstance(b, Table))
+    assert {row[0] for row in table.rows} == {"optimizer.lr", "optimizer.eps"}  # not the seed
