@@ -30,7 +30,7 @@ def finished_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSp
     settings = CampaignSettings(
         name="nightly", preset="tiny", iterations=5, noise_seeds=2, promote=2, fidelity=1,
         stress_steps=24, stress_log_every=4, stress_checkpoint_every=8, corpus=corpus,
-        trial_timeout_s=120, rung_size=0, attribution=False)
+        trial_timeout_s=120, rung_size=0, attribution=False, parallel=1, precision="fp32")
     save(settings, directory)
     Campaign(settings, directory, proposer=ScriptedProposer(settings.baseline(), EDITS)).run()
     return directory
