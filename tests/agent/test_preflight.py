@@ -332,3 +332,18 @@ def test_a_target_file_is_valid_input_and_a_missing_one_says_so(tmp_path: Path) 
     with pytest.raises(InputError, match=r"target file .* does not exist"):
         check_input(preset="tiny", target=str(tmp_path / "nothing.json"), until=None,
                     llm_base_url=None)
+
+
+def test_the_preflight_trial_is_described_as_the_campaigns_trials_are(tmp_path: Path) -> None:
+    from recipelab.agent.preflight import check_trial
+
+    settings = CampaignSettings(name="spec", preset="tiny", iterations=3, threads=1, parallel=2,
+                                precision="fp32")
+    executor = FakeExecutor()
+    check_trial(settings, settings.baseline(), executor)
+    (spec,) = executor.submitted
+    campaign_spec = settings.trial_spec("p0000", "proxy", settings.baseline(), tmp_path,
+                                        log_every=1)
+    assert (spec.threads, spec.device, spec.corpus, spec.compile) == (
+        campaign_spec.threads, campaign_spec.device, campaign_spec.corpus, campaign_spec.compile)
+    assert spec.threads == 1

@@ -432,14 +432,11 @@ def check_disk(settings: CampaignSettings, baseline: Recipe, directory: Path) ->
 def check_trial(settings: CampaignSettings, baseline: Recipe, executor: Executor) -> CheckResult:
     """The baseline trains :data:`PREFLIGHT_STEPS` steps and is evaluated in full, in a real
     trainer process where the campaign's trials will run, with the real device and precision."""
-    from recipelab.trainer.spec import TrialSpec
-
     recipe = baseline.apply({"steps": PREFLIGHT_STEPS,
                              "schedule.warmup_steps": min(baseline.schedule.warmup_steps, 1)})
     with tempfile.TemporaryDirectory(prefix="recipelab-preflight-") as scratch:
-        spec = TrialSpec(trial_id="preflight", recipe=recipe, corpus=settings.corpus,
-                         out_dir=str(Path(scratch) / "preflight"), device=settings.device,
-                         log_every=1, telemetry_interval_s=1.0)
+        spec = settings.trial_spec("preflight", "proxy", recipe, Path(scratch) / "preflight",
+                                   log_every=1, telemetry_interval_s=1.0)
         result = executor.wait(executor.submit(spec, timeout_s=settings.trial_timeout_s))
     if result.status == "complete" and result.val_bpb is not None:
         seconds = sum(s or 0.0 for s in (result.setup_s, result.train_s, result.eval_s))

@@ -26,7 +26,7 @@ from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import PROXY_PRESETS, Recipe, StrictModel, proxy_recipe
 from recipelab.redaction import REDACTED, redact_url
-from recipelab.trainer.spec import CorpusSpec
+from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
 SETTINGS_FILE = "settings.json"
 FIXED_ON_RESUME = ("target", "preset", "budget", "corpus", "precision", "searchable")
@@ -132,6 +132,15 @@ class CampaignSettings(StrictModel):
         """Whether a trial of ``kind`` is compiled: stress runs when ``compile_stress`` is
         set; never a 60-step proxy, which ends before compiling pays for itself."""
         return self.compile_stress and kind == "stress"
+
+    def trial_spec(self, trial_id: str, kind: str, recipe: Recipe, out_dir: Path, *,
+                   log_every: int, checkpoint_every: int = 0, **extra: Any) -> TrialSpec:
+        """The one way a campaign (its trials and its preflight) describes a trial: the
+        campaign's corpus, device, threads and compile rule, whatever launches it."""
+        return TrialSpec(trial_id=trial_id, kind=kind, recipe=recipe, corpus=self.corpus,
+                         out_dir=str(out_dir), device=self.device, log_every=log_every,
+                         checkpoint_every=checkpoint_every, threads=self.trial_threads(),
+                         compile=self.trial_compile(kind), **extra)
 
     def resolved_rung_steps(self, proxy_steps: int) -> int:
         """The rung runs' steps: ``rung_steps``, or the geometric mean of the proxy's and the

@@ -24,7 +24,7 @@ from recipelab.guardrails import DeviceInfo
 from recipelab.guardrails.memory_fit import MemoryModel, memory_model_path, read_for_guardrail
 from recipelab.recipe import BASELINE_PROPOSER, Recipe
 from recipelab.runner import Executor, TrialHandle
-from recipelab.trainer.spec import TrialResult, TrialSpec
+from recipelab.trainer.spec import TrialResult
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord, utc_now
@@ -105,12 +105,8 @@ class TrialBook:
                checkpoint_every: int = 0, resume: bool = False, out_dir: Path | None = None) -> None:
         """Mark ``record`` running and hand it to the executor; :meth:`poll` records its result."""
         out_dir = out_dir or self.directory / TRIALS_DIR / record.trial_id
-        spec = TrialSpec(trial_id=record.trial_id, kind=record.kind, recipe=recipe,
-                         corpus=self.settings.corpus, out_dir=str(out_dir),
-                         device=self.settings.device, log_every=log_every,
-                         checkpoint_every=checkpoint_every,
-                         threads=self.settings.trial_threads(),
-                         compile=self.settings.trial_compile(record.kind))
+        spec = self.settings.trial_spec(record.trial_id, record.kind, recipe, out_dir,
+                                        log_every=log_every, checkpoint_every=checkpoint_every)
         record.artifacts = {**record.artifacts, "dir": str(out_dir.relative_to(self.directory))}
         record.started_at = utc_now()
         record.status = "running"
