@@ -856,7 +856,7 @@ def pretrain(
     total_steps: Annotated[int | None, typer.Option(help="optimizer steps (default: the recipe's)")] = None,
     log_every: Annotated[int, typer.Option(help="steps between metrics rows")] = 10,
     eval_every: Annotated[int, typer.Option(help="steps between val_bpb evaluations")] = 100,
-    ckpt_every: Annotated[int, typer.Option(help="steps between checkpoints (0: none)")] = 100,
+    checkpoint_every: Annotated[int, typer.Option(help="steps between checkpoints (0: none)")] = 100,
     keep_last: Annotated[int, typer.Option(help="checkpoints kept")] = 3,
     resume_from_latest: Annotated[bool, typer.Option(
         "--resume-from-latest", help="continue from the newest checkpoint in --out")] = False,
@@ -915,7 +915,7 @@ def pretrain(
             recipe=recipe, out_dir=str(out.resolve()),
             corpus=CorpusSpec.model_validate(given_corpus(corpus, corpus_max_bytes) or {}),
             device=device, campaign=campaign, log_every=log_every, eval_every=eval_every,
-            ckpt_every=ckpt_every, keep_last=keep_last, resume_from_latest=resume_from_latest,
+            checkpoint_every=checkpoint_every, keep_last=keep_last, resume_from_latest=resume_from_latest,
             compile=compile_model, price_per_hour=price_per_hour, budget_cap_usd=budget_cap_usd,
             alert_at_usd=alert_at_usd, budget_curr_cost_uri=budget_curr_cost_uri,
             budget_poll_s=budget_poll_s, budget_stale_after_s=budget_stale_after_s,

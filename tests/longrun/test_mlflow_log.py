@@ -47,7 +47,7 @@ def test_a_resume_reopens_the_same_run_and_completes_its_curve(
         store: str, tmp_path: Path, corpus: CorpusSpec) -> None:
     out = tmp_path / "capped"
     stopped = run_pretrain(config(out, corpus, steps=10_000_000, price_per_hour=3600.0,
-                                  budget_cap_usd=500.0, eval_every=1000, ckpt_every=1000,
+                                  budget_cap_usd=500.0, eval_every=1000, checkpoint_every=1000,
                                   mlflow_uri=store))
     assert stopped.stop_reason == "budget_projection"
     first = read_run_id(out)

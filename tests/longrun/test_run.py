@@ -33,7 +33,7 @@ POLL_S = 0.02
 
 
 def config(out: Path, corpus: CorpusSpec, **options: object) -> PretrainConfig:
-    settings: dict[str, object] = {"log_every": 5, "eval_every": 10, "ckpt_every": 10,
+    settings: dict[str, object] = {"log_every": 5, "eval_every": 10, "checkpoint_every": 10,
                                    "threads": 1, "device": "cpu", **options}
     recipe = RECIPE.apply({"steps": settings.pop("steps")}) if "steps" in settings else RECIPE
     return PretrainConfig.model_validate({"recipe": recipe.model_dump(), "out_dir": str(out),
@@ -98,7 +98,7 @@ def test_a_projection_over_the_cap_stops_gracefully_after_a_checkpoint(
     # over $500, while the first log step has spent a few dollars.
     out = tmp_path / "capped"
     result = run_pretrain(config(out, corpus, steps=10_000_000, price_per_hour=3600.0,
-                                 budget_cap_usd=500.0, eval_every=1000, ckpt_every=1000))
+                                 budget_cap_usd=500.0, eval_every=1000, checkpoint_every=1000))
     assert result.stop_reason == "budget_projection"
     budget = json.loads((out / "budget.json").read_text())
     assert budget["stop_reason"] == "budget_projection"
@@ -176,7 +176,7 @@ def test_two_processes_follow_the_one_process_curve_with_the_same_global_batch(
     single, double = tmp_path / "one", tmp_path / "two"
     run_pretrain(config(single, corpus, steps=20))
     subprocess.run(_pretrain_process(recipe, double, corpus, "--total-steps", "20",
-                                     "--ckpt-every", "10", torchrun=2),
+                                     "--checkpoint-every", "10", torchrun=2),
                    env=env, check=True, timeout=240, capture_output=True)
     one, two = metrics(single), metrics(double)
     assert [r["step"] for r in one] == [r["step"] for r in two]
@@ -193,8 +193,8 @@ def test_a_resume_after_sigkill_continues_the_uninterrupted_curve_exactly(
     recipe.write_text(RECIPE.apply({"steps": 40}).model_dump_json())
     env = {**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or ""}
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    args = ("--ckpt-every", "7", "--keep-last", "2")  # mid-interval: the partial sum resumes too
-    run_pretrain(config(whole, corpus, steps=40, ckpt_every=7, keep_last=2))
+    args = ("--checkpoint-every", "7", "--keep-last", "2")  # mid-interval: the partial sum resumes too
+    run_pretrain(config(whole, corpus, steps=40, checkpoint_every=7, keep_last=2))
     process = subprocess.Popen(_pretrain_process(recipe, killed, corpus, *args), env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = killed / CHECKPOINT_DIR / "latest"

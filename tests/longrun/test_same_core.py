@@ -51,7 +51,7 @@ def trial_losses(recipe: Recipe, corpus: CorpusSpec, tmp: Path) -> list[float | 
 
 
 def pretrain_losses(recipe: Recipe, corpus: CorpusSpec, out: Path) -> list[float]:
-    settings = config(out, corpus, log_every=1, eval_every=1000, ckpt_every=0)
+    settings = config(out, corpus, log_every=1, eval_every=1000, checkpoint_every=0)
     run_pretrain(settings.model_copy(update={"recipe": recipe}))
     return [float(row["train_loss"]) for row in metrics(out)]
 
@@ -78,7 +78,7 @@ def test_two_gloo_processes_follow_one_for_a_recipe_with_every_knob_moved(
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                     "--nproc-per-node", "2", "-m", "recipelab", "pretrain", "--recipe", str(path),
                     "--out", str(tmp_path / "two"), "--corpus", corpus.source, "--log-every", "1",
-                    "--eval-every", "1000", "--ckpt-every", "0", "--device", "cpu"],
+                    "--eval-every", "1000", "--checkpoint-every", "0", "--device", "cpu"],
                    env={**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or ""}, check=True,
                    timeout=240, capture_output=True)
     double = [float(row["train_loss"]) for row in metrics(tmp_path / "two")]

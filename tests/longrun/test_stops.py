@@ -45,8 +45,8 @@ def test_sigterm_checkpoints_the_step_and_exits_143_and_the_resume_ends_the_same
     recipe.write_text(RECIPE.apply({"steps": 40}).model_dump_json())
     env = {**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or ""}
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    run_pretrain(config(whole, corpus, steps=40, ckpt_every=1000))
-    command = [sys.executable, "-m", "recipelab", *cli(recipe, cut, corpus, "--ckpt-every", "1000")]
+    run_pretrain(config(whole, corpus, steps=40, checkpoint_every=1000))
+    command = [sys.executable, "-m", "recipelab", *cli(recipe, cut, corpus, "--checkpoint-every", "1000")]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     while not (cut / "metrics.csv").exists() or not metrics(cut):  # training has begun
@@ -59,7 +59,7 @@ def test_sigterm_checkpoints_the_step_and_exits_143_and_the_resume_ends_the_same
     assert 5 <= step < 40
     assert next(e for e in events(cut) if e["event"] == "preempted")["step"] == step
     assert json.loads((cut / "manifest.json").read_text())["stop_reason"] == "preempted"
-    subprocess.run([sys.executable, "-m", "recipelab", *cli(recipe, cut, corpus, "--ckpt-every",
+    subprocess.run([sys.executable, "-m", "recipelab", *cli(recipe, cut, corpus, "--checkpoint-every",
                                                             "1000", "--resume-from-latest")],
                    env=env, check=True, timeout=300, capture_output=True)
     assert [(r["step"], r["train_loss"], r["val_bpb"]) for r in metrics(cut)] == [
@@ -72,7 +72,7 @@ def test_a_nan_stops_the_run_with_exit_4_keeping_the_last_good_checkpoint(
     recipe = tmp_path / "recipe.json"
     recipe.write_text(RECIPE.apply({"steps": 40, "optimizer.lr": 1.0,
                                     "optimizer.grad_clip": 0.0}).model_dump_json())
-    result = CliRunner().invoke(app, cli(recipe, out, corpus, "--ckpt-every", "5"),
+    result = CliRunner().invoke(app, cli(recipe, out, corpus, "--checkpoint-every", "5"),
                                 env={"OMP_NUM_THREADS": "1", "RECIPELAB_CACHE": corpus.cache_dir or ""})
     assert result.exit_code == 4, result.output
     stop = [e for e in events(out) if e["event"] == "diverged"]
@@ -93,7 +93,7 @@ def test_a_sidecar_spend_over_the_cap_exits_3_at_once_without_a_checkpoint(
     cost = spend_file(tmp_path / "cost.json", spent=35.5, projected=36.0)
     out = tmp_path / "spent"
     result = CliRunner().invoke(app, cli(recipe, out, corpus, "--budget-cap-usd", "35",
-                                         "--budget-curr-cost-uri", cost, "--ckpt-every", "1"),
+                                         "--budget-curr-cost-uri", cost, "--checkpoint-every", "1"),
                                 env={"OMP_NUM_THREADS": "1"})
     assert result.exit_code == 3, result.output
     assert not (out / CHECKPOINT_DIR).exists()
@@ -110,7 +110,7 @@ def test_a_sidecar_projection_over_the_cap_exits_3_after_a_checkpoint(
     out = tmp_path / "projected"
     result = CliRunner().invoke(app, cli(recipe, out, corpus, "--budget-cap-usd", "35",
                                          "--alert-at-usd", "10", "--budget-curr-cost-uri", cost,
-                                         "--ckpt-every", "1000"), env={"OMP_NUM_THREADS": "1"})
+                                         "--checkpoint-every", "1000"), env={"OMP_NUM_THREADS": "1"})
     assert result.exit_code == 3, result.output
     assert (out / CHECKPOINT_DIR / "latest").read_text().strip() == "step-00000005"
     names = [e["event"] for e in events(out)]
@@ -132,7 +132,7 @@ def test_a_cap_with_no_way_to_know_the_spend_is_one_line_and_exit_2(
 def test_a_new_run_into_a_directory_with_checkpoints_is_refused_and_loses_nothing(
         tmp_path: Path, corpus: CorpusSpec) -> None:
     out = tmp_path / "earlier"
-    run_pretrain(config(out, corpus, steps=10, ckpt_every=5))
+    run_pretrain(config(out, corpus, steps=10, checkpoint_every=5))
     before = (out / "metrics.csv").read_text()
     with pytest.raises(ValueError, match="--resume-from-latest"):
         run_pretrain(config(out, corpus, steps=10))
@@ -141,9 +141,9 @@ def test_a_new_run_into_a_directory_with_checkpoints_is_refused_and_loses_nothin
 
 def test_spend_carries_across_invocations_of_the_same_run(tmp_path: Path, corpus: CorpusSpec) -> None:
     out = tmp_path / "restarted"
-    run_pretrain(config(out, corpus, steps=5, ckpt_every=0, price_per_hour=3600.0))
+    run_pretrain(config(out, corpus, steps=5, checkpoint_every=0, price_per_hour=3600.0))
     first = json.loads((out / "budget.json").read_text())["spent_usd"]
-    run_pretrain(config(out, corpus, steps=5, ckpt_every=0, price_per_hour=3600.0))
+    run_pretrain(config(out, corpus, steps=5, checkpoint_every=0, price_per_hour=3600.0))
     assert json.loads((out / "budget.json").read_text())["spent_usd"] > first
 
 

@@ -35,7 +35,7 @@ def _winner_run_recipe(records: list[TrialRecord]) -> Recipe:
 
 def _pretrain(recipe: Recipe, out: Path, corpus: CorpusSpec) -> Path:
     run_pretrain(PretrainConfig(recipe=recipe, out_dir=str(out), corpus=corpus, device="cpu",
-                                log_every=4, eval_every=8, ckpt_every=0, threads=1))
+                                log_every=4, eval_every=8, checkpoint_every=0, threads=1))
     return out / "metrics.csv"
 
 

@@ -209,7 +209,7 @@ def test_pretrain_trains_on_the_tokenized_directory(docs: CorpusSpec, tmp_path: 
     run = tmp_path / "run"
     result = CliRunner().invoke(app, [
         "pretrain", "--recipe", str(tmp_path / "recipe.json"), "--out", str(run), "--corpus",
-        str(data), "--log-every", "2", "--eval-every", "2", "--ckpt-every", "0",
+        str(data), "--log-every", "2", "--eval-every", "2", "--checkpoint-every", "0",
         "--device", "cpu", "--threads", "1"])
     assert result.exit_code == 0, result.output
     with (run / "metrics.csv").open(newline="") as handle:

@@ -329,7 +329,7 @@ def run_pretrain_check(out: Path, device: DeviceInfo, requested: str, launcher: 
     command = launcher.torchrun(
         processes, "pretrain", "--recipe", str(recipe_file), "--out", str(run),
         "--corpus", launcher.corpus, "--log-every", "1", "--eval-every", str(EVAL_EVERY),
-        "--ckpt-every", str(CHECKPOINT_EVERY), "--device", requested, *launcher.thread_args())
+        "--checkpoint-every", str(CHECKPOINT_EVERY), "--device", requested, *launcher.thread_args())
     first_log, resume_log = out / "pretrain-killed.log", out / "pretrain-resumed.log"
     progress(f"pretrain on {processes} processes ({backend}), SIGTERM after the checkpoint at "
              f"step {CHECKPOINT_EVERY}…")

@@ -115,7 +115,7 @@ class PretrainConfig(StrictModel):
     campaign: str = "pretrain"
     log_every: int = Field(default=10, ge=1)
     eval_every: int = Field(default=100, ge=1)
-    ckpt_every: int = Field(default=100, ge=0)
+    checkpoint_every: int = Field(default=100, ge=0)
     keep_last: int = Field(default=3, ge=1)
     resume_from_latest: bool = False
     compile: bool | None = None  # None: on CUDA, where it pays for itself within a long run
@@ -360,7 +360,7 @@ class LongRun:
                 status = guard.status(steps_done)
                 log_now = steps_done % config.log_every == 0 or steps_done == recipe.steps
                 eval_now = steps_done % config.eval_every == 0 or steps_done == recipe.steps
-                ckpt_now = bool(config.ckpt_every) and steps_done % config.ckpt_every == 0
+                ckpt_now = bool(config.checkpoint_every) and steps_done % config.checkpoint_every == 0
                 if log_now or eval_now:
                     row = self._row(steps_done, bytes_per_token, lr, status)
                     if log_now:
