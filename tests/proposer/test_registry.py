@@ -14,3 +14,4 @@ def test_all_exports_exist() -> None:
                 "Knob", "default_space", "PROPOSERS"}
     assert expected <= set(proposer.__all__)
     assert all(hasattr(proposer, name) for name in proposer.__all__)
+

@@ -7,7 +7,7 @@ trials and the LLM a share of them, seeing everything the classical one has lear
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from recipelab import environment
@@ -35,6 +35,34 @@ def classical_proposer(settings: CampaignSettings, baseline: Recipe, space: Sear
                              priors=priors)
 
 
+def _classical_only(settings: CampaignSettings, classical: ClassicalProposer,
+                    llm: Callable[[], Proposer]) -> Proposer:
+    return classical
+
+
+def _hybrid(settings: CampaignSettings, classical: ClassicalProposer,
+            llm: Callable[[], Proposer]) -> Proposer:
+    from recipelab.proposer.hybrid import HybridProposer
+
+    return HybridProposer(classical, llm(), llm_share=settings.llm_share)
+
+
+def _llm_only(settings: CampaignSettings, classical: ClassicalProposer,
+              llm: Callable[[], Proposer]) -> Proposer:
+    """The hybrid with every turn the LLM's: when the endpoint fails, that iteration still
+    falls back to the classical proposer, so a failing LLM never stops a campaign."""
+    from recipelab.proposer.hybrid import HybridProposer
+
+    return HybridProposer(classical, llm(), llm_share=1.0, retry_after=0)
+
+
+PROPOSER_BUILDERS: dict[str, Callable[[CampaignSettings, ClassicalProposer,
+                                       Callable[[], Proposer]], Proposer]] = {
+    "classical": _classical_only, "hybrid": _hybrid, "llm": _llm_only}
+"""``--proposer`` names and how the campaign builds each from the classical sampler and the
+LLM (made only when asked for): the one place a new proposer is added."""
+
+
 def build_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSpace,
                    target: Target, calibration: str | None = None,
                    priors: Sequence[Observation] = ()) -> Proposer:
@@ -43,26 +71,23 @@ def build_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSp
     into the LLM's prompt."""
     classical = classical_proposer(settings, baseline, space, priors)
     name = proposer_name(settings)
-    if name == "classical":
-        return classical
-    if not llm_configured(settings):
-        raise SettingsError(
-            f"--proposer {name} needs an LLM endpoint: set {LLM_ENV} (for example "
-            "http://localhost:8000/v1 for a NIM) or pass --llm-base-url")
-    from recipelab.proposer.hybrid import HybridProposer
-    from recipelab.proposer.llm import LLMConfig, LLMProposer
 
-    overrides = {key: value for key, value in {
-        "base_url": settings.llm_base_url, "model": settings.llm_model,
-        "structured_output": settings.llm_structured_output}.items() if value is not None}
-    # The LLM steers the campaign's sampler: it picks among its candidates and adjusts one.
-    llm = LLMProposer(LLMConfig.from_env(**overrides), baseline, None, space,
-                      f"{target.name}: {target.description}", calibration, sampler=classical)
-    # "llm" is the hybrid with every turn the LLM's: when the endpoint fails, that iteration
-    # still falls back to the classical proposer, so a failing LLM never stops a campaign.
-    if name == "llm":
-        return HybridProposer(classical, llm, llm_share=1.0, retry_after=0)
-    return HybridProposer(classical, llm, llm_share=settings.llm_share)
+    def llm() -> Proposer:
+        if not llm_configured(settings):
+            raise SettingsError(
+                f"--proposer {name} needs an LLM endpoint: set {LLM_ENV} (for example "
+                "http://localhost:8000/v1 for a NIM) or pass --llm-base-url")
+        from recipelab.proposer.llm import LLMConfig, LLMProposer
+
+        overrides = {key: value for key, value in {
+            "base_url": settings.llm_base_url, "model": settings.llm_model,
+            "structured_output": settings.llm_structured_output}.items() if value is not None}
+        # The LLM steers the campaign's sampler: it picks among its candidates, adjusts one.
+        return LLMProposer(LLMConfig.from_env(**overrides), baseline, None, space,
+                           f"{target.name}: {target.description}", calibration,
+                           sampler=classical)
+
+    return PROPOSER_BUILDERS[name](settings, classical, llm)
 
 
 ERROR_TEXT_LIMIT = 500
