@@ -151,7 +151,7 @@ def test_one_stop_signal_lets_the_trial_finish_and_a_second_cancels_it(
         tmp_path: Path, signals: int, last_status: str) -> None:
     campaign = tmp_path / "campaigns" / "term"
     process = run_cli("run", "--name", "term", "--preset", "tiny", "--iterations", "50",
-                      "--promote", "0", cwd=tmp_path)
+                      "--parallel", "1", "--promote", "0", cwd=tmp_path)
     wait_for(lambda: any(e.get("trial_id") == "p0001" for e in events(campaign, "trial_started")))
     for _ in range(signals):
         process.send_signal(signal.SIGTERM)

@@ -142,7 +142,7 @@ def test_prior_trials_are_never_written_to_the_new_campaign(
     prior_file = write(tmp_path / "old" / "trajectory.jsonl",
                        [*high_lr_campaign("old", 2.0), "{torn"])
     settings = CampaignSettings(name="new", preset="tiny", iterations=2, promote=0,
-                                corpus=corpus, trial_timeout_s=120, noise_seeds=1,
+                                corpus=corpus, trial_timeout_s=120, noise_seeds=1, parallel=1,
                                 calibrate_from=(str(prior_file.parent),))
     directory = tmp_path / "new"
 
