@@ -1,4 +1,4 @@
-"""The campaign loop: propose, check, train, record; then the middle rung; then stress runs.
+"""The campaign loop: propose, check, train, record; then the ladder of fidelities.
 
 :class:`Campaign` is the scheduler. It decides what runs next and when to stop; everything
 it decides from is read from a :class:`~recipelab.trajectory.ledger.Ledger` of the records,
@@ -11,9 +11,13 @@ memory, so that ``recipelab run`` after any crash (or a kill -9) picks up where 
 trials left running become ``interrupted`` and run once more, stress runs continue from
 their checkpoints, and a completed trial is never run or recorded twice.
 
-Phase 2 climbs in fidelity: seed re-runs settle close finalists, the **middle rung** trains
-the top ``rung_size`` candidates for ``rung_steps`` (a 60-step lead is a weak guide to which
-recipes deserve 1,000 steps), and the stress runs go to the rung's best.
+Phase 2 climbs in fidelity: seed re-runs settle close finalists, then the **ladder**
+(:mod:`recipelab.trajectory.ladder`, successive halving by ``eta``) trains the best of each
+rung for longer, the baseline beside them, up to the top rung at ``stress_steps`` where the
+finalists and the baseline train at two seeds and the winner is named only outside the paired
+interval (:meth:`Ledger.recommendation`). :meth:`Campaign.promote` lists the phases in order,
+so a phase that needs the named winner goes after :meth:`Campaign._ladder`; it reads where the
+evidence stands from :meth:`Ledger.top_rung`.
 """
 
 from __future__ import annotations

@@ -452,7 +452,8 @@ class Ledger:
             if top.primary is None:
                 return None
             stress = min(self.runs_at(top.primary.trial_id, top.steps), key=lambda r: r.trial_id)
-            return dataclasses.replace(self._winner(top.primary, "stress", stress), top=top)
+            return dataclasses.replace(self._winner(top.primary, "stress", stress), top=top,
+                                       within_noise=False)
         stable = [(s, f) for f in self.ranked for s in self.stress_runs_of(f.trial_id)
                   if s.verdict == "stable"]
         if stable:  # a stable run without a val_bpb (an older record) ranks after those with one
