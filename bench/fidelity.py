@@ -31,6 +31,16 @@ same run:
   scaled by ``(long / short) ** -alpha``, and the regret of the best of three is compared
   with and without the scaling.
 
+**The ladder** (``recipelab.trajectory.ladder``, successive halving with ``--eta``, default
+3) is measured beside them at equal compute: every recipe at the short horizon, the best
+``1/eta`` (never fewer than 3) at ``short × eta``, the best of those at ``short × eta²``, ...
+up to the long horizon, where the top 3 train; the baseline climbs every rung. Its final
+ordering is the top rung's by its long val_bpb, then each lower rung's. The old rung is given
+the same compute (its size chosen so its rung steps match the ladder's middle rungs) and also
+sends its top 3 to the long horizon. The **paired noise floor at the long horizon** comes from
+the baseline and the ladder's top 3 trained again at ``--seed + 1``: the 90% single-seed
+spread of their paired differences' pooled deviations. A pick's regret within it is noise.
+
 Trials are real trainer subprocesses, one at a time (``--parallel 1``), with ``--threads``
 intra-op threads. Results are cached in ``--out`` (a trial whose ``result.json`` exists is
 not run again), so an interrupted run resumes, and the table is printed again after every
@@ -39,7 +49,8 @@ best, worst, second best, second worst, ... of the short ranking, so a run stopp
 measured the proxy's picks (what regret and top-3 overlap need) and a spread of the rest.
 
     python bench/fidelity.py [--preset tiny] [--long-steps 1000] [--short-steps 60]
-                             [--rung-steps N] [--rung-size 10] [--threads 1] [--out DIR]
+                             [--rung-steps N] [--rung-size 10] [--eta 3]
+                             [--corpus python-docs|python-source] [--threads 1] [--out DIR]
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ import argparse
 import math
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,8 +69,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import trial_process
 from recipelab.recipe import Recipe, proxy_recipe
-from recipelab.trainer.spec import TrialResult, TrialSpec
+from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory.horizon import best_log_lr
+from recipelab.trajectory.ladder import climbers, pooled_deviations
+from recipelab.trajectory.ladder import rung_steps as ladder_rungs
+from recipelab.trajectory.noise import CONFIDENCE, bootstrap_quantiles
 from recipelab.trajectory.rung import curve_score
 
 TOP = 3
@@ -135,7 +150,7 @@ def fidelity(names: list[str], short: list[float], long: list[float]) -> Fidelit
 
 
 def trial(recipe: Recipe, steps: int, out: Path, trial_id: str,
-          threads: int) -> TrialResult | None:
+          threads: int, corpus: CorpusSpec | None = None) -> TrialResult | None:
     """The cached result of ``recipe`` trained for ``steps``, or a fresh trainer run; None
     when the trial did not complete (it then scores ``inf``)."""
     recipe = recipe.model_copy(update={"steps": steps})
@@ -146,7 +161,7 @@ def trial(recipe: Recipe, steps: int, out: Path, trial_id: str,
         if cached.status == "complete" and ran == recipe:
             return cached
     try:
-        result, wall = trial_process.run(recipe, out, trial_id, threads=threads)
+        result, wall = trial_process.run(recipe, out, trial_id, threads=threads, corpus=corpus)
     except RuntimeError as error:  # a diverged or crashed recipe ranks last
         print(f"  {trial_id}: {error}", flush=True)
         return None
@@ -184,6 +199,56 @@ def rung_order(names: list[str], short: dict[str, float], rung: dict[str, float]
     by_short = sorted(names, key=lambda n: (short[n], n))
     top = sorted(by_short[:size], key=lambda n: (rung.get(n, math.inf), n))
     return top + by_short[size:]
+
+
+@dataclass(frozen=True)
+class LadderRun:
+    """The ladder's final ordering, the steps it spent, and its rungs' sizes."""
+
+    order: list[str]
+    steps: int
+    sizes: list[tuple[int, int]]  # (steps, climbing recipes)
+
+
+def ladder(names: list[str], short: dict[str, float], run_at: dict[int, dict[str, float]],
+           short_steps: int, eta: int, top: int = TOP) -> LadderRun:
+    """Successive halving over ``names`` as a campaign climbs it: each rung of ``run_at``
+    (steps -> scores, the long horizon last) takes the best :func:`climbers` of the one below
+    (``top`` at the last), the baseline always beside them; the order is the highest rung's,
+    then each lower rung's, then the short ranking's."""
+    levels: list[list[str]] = [sorted((n for n in names if n != "baseline"),
+                                      key=lambda n: (short[n], n))]
+    spent = short_steps * len(names)
+    sizes = [(short_steps, len(levels[0]))]
+    rungs = sorted(run_at)
+    for i, steps in enumerate(rungs):
+        below = [m for m in levels[-1] if m != "baseline"]
+        n = min(top, len(below)) if i == len(rungs) - 1 else climbers(len(below), eta, top)
+        scores = run_at[steps]
+        levels.append(sorted([*below[:n], "baseline"], key=lambda m: (scores.get(m, math.inf), m)))
+        spent += steps * (n + 1)
+        sizes.append((steps, n))
+    if len(levels) == 1:
+        levels[0] = sorted(names, key=lambda n: (short[n], n))
+    order: list[str] = []
+    for level in reversed(levels):
+        order += [n for n in level if n not in order]
+    return LadderRun(order, spent, sizes)
+
+
+def noise_floor_at(long: dict[str, float], second: dict[str, float]) -> float | None:
+    """The 90% single-seed spread of paired gains at the long horizon, from recipes trained
+    at two seeds (``long`` and ``second``, the baseline among them)."""
+    if "baseline" not in long or "baseline" not in second:
+        return None
+    gains = {n: {0: long["baseline"] - long[n], 1: second["baseline"] - second[n]}
+             for n in second if n != "baseline" and n in long
+             and math.isfinite(long[n]) and math.isfinite(second[n])}
+    deviations = pooled_deviations(gains)
+    if not deviations:
+        return None
+    low, high = bootstrap_quantiles(deviations, 1, (1 - CONFIDENCE) / 2)
+    return max(abs(low), abs(high))
 
 
 def position_scores(order: list[str]) -> dict[str, float]:
@@ -224,6 +289,57 @@ def print_table(names: list[str], columns: list[tuple[str, dict[str, float]]]) -
             for (_, c), r in zip(columns, rank_of, strict=True)))
 
 
+def compare_ladder(args: argparse.Namespace, names: list[str], short: dict[str, float],
+                   run: Callable[[str, int, str], TrialResult | None], old_rung_steps: int,
+                   space: dict[str, Recipe], out: Path, corpus: CorpusSpec,
+                   long: dict[str, float] | None = None) -> None:
+    """The plain short ranking, the old rung and the ladder at equal compute, against the
+    long ranking, with the paired noise floor at the long horizon (see the module)."""
+    # the ladder at the long horizon, and the old rung at the same compute
+    middle = ladder_rungs(args.short_steps, args.long_steps, args.eta)[:-1]
+    run_at: dict[int, dict[str, float]] = {}
+    climbing = [n for n in sorted(names, key=lambda n: (short[n], n)) if n != "baseline"]
+    for steps in middle:
+        n = climbers(len(climbing), args.eta, TOP)
+        run_at[steps] = {m: score(run(m, steps, "k")) for m in ["baseline", *climbing[:n]]}
+        climbing = sorted(climbing[:n], key=lambda m: (run_at[steps][m], m))
+    if long is None:  # ground truth: every recipe at the long horizon, picks first
+        long = {n: score(run(n, args.long_steps, "l"))
+                for n in from_both_ends(sorted(names, key=lambda n: (short[n], n)))}
+    run_at[args.long_steps] = long
+    climbed = ladder(names, short, run_at, args.short_steps, args.eta)
+    middle_steps = climbed.steps - args.short_steps * len(names) - args.long_steps * (TOP + 1)
+    equal = max(TOP, min(len(names), round(middle_steps / old_rung_steps)))
+    by_short = sorted(names, key=lambda n: (short[n], n))
+    rung = {n: score(run(n, old_rung_steps, "r")) for n in by_short[:equal]}
+    old = rung_order(names, short, rung, equal)
+    old = sorted(old[:TOP], key=lambda n: (long[n], n)) + old[TOP:]
+    old_steps = args.short_steps * len(names) + old_rung_steps * equal + args.long_steps * TOP
+    second_seed = {n: score(trial(space[n].apply({"seed": args.seed + 1}), args.long_steps, out,
+                                  f"l{args.long_steps}-{slug(n)}-seed{args.seed + 1}",
+                                  args.threads, corpus))
+                   for n in ["baseline", *[m for m in climbed.order[:TOP + 1] if m != "baseline"][:TOP]]}
+    floor = noise_floor_at(long, second_seed)
+    print(f"\nat equal compute, against the {args.long_steps}-step ranking "
+          f"({args.preset} preset, corpus {args.corpus}, seed {args.seed}); paired noise floor at "
+          f"{args.long_steps} steps: " + ("unmeasured" if floor is None else f"{floor:.4f}"))
+    print("  ladder rungs (steps x climbers): "
+          + " -> ".join(f"{s} x{n}" for s, n in climbed.sizes) + " (+ the baseline)")
+    print(f"{'ranking':<30} {'steps':>7} {'spearman':>8} {'top-3':>6} {'regret':>8} "
+          f"{'in noise':>8}  pick -> long best")
+    for label, order, spent in (
+            (f"plain {args.short_steps}-step", sorted(names, key=lambda n: (short[n], n)),
+             args.short_steps * len(names)),
+            (f"old rung top-{equal} @{old_rung_steps}", old, old_steps),
+            (f"ladder eta {args.eta}", climbed.order, climbed.steps)):
+        f = fidelity(names, [position_scores(order)[n] for n in names], [long[n] for n in names])
+        within = "-" if floor is None else ("yes" if f.regret <= floor else "no")
+        print(f"{label:<30} {spent:>7} {f.spearman:>8.3f} {f.top_overlap:>4}/{TOP} "
+              f"{f.regret:>8.4f} {within:>8}  {f.pick} -> {f.best}")
+    sys.stdout.flush()
+
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="cpu")
@@ -232,6 +348,14 @@ def main() -> None:
     parser.add_argument("--rung-steps", type=int, default=None,
                         help="the middle rung's steps (default: geometric mean of short, long)")
     parser.add_argument("--rung-size", type=int, default=10)
+    parser.add_argument("--eta", type=int, default=3, help="the ladder's halving factor")
+    parser.add_argument("--recipes", type=int, default=None,
+                        help="only the first N recipes of the set (a smaller, faster run)")
+    parser.add_argument("--ladder-only", action="store_true",
+                        help="only the plain ranking, the old rung and the ladder at equal "
+                        "compute (skips every recipe at the rung's steps and the horizon rule)")
+    parser.add_argument("--corpus", default="python-docs",
+                        help="python-docs (the built-in text), python-source, or a path")
     parser.add_argument("--eval-bytes", type=int, default=32_768,
                         help="evaluation slice (at least the preset's), the same at every horizon")
     parser.add_argument("--seed", type=int, default=0, help="the training seed of every trial")
@@ -245,17 +369,21 @@ def main() -> None:
     base = proxy_recipe(args.preset)
     base = base.apply({"eval_bytes": max(base.eval_bytes, args.eval_bytes)})
     space = recipes(base, args.seed)
-    names = list(space)
-    out = args.out / f"{args.preset}-seed{args.seed}"
+    names = list(space)[:args.recipes]
+    corpus = CorpusSpec(source=args.corpus)
+    out = args.out / f"{args.preset}-{slug(args.corpus)}-seed{args.seed}"
     print(f"{len(names)} recipes on the {args.preset} preset: {args.short_steps}, {rung_steps} "
           f"and {args.long_steps} steps, {args.threads} thread(s), eval {base.eval_bytes:,} B",
           flush=True)
 
     def run(name: str, steps: int, prefix: str, recipe: Recipe | None = None) -> TrialResult | None:
         return trial(recipe or space[name], steps, out, f"{prefix}{steps}-{slug(name)}",
-                     args.threads)
+                     args.threads, corpus)
 
     short = {n: score(run(n, args.short_steps, "s")) for n in names}
+    if args.ladder_only:
+        compare_ladder(args, names, short, run, rung_steps, space, out, corpus)
+        return
     rung_results = {n: run(n, rung_steps, "r") for n in names}
     rung = {n: score(r) for n, r in rung_results.items()}
     predicted = {n: None if r is None else curve_score(r.losses, args.long_steps)
@@ -271,6 +399,7 @@ def main() -> None:
     long: dict[str, float] = {}
     for name in from_both_ends(with_rung):
         long[name] = score(run(name, args.long_steps, "l"))
+    compare_ladder(args, names, short, run, rung_steps, space, out, corpus, long)
     rows = [(f"plain {args.short_steps}-step", short),
             (f"rung top-{args.rung_size}, last point", position_scores(with_rung)),
             (f"rung top-{args.rung_size}, curve", position_scores(with_curve)),

@@ -9,14 +9,15 @@ import time
 from pathlib import Path
 
 from recipelab.recipe import Recipe
-from recipelab.trainer.spec import TrialResult, TrialSpec
+from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 
 
 def start(recipe: Recipe, out_dir: Path, trial_id: str, *, threads: int | None = None,
           compile_model: bool = False, env: dict[str, str] | None = None,
-          ) -> tuple[subprocess.Popen[bytes], TrialSpec]:
+          corpus: CorpusSpec | None = None) -> tuple[subprocess.Popen[bytes], TrialSpec]:
     spec = TrialSpec(trial_id=trial_id, recipe=recipe, out_dir=str(out_dir / trial_id),
-                     device="cpu", threads=threads, compile=compile_model)
+                     device="cpu", threads=threads, compile=compile_model,
+                     corpus=corpus or CorpusSpec())
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     path = Path(spec.out_dir) / "spec.json"
     path.write_text(spec.model_dump_json())

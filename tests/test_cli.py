@@ -224,6 +224,17 @@ def test_run_help_shows_the_ray_extra_literally() -> None:
     assert "pip install 'recipelab[ray]'" in result.output
 
 
+def test_run_help_names_the_ladder_and_its_successors_of_the_middle_rung() -> None:
+    result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "300"})
+
+    assert result.exit_code == 0
+    text = " ".join(result.output.replace("│", " ").split())
+    for option in ("--eta", "--rung-size", "--rung-steps", "--stress-steps", "--promote"):
+        assert option in text
+    assert "successive halving, ASHA-style" in text and "the baseline climbs every rung" in text
+    assert "DeepSeek LLM prior" in text
+
+
 def test_check_takes_the_options_of_run_with_their_help() -> None:
     result = runner.invoke(app, ["check", "--help"], env={"COLUMNS": "300"})
 

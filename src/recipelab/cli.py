@@ -488,20 +488,28 @@ def run(
     max_consecutive_failures: Annotated[int | None, typer.Option(
         help="stop launching after this many proxy trials in a row fail with the same reason "
         "(default 5); the command then exits with code 3")] = None,
-    promote: Annotated[int | None, typer.Option(help="finalists promoted to stress runs")] = None,
-    stress_steps: Annotated[int | None, typer.Option(help="steps of each stress run")] = None,
+    promote: Annotated[int | None, typer.Option(
+        help="finalists on the ladder's top rung (the stress horizon), each at 2 seeds with the "
+        "baseline (default 3; 0: no ladder)")] = None,
+    stress_steps: Annotated[int | None, typer.Option(
+        help="steps of the ladder's top rung, the stress horizon (default 1,000)")] = None,
     fidelity: Annotated[int | None, typer.Option(
         help="also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement")] = None,
+    eta: Annotated[int | None, typer.Option(
+        help="the ladder (successive halving, ASHA-style): each rung keeps the best 1/ETA of "
+        "the one below at ETA times its steps, up to --stress-steps (default 3: 60, 180, 540, "
+        "1,000 steps); the baseline climbs every rung")] = None,
     rung_size: Annotated[int | None, typer.Option(
-        help="middle rung: train the top N candidates for --rung-steps and stress-run the "
-        "rung's best (default 10; 0, or not more than --promote, disables it)")] = None,
+        help="at most N candidates climb to the ladder's first rung above the proxy (default "
+        "10; 0 goes straight from the proxy to the top rung)")] = None,
     rung_steps: Annotated[int | None, typer.Option(
-        help="steps of each rung run, between the proxy's and --stress-steps (default: their "
-        "geometric mean, 245 for 60 and 1,000)")] = None,
+        help="steps of the ladder's first rung above the proxy (default: proxy steps × --eta); "
+        "each rung above it has --eta times more")] = None,
     horizon_rule: Annotated[bool | None, typer.Option(
         "--horizon-rule/--no-horizon-rule",
-        help="stress-run at the learning rate the horizon rule fitted from the proxies and the "
-        "rung gives (default on; without a fit the rate is the proxy's)")] = None,
+        help="train every rung at the learning rate the horizon rule gives for its steps, "
+        "fitted from the rungs' learning-rate family (lr × ½, × 2) or, without a fit, the "
+        "DeepSeek LLM prior lr ∝ steps^-0.125 (default on)")] = None,
     attribution: Annotated[bool | None, typer.Option(
         "--attribution/--no-attribution",
         help="after the winner is named, measure which groups of its edit carry the gain and "
@@ -596,13 +604,15 @@ check = app.command("check")(_check)
 @app.command()
 def stress(
     campaign: Annotated[str, typer.Argument(help="campaign name or directory")] = "default",
-    promote: Annotated[int | None, typer.Option(help="finalists promoted to stress runs")] = None,
-    stress_steps: Annotated[int | None, typer.Option(help="steps of each stress run")] = None,
+    promote: Annotated[int | None, typer.Option(
+        help="finalists on the ladder's top rung, each at 2 seeds with the baseline")] = None,
+    stress_steps: Annotated[int | None, typer.Option(
+        help="steps of the ladder's top rung, the stress horizon")] = None,
     fidelity: Annotated[int | None, typer.Option(
         help="also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement")] = None,
 ) -> None:
-    """Promote the best proxy trials to stress runs now, through the middle rung when the
-    campaign has one (skips the runs already done)."""
+    """Climb the ladder now, from the proxy trials to the top rung (skips the runs already
+    done)."""
     directory = campaign_dir(campaign)
     if settings_store.load(directory) is None:
         fail(f"no campaign at {directory}: start one with 'recipelab run'")
@@ -657,16 +667,14 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
         fail(f"cannot use campaign directory {directory}: {error}. {fix.capitalize()} and run "
              "the same command again (it resumes), or start over with another --dir.")
     best = summary.best
-    winner = summary.winner
     console.print(f"campaign {settings.name}: {summary.proxy_trials} proxy trials, "
-                  f"{summary.rejected} rejected, {summary.stress_runs} stress runs"
-                  + (f"; best {best.trial_id} val_bpb {best.val_bpb:.4f}" if best else "")
-                  + (f"; winner {winner.record.trial_id}, mean val_bpb {winner.mean_val_bpb:.4f} "
-                     f"over {winner.seeds} seed(s)"
-                     + (", within the noise floor of the baseline" if winner.within_noise else "")
-                     if winner else "")
+                  f"{summary.rejected} rejected, {summary.rung_runs} rung runs, "
+                  f"{summary.stress_runs} top-rung runs"
+                  + (f"; best proxy {best.trial_id} val_bpb {best.val_bpb:.4f}" if best else "")
                   + (" (stopped early; run the same command to resume)"
                      if summary.stopped_early else ""), soft_wrap=True)
+    if summary.winner_line:  # the last line: the same sentence as status, the report and export
+        console.print(summary.winner_line, soft_wrap=True, markup=False, highlight=False)
     if summary.failing is not None:
         errors.print(f"[bold red]error:[/] stopped after {settings.max_consecutive_failures} "
                      f"proxy trials in a row failed with {escape(summary.failing)}; see the "
@@ -708,7 +716,7 @@ def status(campaign: Annotated[str, typer.Argument(help="campaign name or direct
     if view.running:
         console.print(f"running: {view.running}")
     table = Table(title="best proxy trials")
-    for line in (view.noise_line(), view.winner_line()):
+    for line in (view.ladder, view.noise_line(), view.winner_line()):
         if line:
             console.print(line, soft_wrap=True)
     base = next((flatten(r.recipe) for r in records if r.proposer == BASELINE_PROPOSER), {})

@@ -120,11 +120,11 @@ def test_the_window_planner_reserves_the_attribution() -> None:
     from datetime import datetime, timezone
     deadline = datetime(2026, 1, 1, 8, tzinfo=timezone.utc)
     times = TrialTimes(fixed_s=0.0, per_step_s=1.0)
-    common: dict[str, int] = dict(proxy_steps=10, stress_steps=100, promote=1, fidelity=0, noise_seeds=1,
-                  parallel=1)
-    without = plan_window(deadline, times, **common)
+    without = plan_window(deadline, times, proxy_steps=10, stress_steps=100, promote=1,
+                          fidelity=0, noise_seeds=1, parallel=1)
     runs = expected_runs(4, 3)
-    with_it = plan_window(deadline, times, **common, attribution_steps=100,
+    with_it = plan_window(deadline, times, proxy_steps=10, stress_steps=100, promote=1,
+                          fidelity=0, noise_seeds=1, parallel=1, attribution_steps=100,
                           attribution_runs=runs)
     assert runs == 3 * (2 + 4 + 1)
     assert math.isclose(with_it.phase2_s - without.phase2_s, 1.25 * runs * 100)

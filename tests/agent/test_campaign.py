@@ -23,10 +23,14 @@ def test_a_campaign_runs_baseline_then_proposals_then_stress_runs(
     assert proxies[0]["proposer"] == "baseline" and proxies[0]["edit"] == {}
     assert summary.proxy_trials == 3 == sum(r["status"] in ("complete", "failed") for r in proxies)
     stress = [r for r in lines if r["kind"] == "stress"]
-    assert len(stress) == 1 and stress[0]["parent"] == summary.best.trial_id  # type: ignore[union-attr]
-    assert stress[0]["verdict"] in ("stable", "flat", "grad-spike", "diverged")
+    finalist = min((r for r in proxies if r["proposer"] != "baseline" and r["val_bpb"] is not None),
+                   key=lambda r: (r["val_bpb"], r["trial_id"]))
+    # the top rung: the finalist and the baseline (the control), each at two seeds
+    assert {(s["parent"], s["recipe"]["seed"]) for s in stress} == {
+        (parent, seed) for parent in (proxies[0]["trial_id"], finalist["trial_id"]) for seed in (0, 1)}
+    assert all(s["verdict"] in ("stable", "flat", "grad-spike", "diverged") for s in stress)
     # at least 20 curve points: a 30-step stress run logs every step (not every 10th)
-    assert [p["step"] for p in stress[0]["curve"]] == list(range(1, 31))
+    assert all([p["step"] for p in s["curve"]] == list(range(1, 31)) for s in stress)
     assert (tmp_path / "trajectory.sqlite").exists() and (tmp_path / "events.jsonl").exists()
     for record in lines:
         assert (tmp_path / record["artifacts"]["dir"] / "trial.log").exists()

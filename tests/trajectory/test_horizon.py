@@ -9,7 +9,7 @@ import pytest
 
 from recipelab.recipe import proxy_recipe
 from recipelab.trajectory.calibration import load_calibration
-from recipelab.trajectory.horizon import NO_RULE, best_log_lr, fit_alpha, horizon_rule
+from recipelab.trajectory.horizon import PRIOR_RULE, best_log_lr, fit_alpha, horizon_rule
 from recipelab.trajectory.record import TrialRecord
 
 BASE = proxy_recipe("tiny")
@@ -75,10 +75,33 @@ def test_the_rule_is_the_mean_of_this_campaigns_fit_and_the_calibrations() -> No
     assert rule.factor(60, 240) == pytest.approx(4 ** -0.3)
 
 
-def test_without_any_fit_the_rule_changes_nothing() -> None:
+def test_without_any_fit_the_rule_is_the_published_prior_and_says_so() -> None:
+    """DeepSeek LLM's lr_opt ∝ C^-0.125, with the model and batch fixed: lr ∝ steps^-0.125."""
     rule = horizon_rule([])
-    assert rule == NO_RULE and rule.factor(60, 1000) == 1.0
-    assert "no horizon rule" in rule.describe()
+    assert rule == PRIOR_RULE and rule.source == "prior" and rule.alpha == 0.125
+    assert rule.factor(60, 1000) == pytest.approx((1000 / 60) ** -0.125)
+    assert "DeepSeek LLM" in rule.describe() and "arXiv 2401.02954" in rule.describe()
+
+
+def test_a_fit_replaces_the_prior() -> None:
+    rule = horizon_rule(campaign("c", 1e-2, 5e-3))
+    assert rule.source == "fitted" and rule.alpha == pytest.approx(0.5)
+
+
+def test_three_horizons_fit_one_slope_through_every_best_rate() -> None:
+    """The ladder measures the learning-rate family at each rung: the best rate halves per
+    4x steps at 60 -> 240 -> 960, so alpha is 0.5 through all three."""
+    records = campaign("c", 1e-2, 5e-3) + [
+        trial("c", f"q{i:04d}", lr, RUNG_STEPS * 4, bowl(lr, 2.5e-3), kind="rung")
+        for i, lr in enumerate(LRS)]
+    assert fit_alpha(records) == pytest.approx(0.5)
+
+
+def test_the_rule_is_tight_only_when_several_fits_agree() -> None:
+    assert not horizon_rule([]).tight
+    assert not horizon_rule(campaign("c", 1e-2, 5e-3)).tight  # one fit
+    assert horizon_rule(campaign("c", 1e-2, 5e-3), prior_fits=[0.45]).tight
+    assert not horizon_rule(campaign("c", 1e-2, 5e-3), prior_fits=[0.1]).tight
 
 
 def test_each_calibration_campaign_brings_its_own_fit(tmp_path: Path) -> None:

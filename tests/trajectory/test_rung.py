@@ -79,7 +79,7 @@ def test_curve_score_is_none_without_enough_finite_losses() -> None:
 def test_the_rung_ranking_picks_the_stress_candidates_instead_of_the_proxy_ranking() -> None:
     runs = [rung("r0000", "p0001", 1.80), rung("r0001", "p0002", 1.70),
             rung("r0002", "p0003", 1.75)]
-    ledger = Ledger(PROXIES + runs, promote=2, rung_size=3)
+    ledger = Ledger(PROXIES + runs, promote=2, rung_size=3, eta=2)
 
     assert [r.trial_id for r in ledger.rung_candidates] == ["p0001", "p0002", "p0003"]
     assert [r.trial_id for r in ledger.rung_runs_of("p0002")] == ["r0001"]

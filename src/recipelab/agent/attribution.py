@@ -59,14 +59,11 @@ Rung = tuple[str, int]
 
 
 def attribution_rungs(settings: CampaignSettings, proxy_steps: int) -> list[Rung]:
-    """The fidelities the variants may be measured at, highest first: the stress runs' steps
-    (when there are stress runs), the middle rung's (when it runs), the proxy's. The one place
-    to point at a ladder's rungs."""
-    rungs: list[Rung] = []
-    if settings.promote > 0:
-        rungs.append(("stress", settings.stress_steps))
-    if settings.rung_skip_reason(proxy_steps) is None:
-        rungs.append(("rung", settings.resolved_rung_steps(proxy_steps)))
+    """The fidelities the variants may be measured at, highest first: the ladder's top rung
+    (when there are finalists), its middle rungs from the highest down, the proxy's."""
+    ladder = settings.ladder_steps(proxy_steps)
+    rungs: list[Rung] = [("stress", ladder[-1])] if settings.promote > 0 else []
+    rungs += [("rung", steps) for steps in reversed(ladder[:-1])]
     rungs.append(("proxy", proxy_steps))
     return rungs
 

@@ -1,4 +1,4 @@
-"""The campaign loop: propose, check, train, record; then the middle rung; then stress runs.
+"""The campaign loop: propose, check, train, record; then the ladder of fidelities.
 
 :class:`Campaign` is the scheduler. It decides what runs next and when to stop; everything
 it decides from is read from a :class:`~recipelab.trajectory.ledger.Ledger` of the records,
@@ -11,16 +11,20 @@ memory, so that ``recipelab run`` after any crash (or a kill -9) picks up where 
 trials left running become ``interrupted`` and run once more, stress runs continue from
 their checkpoints, and a completed trial is never run or recorded twice.
 
-Phase 2 climbs in fidelity: seed re-runs settle close finalists, the **middle rung** trains
-the top ``rung_size`` candidates for ``rung_steps`` (a 60-step lead is a weak guide to which
-recipes deserve 1,000 steps), and the stress runs go to the rung's best.
+Phase 2 climbs in fidelity: seed re-runs settle close finalists, then the **ladder**
+(:mod:`recipelab.trajectory.ladder`, successive halving by ``eta``) trains the best of each
+rung for longer, the baseline beside them, up to the top rung at ``stress_steps`` where the
+finalists and the baseline train at two seeds and the winner is named only outside the paired
+interval (:meth:`Ledger.recommendation`). :meth:`Campaign.promote` lists the phases in order,
+so a phase that needs the named winner goes after :meth:`Campaign._ladder`; it reads where the
+evidence stands from :meth:`Ledger.top_rung`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,13 +55,17 @@ from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
 from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.runner import Executor, build_executor
 from recipelab.trajectory import TrajectoryStore
-from recipelab.trajectory.horizon import horizon_rule
-from recipelab.trajectory.ledger import Ledger, Winner
+from recipelab.trajectory.horizon import HorizonRule, horizon_rule
+from recipelab.trajectory.ladder import TOP_SEEDS, describe_ladder
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger, Winner
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord, utc_now
 from recipelab.units import GIB
 
 PROXY_LOG_EVERY = 10
+LR_FAMILY = (0.5, 2.0)
+"""The learning-rate family a middle rung's leader also trains at (times the rule's rate):
+three rates per horizon, what a quadratic in log lr needs to place the best one."""
 STRESS_ATTEMPTS = 5
 """Interruptions after which a stress (or rung) run is given up. Each attempt resumes from the last
 checkpoint, so a run killed with its orchestrator loses little; one that keeps being
@@ -66,6 +74,30 @@ POLL_INTERVAL_S = 0.02
 STRESS_CURVE_POINTS = 20
 """A stress run logs at least this many curve points, whatever --stress-steps is, so its
 verdict and the report's fit see a spike (the trial keeps every step's loss as well)."""
+
+
+@dataclass(frozen=True)
+class RungJob:
+    """One run the ladder owes: ``candidate`` at ``steps`` and ``seed``, at ``lr_factor``
+    times its proxy learning rate (``family``: a learning-rate family multiple, or None)."""
+
+    candidate: TrialRecord
+    steps: int
+    seed: int
+    lr_factor: float
+    family: float | None = None
+
+    @property
+    def folder(self) -> str:
+        tag = f"-lr{self.family:g}" if self.family else ""
+        return f"{self.steps}-{self.candidate.trial_id}-s{self.seed}{tag}"
+
+    def made(self, run: TrialRecord) -> bool:
+        """Whether ``run`` is (an attempt at) this job."""
+        return (run.parent == self.candidate.trial_id
+                and int(run.recipe.get("steps", 0)) == self.steps
+                and int(run.recipe.get("seed", 0)) == self.seed
+                and run.edit.get("lr_family") == self.family)
 
 
 @dataclass(frozen=True)
@@ -79,6 +111,7 @@ class CampaignSummary:
     winner: Winner | None = None  # named by the highest-fidelity evidence (see Ledger)
     failing: str | None = None  # the reason a run of failed trials stopped the campaign
     rung_runs: int = 0
+    winner_line: str = ""  # Ledger.winner_line: the campaign's last console line
 
 
 class Campaign:
@@ -150,7 +183,7 @@ class Campaign:
             proxy_trials=counts.trained, rejected=counts.rejected,
             stress_runs=counts.stress_trained, best=ledger.best, stopped_early=stopped_early,
             noise=ledger.noise, winner=ledger.winner, failing=self.failures.failing,
-            rung_runs=counts.rung_trained)
+            rung_runs=counts.rung_trained, winner_line=ledger.winner_line())
 
     # -- the search ---------------------------------------------------------------------------
 
@@ -270,61 +303,112 @@ class Campaign:
                              proposer=proposal.proposer)
         return saved
 
-    # -- Phase 2: seed re-runs, the middle rung, stress runs -----------------------------------
+    # -- Phase 2: seed re-runs, then the ladder of fidelities ---------------------------------
 
     def promote(self) -> None:
-        """Settle close finalists, run the middle rung, then stress-run the stress candidates
-        (chosen by the rung when it ran; see :class:`Ledger`)."""
+        """Phase 2, in order: settle close finalists, then climb the ladder. A later phase
+        (one that needs the named winner) goes after :meth:`_ladder` here."""
         self._settle_close_finalists()
-        self._rung()
-        # fitted once: the proxies and rung runs it reads are all in by now
-        rule = horizon_rule(self.ledger.records, self.priors.calibration.horizon_fits)
-        self.log.info("horizon_rule", alpha=rule.alpha, fits=rule.fits, rule=rule.describe(),
-                      applied=self.settings.horizon_rule and rule.fits > 0)
-        self._stress_lr_factor = (rule.factor(self.baseline.steps, self.settings.stress_steps)
-                                  if self.settings.horizon_rule else 1.0)
-        self._in_waves("stress", self.ledger.stress_candidates, self._stress)
+        self._ladder()
         AttributionPhase(self).run()  # the winner is named: which parts of its edit carry the gain
 
-    def _in_waves(self, kind: str, candidates: Sequence[TrialRecord],
-                  start: Callable[[TrialRecord], None]) -> None:
-        """Start a run of ``kind`` for each candidate, up to ``parallel`` at a time; one lost
-        while running is started again (``start`` resumes it from its checkpoint)."""
-        queue = list(candidates)
+    def _ladder(self) -> None:
+        """Successive halving from the proxy to the top rung (:mod:`recipelab.trajectory.ladder`):
+        each middle rung trains the best of the one below and the baseline; the top rung
+        trains the ``promote`` finalists and the baseline at :data:`TOP_SEEDS` seeds."""
+        if self.settings.promote == 0:
+            return
+        proxy_steps = self.baseline.steps
+        steps = self.settings.ladder_steps(proxy_steps)
+        reason = self.settings.rung_skip_reason(proxy_steps)
+        if reason is None and len(self.ledger.contenders) <= self.settings.promote:
+            reason = (f"only {len(self.ledger.contenders)} candidate(s), not more than --promote "
+                      f"{self.settings.promote}: the middle rungs would have nothing to choose")
+            steps = steps[-1:]
+        if reason is not None:
+            self.log.info("rung_skipped", reason=reason)
+        plan = self.settings.planned_ladder(proxy_steps, len(self.ledger.contenders))
+        self.log.info("ladder_planned", eta=self.settings.eta, rungs=steps,
+                      ladder=describe_ladder(plan, proxy_steps, len(self.ledger.contenders)))
+        for rung in steps[:-1]:
+            if self.stops.stop:
+                return
+            self._climb(rung, top=False)
+        if not self.stops.stop:
+            self._climb(steps[-1], top=True)
+
+    def _rule(self) -> HorizonRule:
+        """The horizon rule from every record so far (the rungs below included)."""
+        return horizon_rule(self.ledger.records, self.priors.calibration.horizon_fits)
+
+    def _climb(self, steps: int, *, top: bool) -> None:
+        """Train one rung: its climbers and the baseline at the rule's learning rate for
+        ``steps``; a middle rung's leader also at lr × {½, 2} while the rule is not tight."""
+        ledger, baseline = self.ledger, self.ledger.baseline
+        climbers = ledger.climbing_to(steps, top=top)
+        rule = self._rule()
+        factor = rule.factor(self.baseline.steps, steps) if self.settings.horizon_rule else 1.0
+        seeds = self._top_seeds() if top else [self.settings.seed]
+        family = not top and bool(climbers) and not rule.tight and self.settings.horizon_rule
+        self.log.info("rung_started", steps=steps, top=top, seeds=seeds,
+                      climbers=[c.trial_id for c in climbers], lr_factor=factor,
+                      rule=rule.describe(), rule_source=rule.source, lr_family=family)
+        controls = [baseline] if baseline is not None else []
+        jobs = [RungJob(c, steps, seed, factor) for c in [*controls, *climbers] for seed in seeds]
+        if top:
+            taken = {c.trial_id for c in climbers}
+            jobs += [RungJob(c, steps, self.settings.seed, factor)
+                     for c in ledger.stress_candidates[len(climbers):] if c.trial_id not in taken]
+        if family:
+            jobs += [RungJob(climbers[0], steps, self.settings.seed, factor * m, family=m)
+                     for m in LR_FAMILY]
+        self._in_waves(jobs, "stress" if top else "rung")
+
+    def _top_seeds(self) -> list[int]:
+        """The top rung's seeds: the campaign's, then the baseline's other noise seeds, then
+        the next integers, :data:`TOP_SEEDS` in all."""
+        seeds = [self.settings.seed]
+        floor = self.ledger.noise
+        for seed in [*(floor.seeds if floor else ()), *range(self.settings.seed + 1, 10**6)]:
+            if len(seeds) >= TOP_SEEDS:
+                break
+            if seed not in seeds:
+                seeds.append(seed)
+        return seeds
+
+    def _in_waves(self, jobs: Sequence[RungJob], kind: str) -> None:
+        """Start each job, up to ``parallel`` at a time; one lost while running is started
+        again (it resumes from its checkpoint)."""
+        queue = list(jobs)
         while True:
             for record in self.book.poll(cancel=self.stops.cancel):
                 if (record.kind == kind and record.status == "interrupted"
                         and not self.stops.cancel):
-                    queue += [f for f in candidates if f.trial_id == record.parent]
+                    queue += [j for j in jobs if j.made(record)]
             while queue and not self.stops.stop and len(self.book.inflight) < self.settings.trials_in_flight:
-                start(queue.pop(0))
+                self._run_job(queue.pop(0), kind)
             if not self.book.inflight and (not queue or self.stops.stop):
                 return
             time.sleep(POLL_INTERVAL_S)
 
-    def _rung(self) -> None:
-        """Train the rung candidates for the rung's steps, unless the rung is off or has
-        nothing to choose (``rung_skipped`` says why)."""
-        candidates = self.ledger.rung_candidates
-        reason = self.settings.rung_skip_reason(self.baseline.steps)
-        if reason is None and len(candidates) <= self.settings.promote:
-            reason = (f"only {len(candidates)} candidate(s), not more than --promote "
-                      f"{self.settings.promote}: the rung would have nothing to choose")
-        if reason is not None:
-            self.log.info("rung_skipped", reason=reason)
-            return
-        self._in_waves("rung", candidates, self._rung_run)
-
-    def _rung_run(self, candidate: TrialRecord) -> None:
-        steps = self.settings.resolved_rung_steps(self.baseline.steps)
-        interrupted = self._longer_run_due(candidate, self.ledger.rung_runs_of(candidate.trial_id),
-                                           "rung", steps)
+    def _run_job(self, job: RungJob, kind: str) -> None:
+        runs = [r for r in self.ledger.of_kind(kind) if job.made(r)]
+        interrupted = self._longer_run_due(job.candidate, runs, kind, job.steps)
         if interrupted is None:
             return
-        trial_id = self.ledger.next_id("r")
-        self.log.info("rung_started", trial_id=trial_id, parent=candidate.trial_id, steps=steps)
-        self._launch_longer(candidate, trial_id, "rung", steps, interrupted,
-                            log_every=max(1, steps // STRESS_CURVE_POINTS))
+        trial_id = self.ledger.next_id("s" if kind == "stress" else "r")
+        lr = float(job.candidate.recipe["optimizer"]["lr"])
+        # a resumed attempt keeps the rate its checkpoint was trained at
+        lr_factor = (float(interrupted[0].recipe["optimizer"]["lr"]) / lr if interrupted
+                     else job.lr_factor)
+        self.log.info("promoted" if kind == "stress" else "rung_run", trial_id=trial_id,
+                      parent=job.candidate.trial_id, steps=job.steps, seed=job.seed,
+                      lr=lr * lr_factor, lr_factor=lr_factor, lr_family=job.family,
+                      **noise_marks(job.candidate.val_bpb, self.ledger.noise,
+                                    job.candidate.recipe.get("seed")))
+        self._launch_longer(job, trial_id, kind, interrupted, lr_factor=lr_factor,
+                            log_every=min(self.settings.stress_log_every,
+                                          max(1, job.steps // STRESS_CURVE_POINTS)))
 
     def _longer_run_due(self, candidate: TrialRecord, runs: Sequence[TrialRecord], kind: str,
                         steps: int) -> list[TrialRecord] | None:
@@ -344,25 +428,29 @@ class Campaign:
             return None
         return interrupted
 
-    def _launch_longer(self, candidate: TrialRecord, trial_id: str, kind: str, steps: int,
+    def _launch_longer(self, job: RungJob, trial_id: str, kind: str,
                        interrupted: Sequence[TrialRecord], *, log_every: int,
-                       lr_factor: float = 1.0) -> None:
-        """Launch ``candidate``'s recipe for ``steps``, at ``lr_factor`` times its learning
-        rate, as a checkpointed run of ``kind`` that resumes an interrupted one from its folder
-        (``trials/<kind>-<candidate id>``)."""
+                       lr_factor: float) -> None:
+        """Launch ``job``'s recipe for its steps and seed, at ``lr_factor`` times its learning
+        rate, as a checkpointed run of ``kind`` that resumes an interrupted one from its
+        folder (``trials/<kind>-<steps>-<candidate id>-s<seed>[-lr<m>]``)."""
+        candidate = job.candidate
         recipe = Recipe.model_validate(candidate.recipe)
-        recipe = recipe.apply({"steps": steps, "optimizer.lr": recipe.optimizer.lr * lr_factor})
+        recipe = recipe.apply({"steps": job.steps, "seed": job.seed,
+                               "optimizer.lr": recipe.optimizer.lr * lr_factor})
+        edit = {**candidate.edit, **({"lr_family": job.family} if job.family else {})}
         record = TrialRecord(
             campaign=self.settings.name, trial_id=trial_id, iteration=candidate.iteration,
             kind=kind, status="queued", recipe=recipe.model_dump(mode="json"),
             fingerprint=recipe.fingerprint(), parent=candidate.trial_id,
-            proposer=candidate.proposer, hypothesis=candidate.hypothesis, edit=candidate.edit,
+            proposer=LR_FAMILY_PROPOSER if job.family else candidate.proposer,
+            hypothesis=candidate.hypothesis, edit=edit,
             retry_of=interrupted[0].trial_id if interrupted else None)
         self.book.launch(
             record, recipe, log_every=log_every,
             checkpoint_every=self.settings.stress_checkpoint_every, resume=True,
-            out_dir=self.directory / TRIALS_DIR / f"{kind}-{candidate.trial_id}",
-            timeout_s=self.settings.trial_timeout_s * max(1.0, steps / self.baseline.steps))
+            out_dir=self.directory / TRIALS_DIR / f"{kind}-{job.folder}",
+            timeout_s=self.settings.trial_timeout_s * max(1.0, job.steps / self.baseline.steps))
 
     def _settle_close_finalists(self) -> None:
         """Re-run with more seeds the finalists whose lead is within the noise floor, so the
@@ -378,26 +466,6 @@ class Campaign:
         while self.book.inflight:
             self.book.poll(cancel=self.stops.cancel)
             time.sleep(POLL_INTERVAL_S)
-
-    def _stress(self, finalist: TrialRecord) -> None:
-        steps = self.settings.stress_steps
-        interrupted = self._longer_run_due(finalist, self.ledger.stress_runs_of(finalist.trial_id),
-                                           "stress", steps)
-        if interrupted is None:
-            return
-        trial_id = self.ledger.next_id("s")
-        lr = float(finalist.recipe["optimizer"]["lr"])
-        # a resumed attempt keeps the rate its checkpoint was trained at
-        lr_factor = (float(interrupted[0].recipe["optimizer"]["lr"]) / lr if interrupted
-                     else self._stress_lr_factor)
-        self.log.info("promoted", trial_id=trial_id, parent=finalist.trial_id,
-                      val_bpb=finalist.val_bpb, steps=steps, lr=lr * lr_factor,
-                      lr_factor=lr_factor,
-                      **noise_marks(finalist.val_bpb, self.ledger.noise, finalist.recipe.get("seed")))
-        self._launch_longer(finalist, trial_id, "stress", steps, interrupted,
-                            log_every=min(self.settings.stress_log_every,
-                                          max(1, steps // STRESS_CURVE_POINTS)),
-                            lr_factor=lr_factor)
 
     # -- the whole campaign ------------------------------------------------------------------
 
@@ -484,6 +552,7 @@ class Campaign:
                       winner_mean_val_bpb=summary.winner.mean_val_bpb if summary.winner else None,
                       winner_within_noise=summary.winner.within_noise if summary.winner else None,
                       noise_spread=summary.noise.spread if summary.noise else None,
+                      winner_line=summary.winner_line,
                       stopped_early=summary.stopped_early, failing=summary.failing)
         try:  # the report is a by-product: one that cannot be written never fails the campaign
             write_report(self.directory, self.ledger.records, ReportContext(

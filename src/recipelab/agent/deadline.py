@@ -44,17 +44,18 @@ class Deadline:
         self.plan: WindowPlan | None = None
         self.hopeless = False  # not even one stress run fits: the search fills the window
         self.search_spent = False
+        # the proxy candidates the ladder is planned for: --iterations', else what ran so far
+        self.candidates = max(1, (settings.iterations - settings.noise_seeds)
+                              if settings.iterations else 1)
 
     def _plan(self, times: TrialTimes) -> WindowPlan:
         assert self.at is not None
         s = self.settings
-        rung = s.rung_skip_reason(self.proxy_steps) is None
         attribution = attribution_rungs(s, self.proxy_steps)[0][1] if s.attribution else 0
         return plan_window(self.at, times, proxy_steps=self.proxy_steps,
                            stress_steps=s.stress_steps, promote=s.promote, fidelity=s.fidelity,
                            noise_seeds=s.noise_seeds, parallel=s.trials_in_flight,
-                           rung_steps=s.resolved_rung_steps(self.proxy_steps) if rung else 0,
-                           rung_runs=s.rung_size if rung else 0,
+                           rungs=s.planned_ladder(self.proxy_steps, self.candidates),
                            attribution_steps=attribution,
                            attribution_runs=expected_runs(EXPECTED_GROUPS, s.noise_seeds)
                            if s.attribution else 0)
@@ -78,6 +79,8 @@ class Deadline:
     def update(self, proxies: Sequence[TrialRecord]) -> WindowPlan | None:
         """Re-plan from the trials measured so far."""
         times = measured_times(proxies) if self.at is not None else None
+        if self.settings.iterations is None:  # a window-only campaign: plan for what ran
+            self.candidates = max(self.candidates, len(proxies) - self.settings.noise_seeds)
         if self.at is None or times is None:
             return self.plan
         plan = self._plan(times)

@@ -254,8 +254,9 @@ def planned_in_flight(settings: CampaignSettings) -> int:
 def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int, str]:
     """The bytes tonight's campaign writes, and how that was estimated."""
     trials = planned_proxy_trials(settings)
-    stress = settings.promote + settings.fidelity
-    rung = settings.rung_size if settings.rung_skip_reason(baseline.steps) is None else 0
+    ladder = settings.planned_ladder(baseline.steps, max(0, trials - settings.noise_seeds))
+    stress = (ladder[-1].runs if ladder else 0) + settings.fidelity
+    rung = sum(r.runs for r in ladder[:-1])
     longer = stress + rung
     params = baseline.param_count()
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * params

@@ -13,7 +13,6 @@ hold what ``auto`` became, so a resume on the same campaign trains the same way.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from datetime import datetime, time, timedelta
@@ -27,6 +26,7 @@ from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import PROXY_PRESETS, Recipe, StrictModel, proxy_recipe
 from recipelab.redaction import REDACTED, redact_url
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
+from recipelab.trajectory.ladder import RungPlan, plan_ladder, rung_steps
 
 SETTINGS_FILE = "settings.json"
 FIXED_ON_RESUME = ("target", "preset", "budget", "corpus", "precision", "searchable")
@@ -52,10 +52,11 @@ class CampaignSettings(StrictModel):
     stress_log_every: int = Field(default=50, ge=1)
     stress_checkpoint_every: int = Field(default=50, ge=1)
     fidelity: int = Field(default=0, ge=0)  # mid-ranked trials stress-run besides the finalists
-    # the middle rung: the top candidates trained for rung_steps before the stress runs
-    rung_size: int = Field(default=10, ge=0)
-    rung_steps: int | None = Field(default=None, ge=1)  # None: see resolved_rung_steps
-    # stress runs train at the learning rate the horizon rule gives (trajectory.horizon)
+    # the ladder (successive halving, trajectory.ladder): each rung keeps the best 1/eta
+    eta: int = Field(default=3, ge=2)
+    rung_size: int = Field(default=10, ge=0)  # at most this many climb to the first rung; 0: none
+    rung_steps: int | None = Field(default=None, ge=1)  # the first rung's steps; None: proxy x eta
+    # every rung trains at the learning rate the horizon rule gives (trajectory.horizon)
     horizon_rule: bool = True
     # after the winner is named, measure which groups of its edit carry the gain (attribution)
     attribution: bool = True
@@ -142,27 +143,36 @@ class CampaignSettings(StrictModel):
                          checkpoint_every=checkpoint_every, threads=self.trial_threads(),
                          compile=self.trial_compile(kind), **extra)
 
-    def resolved_rung_steps(self, proxy_steps: int) -> int:
-        """The rung runs' steps: ``rung_steps``, or the geometric mean of the proxy's and the
-        stress runs' steps (60 and 1,000 give 245), halfway between them on the log scale
-        where loss curves are compared."""
-        if self.rung_steps is not None:
-            return self.rung_steps
-        return round(math.sqrt(proxy_steps * self.stress_steps))
+    def ladder_steps(self, proxy_steps: int) -> list[int]:
+        """The steps of the ladder's rungs above the proxy, the top rung (``stress_steps``)
+        last; only the top rung when :meth:`rung_skip_reason` says the middle rungs are off."""
+        if self.rung_skip_reason(proxy_steps) is not None:
+            return [self.stress_steps]
+        return rung_steps(proxy_steps, self.stress_steps, self.eta, self.rung_steps)
+
+    def planned_ladder(self, proxy_steps: int, candidates: int) -> list[RungPlan]:
+        """The ladder for ``candidates`` proxy candidates (the baseline not counted): what
+        the window planner and the disk estimate price."""
+        steps = self.ladder_steps(proxy_steps)
+        first = steps[0] if len(steps) > 1 else self.stress_steps * self.eta  # none in between
+        return plan_ladder(candidates, proxy_steps=proxy_steps, stress_steps=self.stress_steps,
+                           eta=self.eta, promote=self.promote, first_size=self.rung_size,
+                           first_steps=first)
 
     def rung_skip_reason(self, proxy_steps: int) -> str | None:
-        """Why this campaign runs no middle rung, or None when it runs one."""
+        """Why this campaign climbs no rung between the proxy and the top rung, or None."""
         if self.rung_size == 0:
             return "--rung-size is 0"
         if self.promote == 0:
-            return "--promote is 0: there is no stress run for the rung to choose"
-        if self.rung_size <= self.promote:
-            return (f"--rung-size {self.rung_size} is not more than --promote {self.promote}: "
-                    "the rung would have nothing to choose")
-        steps = self.resolved_rung_steps(proxy_steps)
-        if not proxy_steps < steps < self.stress_steps:
-            return (f"rung steps {steps} are not between the proxy's {proxy_steps} and "
-                    f"--stress-steps {self.stress_steps}: give --rung-steps a value between them")
+            return "--promote is 0: there is no top rung for the ladder to climb to"
+        if self.rung_steps is not None and not proxy_steps < self.rung_steps < self.stress_steps:
+            return (f"--rung-steps {self.rung_steps} is not between the proxy's {proxy_steps} "
+                    f"and --stress-steps {self.stress_steps}: give it a value between them")
+        if len(rung_steps(proxy_steps, self.stress_steps, self.eta, self.rung_steps)) < 2:
+            return (f"no rung fits between the proxy's {proxy_steps} steps and --stress-steps "
+                    f"{self.stress_steps} at --eta {self.eta} (a middle rung needs at most "
+                    "stress-steps / sqrt(eta) steps): lower --eta or --rung-steps, or raise "
+                    "--stress-steps")
         return None
 
     def deadline(self, started: datetime) -> datetime | None:

@@ -29,6 +29,9 @@ class StatusView:
     marks: dict[str, str] = field(default_factory=dict)  # trial id -> "noise" or its gain
     winner: Winner | None = None
     window: str | None = None  # the planned split of a --hours/--until window
+    verdict: str | None = None  # Ledger.winner_line, once a candidate has trained
+    ladder: str | None = None  # the rungs reached so far
+
 
     def noise_line(self) -> str | None:
         """The noise floor in words, or None before it is measured."""
@@ -37,20 +40,25 @@ class StatusView:
         return self.noise.summary()
 
     def winner_line(self) -> str | None:
-        if self.winner is None:
-            return None
-        w = self.winner
-        mark = " (within noise of the baseline)" if w.within_noise else ""
-        if w.stress is not None and w.stress.val_bpb is not None:
-            evidence = (f"; its stress run {w.stress.trial_id} stayed stable at val_bpb "
-                        f"{w.stress.val_bpb:.4f}")
-        elif w.rung is not None and w.rung.val_bpb is not None:
-            evidence = (f"; best in the rung ({w.rung.trial_id}, val_bpb {w.rung.val_bpb:.4f}), "
-                        "no stable stress run yet (provisional)")
-        else:
-            evidence = "; no stable stress run yet (provisional)"
-        return (f"winner: {w.record.trial_id}, mean val_bpb {w.mean_val_bpb:.4f} over "
-                f"{w.seeds} seed{'s' if w.seeds != 1 else ''}{mark}{evidence}")
+        """The campaign's winner line (see :meth:`Ledger.winner_line`)."""
+        return self.verdict
+
+
+def ladder_line(ledger: Ledger) -> str | None:
+    """The rungs reached so far: ``ladder: 60 steps ×12 → 180 ×5 → 1000 ×4 at 2 seeds``
+    (the baseline counted at every rung); None before any run above the proxy."""
+    levels = ledger.rung_levels
+    if not levels:
+        return None
+    parts = [f"{ledger.top_rung().steps if not ledger.proxies else ledger.proxies[0].recipe.get('steps')} "
+             f"steps ×{len(ledger.ranked)}"]
+    for steps in levels:
+        runs = [r for r in (*ledger.climbing, *ledger.stress)
+                if int(r.recipe.get("steps", 0)) == steps and r.trained]
+        recipes = {r.parent for r in runs}
+        seeds = {int(r.recipe.get("seed", 0)) for r in runs}
+        parts.append(f"{steps} ×{len(recipes)}" + (f" at {len(seeds)} seeds" if len(seeds) > 1 else ""))
+    return "ladder: " + " → ".join(parts) + " (recipes per rung, the baseline included)"
 
 
 def progress_line(settings: CampaignSettings, ledger: Ledger) -> str:
@@ -107,7 +115,7 @@ def _plan_text(event: dict[str, Any]) -> str | None:
 def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
                     window: str | None = None) -> StatusView:
     ledger = Ledger(records, promote=settings.promote, fidelity=settings.fidelity,
-                    rung_size=settings.rung_size)
+                    rung_size=settings.rung_size, eta=settings.eta)
     walls = [wall for r in ledger.search_trials if (wall := r.measured.wall_s) is not None]
     eta = ""
     left = max(0, (settings.iterations or 0) - len(ledger.search_trials))
@@ -125,4 +133,5 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
              if floor is not None and r.val_bpb is not None and r.proposer != BASELINE_PROPOSER}
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],
                       stress_verdicts=verdicts, noise=floor, marks=marks, winner=ledger.winner,
-                      window=window)
+                      window=window, verdict=ledger.winner_line() if ledger.ranked else None,
+                      ladder=ladder_line(ledger))

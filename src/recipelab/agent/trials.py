@@ -82,7 +82,7 @@ class TrialBook:
         if self._ledger is None:
             self._ledger = Ledger(self.store.records(), promote=self.settings.promote,
                                   fidelity=self.settings.fidelity,
-                                  rung_size=self.settings.rung_size)
+                                  rung_size=self.settings.rung_size, eta=self.settings.eta)
         return self._ledger
 
     def write(self, record: TrialRecord) -> None:

@@ -1,7 +1,7 @@
 """Planning a time window (``--hours``/``--until``): how long to search so Phase 2 still fits.
 
 A campaign bounded by a deadline has two phases: the proxy search, then Phase 2 (seed
-re-runs of close finalists, the middle rung's runs, then the stress runs). If the search
+re-runs of close finalists, then the ladder: the middle rungs' runs, then the top rung's). If the search
 filled the window, every stress run would be skipped for lack of time, and an overnight
 campaign would end without the one check that catches late divergence. So the search stops
 launching at ``search_until``: the deadline minus what Phase 2 is expected to take.
@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from recipelab.agent.seeds import RERUN_SEEDS
+from recipelab.trajectory.ladder import RungPlan
 from recipelab.trajectory.record import TrialRecord
 
 MARGIN = 1.25
@@ -106,7 +107,7 @@ class WindowPlan:
     reruns: int
     stress_runs: int
     parallel: int
-    rung_s: float = 0.0  # one rung run
+    rung_s: float = 0.0  # one middle-rung run, on average over the rungs
     rung_runs: int = 0
     attribution_s: float = 0.0  # one attribution run (at the highest rung)
     attribution_runs: int = 0
@@ -125,9 +126,9 @@ class WindowPlan:
     def describe(self) -> str:
         """The split in local clock times, e.g. ``search until 05:40, stress 05:40–08:00``."""
         return (f"{split_text(self.search_until, self.deadline)} ("
-                + (f"{self.rung_runs} rung run{'s' if self.rung_runs != 1 else ''} of "
-                   f"~{self.rung_s / 60:.1f} min, " if self.rung_runs else "")
-                + f"{self.stress_runs} stress run{'s' if self.stress_runs != 1 else ''} of "
+                + (f"{self.rung_runs} middle-rung run{'s' if self.rung_runs != 1 else ''} of "
+                   f"~{self.rung_s / 60:.1f} min on average, " if self.rung_runs else "")
+                + f"{self.stress_runs} top-rung run{'s' if self.stress_runs != 1 else ''} of "
                 f"~{self.stress_s / 60:.1f} min"
                 + (f", up to {self.reruns} seed re-runs" if self.reruns else "")
                 + (f", attribution: up to {self.attribution_runs} runs of "
@@ -154,22 +155,26 @@ def split_text(search_until: datetime, deadline: datetime) -> str:
 
 def plan_window(deadline: datetime, times: TrialTimes, *, proxy_steps: int, stress_steps: int,
                 promote: int, fidelity: int, noise_seeds: int, parallel: int,
-                rung_steps: int = 0, rung_runs: int = 0, attribution_steps: int = 0,
+                rungs: Sequence[RungPlan] = (), attribution_steps: int = 0,
                 attribution_runs: int = 0) -> WindowPlan:
-    """Reserve Phase 2's time at the end of the window.
+    """Reserve Phase 2's time at the end of the window, from the measured trial costs.
 
-    Phase 2 is the seed re-runs (in waves of ``parallel``), the ``rung_runs`` rung runs of
-    ``rung_steps`` (in waves of ``parallel``; none when the rung is off), then the stress runs
-    (the ``promote`` finalists and ``fidelity`` mid-ranked trials, in waves of ``parallel``).
+    Phase 2 is the seed re-runs (in waves of ``parallel``), then the ladder rung by rung:
+    each middle rung of ``rungs`` (its runs in waves of ``parallel``; a rung ends before the
+    next starts, since it chooses the next one's climbers), then the top rung (its runs, and
+    the ``fidelity`` mid-ranked trials, in waves of ``parallel``). Without ``rungs`` the top
+    rung is the ``promote`` finalists at one seed each.
     """
     proxy_s = times.seconds(proxy_steps)
     stress_s = times.seconds(stress_steps)
-    rung_s = times.seconds(rung_steps) if rung_runs else 0.0
     attribution_s = times.seconds(attribution_steps) if attribution_runs else 0.0
     reruns = expected_reruns(promote, noise_seeds) if promote else 0
-    stress_runs = promote + fidelity
-    phase2_s = MARGIN * (math.ceil(reruns / parallel) * proxy_s
-                         + math.ceil(rung_runs / parallel) * rung_s
+    middle = list(rungs[:-1])
+    stress_runs = (rungs[-1].runs if rungs else promote) + fidelity
+    rung_runs = sum(r.runs for r in middle)
+    rung_total = sum(math.ceil(r.runs / parallel) * times.seconds(r.steps) for r in middle)
+    rung_s = rung_total / max(1, sum(math.ceil(r.runs / parallel) for r in middle))
+    phase2_s = MARGIN * (math.ceil(reruns / parallel) * proxy_s + rung_total
                          + math.ceil(stress_runs / parallel) * stress_s
                          + math.ceil(attribution_runs / parallel) * attribution_s) + REPORT_RESERVE_S
     return WindowPlan(deadline=deadline, search_until=deadline - timedelta(seconds=phase2_s),

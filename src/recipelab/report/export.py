@@ -353,12 +353,16 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
                          f"{options.gpus} GPU(s) of {options.gpu_memory_gib:g} GiB: "
                          f"{exported.memory_problem}")
     prediction = predict(records, winner)
+    rule = horizon_rule(records, prior_horizon_fits)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     recipe_path = out / "recipe.json"
     _write_json(recipe_path, exported.recipe.model_dump(mode="json"))
     written.append(recipe_path)
-    runner_up = pick_runner_up(records, winner)
+    ledger = Ledger(records)
+    top = ledger.recommendation()
+    runner_up = (top.fallback if top is not None and top.fallback is not None
+                 else pick_runner_up(records, winner))
     fallback_problem = None
     if runner_up is not None:
         fallback = transfer(Recipe.model_validate(runner_up.recipe), runner_up.edit, target, options)
@@ -375,6 +379,10 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
     manifest = {
         "campaign": campaign, "target": target.name, "winner": winner.trial_id,
         "chosen_because": because, "winner_val_bpb": winner.val_bpb,
+        "winner_line": ledger.winner_line(),
+        "horizon_rule": {"alpha": rule.alpha, "source": rule.source, "fits": rule.fits,
+                         "rule": rule.describe(),
+                         "lr_horizon_exponent": options.lr_horizon_exponent},
         "runner_up": runner_up.trial_id if runner_up else None,
         "fallback_problem": fallback_problem,
         "code_version": winner.provenance.get("code_version"),
@@ -399,7 +407,7 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
     }
     _write_json(out / "manifest.json", manifest)
     text = render_transfer(campaign, target, winner, because, exported, prediction, points,
-                           runner_up, options)
+                           runner_up, options, ledger.winner_line())
     if found.minimal:
         minimal = (found.attribution or {}).get("minimal_edit", {})
         text += ("\nrecipe.json is the minimal winning edit: the baseline with "
@@ -428,9 +436,10 @@ def _write_attribution(out: Path, found: Recommended) -> list[Path]:
 def render_transfer(campaign: str, target: Target, winner: TrialRecord, because: str,
                     exported: Exported, prediction: Prediction,
                     points: list[dict[str, float | int]], runner_up: TrialRecord | None,
-                    options: ExportOptions) -> str:
-    """The human-readable transfer table and prediction."""
+                    options: ExportOptions, winner_line: str = "") -> str:
+    """The human-readable transfer table and prediction, under the campaign's winner line."""
     lines = [f"# Cloud recipe: campaign {campaign} → {target.name}", "",
+             *([winner_line, ""] if winner_line else []),
              f"Winner {winner.trial_id} (proxy val_bpb {winner.val_bpb:.4f}), chosen as {because}.",
              f"Target: {exported.params:,} parameters; {options.tokens_per_param:g} tokens per "
              f"parameter = {exported.tokens:,} tokens = {exported.recipe.steps:,} steps.", "",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 
@@ -23,7 +24,7 @@ from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommen
 from recipelab.report.why import baseline_knobs, why_this_recipe
 from recipelab.text import compact_edit
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
-from recipelab.trajectory.ledger import Ledger
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
 from recipelab.trajectory.noise import NoiseFloor, noise_floor, paired_gain
 from recipelab.trajectory.record import TrialRecord
 from recipelab.units import MIB
@@ -56,7 +57,9 @@ def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloo
     items = [f"target: {ctx.target.name} ({ctx.target.params:,} parameters); proxy preset: {ctx.preset}",
              "proxy trials: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none yet"),
              f"rung runs: {sum(r.kind == 'rung' and r.is_terminal for r in records)}",
-             f"stress runs: {sum(r.kind == 'stress' and r.is_terminal for r in records)}"]
+             f"top-rung (stress) runs: {sum(r.kind == 'stress' and r.is_terminal for r in records)}"]
+    if scored:
+        items.insert(0, Ledger(records).winner_line())  # the same line as the console and status
     if scored:
         best = scored[0]
         items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "
@@ -131,34 +134,46 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
 
 
 def rung_runs(records: Sequence[TrialRecord]) -> Section:
-    """The middle rung: each candidate's proxy val_bpb beside its rung run's, and how far the
-    rung moved it in the ranking (a positive change climbed; ``excluded`` did not score)."""
-    title = "Middle rung"
-    runs = {r.parent: r for r in records if r.kind == "rung" and r.parent and r.is_terminal}
-    if not runs:
-        return Section(title, (Paragraph(
-            "No rung runs: after the search the top candidates (--rung-size) are trained for "
-            "--rung-steps and the stress runs go to the rung's best; the rung is off, had "
-            "nothing to choose, or has not run yet."),))
+    """The ladder: for each rung (steps), the recipes that climbed to it, each run's val_bpb
+    and its paired gain over the baseline at the same steps and seed, ranked as the rung
+    ranked them (``excluded``: the run did not score)."""
+    title = "The ladder of fidelities"
     ledger = Ledger(records)
-    proxy_order = [r for r in ledger.ranked if r.trial_id in runs]
-    rung_rank = {r.trial_id: i for i, r in enumerate(ledger.rung_ranked, start=1)}
+    levels = sorted({int(r.recipe.get("steps", 0)) for r in (*ledger.climbing, *ledger.stress)
+                     if r.is_terminal})
+    if not levels:
+        return Section(title, (Paragraph(
+            "No runs above the proxy yet: after the search the best candidates climb the ladder "
+            "(successive halving: the best 1/--eta at each rung, the baseline beside them) up to "
+            "the top rung at --stress-steps."),))
     rows = []
-    for proxy_rank, candidate in enumerate(proxy_order, start=1):
-        best = ledger.best_rung_run(candidate.trial_id)
-        run = best[1] if best is not None else runs[candidate.trial_id]
-        rank = rung_rank.get(candidate.trial_id)
-        change = "excluded" if rank is None else f"{proxy_rank - rank:+d}"
-        rows.append((candidate.trial_id, _fmt(candidate.val_bpb), run.trial_id, run.status,
-                     _fmt(run.val_bpb), str(proxy_rank), "—" if rank is None else str(rank),
-                     change))
-    steps = next((r.recipe.get("steps") for r in runs.values()), None)
-    return Section(title, (
-        Paragraph(f"The top candidates of the proxy ranking, each trained for {steps} steps; the "
-                  "stress runs go to the best of this ranking. A run that did not complete, or "
-                  "whose loss at the end was above its loss at the start, is excluded."),
-        Table(("proxy trial", "proxy val_bpb", "rung run", "status", "rung val_bpb",
-               "proxy rank", "rung rank", "rank change"), tuple(rows))))
+    for steps in levels:
+        ranked = ledger.level_ranked(steps)
+        rank = {r.trial_id: i for i, r in enumerate(ranked, start=1)}
+        base = ledger.baseline
+        climbed = [c for c in ledger.ranked if ledger.runs_at(c.trial_id, steps)]
+        for candidate in climbed:
+            scores = ledger.scores_at(candidate.trial_id, steps)
+            gains = ledger.gains_at(candidate.trial_id, steps)
+            is_base = base is not None and candidate.trial_id == base.trial_id
+            gain = ("control" if is_base else "—" if not gains else
+                    f"{statistics.fmean(gains.values()):+.4f}")
+            rows.append((str(steps), candidate.trial_id, str(len(scores)),
+                         _fmt(statistics.fmean(scores.values()) if scores else None), gain,
+                         "baseline" if is_base else str(rank.get(candidate.trial_id, "excluded"))))
+    family = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal]
+    blocks: list[Block] = [
+        Paragraph("Each rung trains the best of the rung below for more steps, and the baseline "
+                  "beside them as the control; a rung ranks by the paired gain over the baseline "
+                  "at the same steps and seed. The top rung trains each finalist and the baseline "
+                  "at two or more seeds. A run that did not complete, or whose loss ended above "
+                  "where it began, is excluded."),
+        Table(("steps", "trial", "seeds", "val_bpb", "gain vs baseline", "rank"), tuple(rows))]
+    if family:
+        blocks.append(Paragraph(
+            f"{len(family)} learning-rate family run(s) (a rung's leader at lr × ½ and × 2) fed "
+            "the horizon rule; they rank nothing."))
+    return Section(title, tuple(blocks))
 
 
 def _lr(record: TrialRecord | None) -> float | None:

@@ -21,15 +21,29 @@ never disagree:
   rest of the proxy ranking, so proxy-to-stress agreement is measured on more than the top
   few;
 - **retries**: interrupted trials not yet re-run (a candidate is re-run once);
-- **winner**: named by the highest-fidelity evidence there is. Among candidates whose stress
-  run stayed stable, the lowest stress val_bpb wins (a 60-step lead that a long run does not
-  keep is not a lead). Without a stable stress run, the candidate with the best scored rung
-  run wins (evidence ``rung``); without one either, the finalist with the lowest mean
-  val_bpb over its seeds wins, and the winner says its evidence is only the proxy.
+- **ladder** (see :mod:`recipelab.trajectory.ladder`): rung runs (kind ``rung``) at
+  successively longer steps, then the top rung (kind ``stress``, at ``--stress-steps``) at
+  two or more seeds; a rung ranks the candidates it trained by their paired gain over the
+  baseline's run at the same steps and seed (:meth:`Ledger.level_ranked`); the candidates
+  climbing to a rung are the best of the highest rung below it that has scored runs
+  (:meth:`Ledger.ranking_below`); learning-rate family runs (proposer ``lr-family``) feed the
+  horizon rule and rank nothing;
+- **recommendation** (:meth:`Ledger.recommendation`): when the top rung holds paired seeds
+  for the baseline and a finalist, the finalist with the largest mean paired gain there is the
+  winner only when its interval excludes 0 (else there is *no winner beyond noise*, with the
+  reason); a runner-up whose gap to it is inside the interval is recommended too, as the
+  fallback. :meth:`Ledger.winner_line` is the one sentence every surface prints;
+- **winner** (older campaigns, or a top rung cut short): named by the highest-fidelity
+  evidence there is. Among candidates whose stress run stayed stable, the lowest stress
+  val_bpb wins (a 60-step lead that a long run does not keep is not a lead). Without a
+  stable stress run, the candidate with the best scored rung run wins (evidence ``rung``);
+  without one either, the finalist with the lowest mean val_bpb over its seeds wins, and the
+  winner says its evidence is only the proxy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -38,6 +52,13 @@ from functools import cached_property
 from typing import Literal, TypeVar
 
 from recipelab.recipe import BASELINE_PROPOSER
+from recipelab.trajectory.ladder import (
+    DEFAULT_ETA,
+    PairedGain,
+    climbers,
+    pooled_deviations,
+    top_interval,
+)
 from recipelab.trajectory.noise import (
     SEED_RERUN_PROPOSER,
     NoiseFloor,
@@ -47,6 +68,9 @@ from recipelab.trajectory.noise import (
 )
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.rung import rung_score
+
+LR_FAMILY_PROPOSER = "lr-family"
+"""A rung run of a climbing candidate at half or twice its rate: data for the horizon rule."""
 
 T = TypeVar("T")
 Evidence = Literal["stress", "rung", "proxy"]
@@ -75,6 +99,42 @@ def mid_ranked(ranked: Sequence[T], k: int) -> list[T]:
 
 
 @dataclass(frozen=True)
+class Recommendation:
+    """The top rung's verdict: a winner (and a fallback when the two are inside the noise of
+    each other), or why there is none. ``steps`` and ``seeds`` say where the evidence is."""
+
+    steps: int
+    seeds: int
+    primary: TrialRecord | None  # the proxy trial of the winning recipe; None: no winner
+    gain: PairedGain | None  # the best finalist's gain, named or not
+    fallback: TrialRecord | None = None
+    lead: PairedGain | None = None  # primary over the runner-up
+    best: TrialRecord | None = None  # the best finalist, winner or not
+    reason: str | None = None  # why there is no winner
+
+    def line(self) -> str:
+        """The winner line: what the console, ``status``, the report and ``export`` print."""
+        if self.primary is None or self.gain is None:
+            return f"no winner beyond noise: {self.reason}"
+        text = (f"winner: {self.primary.trial_id}, evidence: top rung at {self.steps} steps, "
+                f"{self.gain.seeds} seeds, gain over the baseline {self.gain.text()}")
+        if self.fallback is not None and self.lead is not None:
+            text += (f"; fallback: {self.fallback.trial_id} (the lead over it, "
+                     f"{self.lead.value:+.4f} [{self.lead.low:+.4f}, {self.lead.high:+.4f}], is "
+                     "inside the noise: recommend both)")
+        return text
+
+
+@dataclass(frozen=True)
+class Rung:
+    """A rung the ladder reached: its steps and the seeds its runs trained at."""
+
+    steps: int
+    seeds: tuple[int, ...]
+    kind: str  # "proxy", "rung" or "stress"
+
+
+@dataclass(frozen=True)
 class Winner:
     """The campaign's pick, with the evidence it rests on."""
 
@@ -85,9 +145,13 @@ class Winner:
     evidence: Evidence = "proxy"
     stress: TrialRecord | None = None  # its stable stress run, when that decided
     rung: TrialRecord | None = None  # its best rung run, when that decided
+    top: Recommendation | None = None  # the top rung's paired verdict, when that decided
 
     @property
     def because(self) -> str:
+        if self.top is not None and self.top.gain is not None:
+            return (f"the largest paired gain over the baseline at the top rung "
+                    f"({self.top.steps} steps): {self.top.gain.text()}")
         if self.evidence == "stress" and self.stress is not None:
             if self.stress.val_bpb is None:
                 return "the best proxy val_bpb among candidates whose stress run stayed stable"
@@ -122,11 +186,12 @@ class Ledger:
     """The records of one campaign and every definition read from them (see the module)."""
 
     def __init__(self, records: Sequence[TrialRecord], *, promote: int = 3,
-                 fidelity: int = 0, rung_size: int = 10) -> None:
+                 fidelity: int = 0, rung_size: int = 10, eta: int = DEFAULT_ETA) -> None:
         self.records = list(records)
         self.promote = promote
         self.fidelity = fidelity
         self.rung_size = rung_size
+        self.eta = eta
 
     def of_kind(self, kind: str) -> list[TrialRecord]:
         return [r for r in self.records if r.kind == kind]
@@ -161,35 +226,182 @@ class Ledger:
     def finalists(self) -> list[TrialRecord]:
         return self.ranked[:self.promote]
 
+    @cached_property
+    def contenders(self) -> list[TrialRecord]:
+        """The candidates other than the baseline (the control), best first."""
+        return [r for r in self.ranked if r.proposer != BASELINE_PROPOSER]
+
+    @property
+    def baseline(self) -> TrialRecord | None:
+        """The baseline's first complete proxy trial: the control that climbs every rung."""
+        return next((r for r in self.ranked if r.proposer == BASELINE_PROPOSER), None)
+
     @property
     def rung_candidates(self) -> list[TrialRecord]:
-        return self.ranked[:self.rung_size]
+        """The candidates that climb to the first rung above the proxy (``rung_size`` at most,
+        see :func:`~recipelab.trajectory.ladder.climbers`)."""
+        n = climbers(len(self.contenders), self.eta, self.promote, self.rung_size)
+        return self.contenders[:n]
+
+    def climbing_to(self, steps: int, *, top: bool = False) -> list[TrialRecord]:
+        """The candidates that train at the rung of ``steps``: the best of the highest rung
+        below it with scored runs (the proxy's ranking when none), ``promote`` of them at
+        the top rung, else :func:`~recipelab.trajectory.ladder.climbers` of them."""
+        below = self.ranking_below(steps)
+        if top:
+            return below[:self.promote]
+        first = below is self.contenders
+        return below[:climbers(len(below), self.eta, self.promote,
+                               self.rung_size if first else None)]
+
+    @property
+    def climbing(self) -> list[TrialRecord]:
+        """Rung runs that rank candidates (not learning-rate family runs)."""
+        return [r for r in self.rung if r.proposer != LR_FAMILY_PROPOSER]
 
     def rung_runs_of(self, proxy_id: str) -> list[TrialRecord]:
-        return [r for r in self.rung if r.parent == proxy_id]
+        return [r for r in self.climbing if r.parent == proxy_id]
+
+    def runs_at(self, proxy_id: str, steps: int) -> list[TrialRecord]:
+        """``proxy_id``'s rung or top-rung runs (not family runs) of ``steps``."""
+        return [r for r in (*self.climbing, *self.stress)
+                if r.parent == proxy_id and int(r.recipe.get("steps", 0)) == steps]
 
     def best_rung_run(self, proxy_id: str) -> tuple[float, TrialRecord] | None:
-        """The candidate's best scored rung run, with its score."""
+        """The candidate's scored run at its highest rung below the top, with its score."""
         scored = [(score, r) for r in self.rung_runs_of(proxy_id)
                   if (score := rung_score(r)) is not None]
-        return min(scored, key=lambda sr: (sr[0], sr[1].trial_id)) if scored else None
+        if not scored:
+            return None
+        return min(scored, key=lambda sr: (-int(sr[1].recipe.get("steps", 0)), sr[0],
+                                           sr[1].trial_id))
+
+    def scores_at(self, proxy_id: str, steps: int) -> dict[int, float]:
+        """``proxy_id``'s scored runs at ``steps``, by seed (a diverging curve, a failed run or
+        a diverged stress verdict scores nothing)."""
+        found: dict[int, float] = {}
+        for run in self.runs_at(proxy_id, steps):
+            score = rung_score(run)
+            if score is not None and run.verdict != "diverged":
+                found.setdefault(int(run.recipe.get("seed", 0)), score)
+        return found
+
+    def gains_at(self, proxy_id: str, steps: int) -> dict[int, float]:
+        """``baseline - candidate`` val_bpb at ``steps``, at each seed both have scored."""
+        base = self.baseline
+        at = self.scores_at(base.trial_id, steps) if base is not None else {}
+        return {seed: at[seed] - value for seed, value in self.scores_at(proxy_id, steps).items()
+                if seed in at}
+
+    @cached_property
+    def rung_levels(self) -> list[int]:
+        """The steps of every rung with a scored run, lowest first (the top rung included)."""
+        steps = {int(r.recipe.get("steps", 0)) for r in (*self.climbing, *self.stress)
+                 if rung_score(r) is not None}
+        return sorted(steps)
+
+    def level_ranked(self, steps: int) -> list[TrialRecord]:
+        """The contenders scored at ``steps``, by paired gain over the baseline at the same
+        steps (mean over shared seeds), else by mean val_bpb when the baseline has no run
+        there; then trial id."""
+        keyed: list[tuple[float, str, TrialRecord]] = []
+        for c in self.contenders:
+            gains, scores = self.gains_at(c.trial_id, steps), self.scores_at(c.trial_id, steps)
+            if scores:
+                key = -statistics.fmean(gains.values()) if gains else statistics.fmean(scores.values())
+                keyed.append((key, c.trial_id, c))
+        return [c for *_, c in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+    def ranking_below(self, steps: int) -> list[TrialRecord]:
+        """The contenders ranked by the highest rung below ``steps`` with scored runs (the
+        proxy ranking when there is none)."""
+        for level in reversed(self.rung_levels):
+            if level < steps and (ranked := self.level_ranked(level)):
+                return ranked
+        return self.contenders
 
     @cached_property
     def rung_ranked(self) -> list[TrialRecord]:
-        """The candidates with a scored rung run, best first (whatever ``rung_size`` was
-        when they ran: the records are the truth)."""
-        scored = [(best[0], c) for c in self.ranked
-                  if (best := self.best_rung_run(c.trial_id)) is not None]
-        return [c for _, c in sorted(scored, key=lambda sc: (sc[0], sc[1].trial_id))]
+        """The contenders ranked by the highest rung below the top that has scored runs."""
+        levels = {int(r.recipe.get("steps", 0)) for r in self.climbing if rung_score(r) is not None}
+        return self.level_ranked(max(levels)) if levels else []
+
+    def top_rung(self) -> Rung:
+        """The highest rung the ladder reached (scored runs of the baseline or a candidate):
+        its steps and seeds; the proxy's when nothing above it has scored."""
+        if self.rung_levels:
+            steps = self.rung_levels[-1]
+            runs = [r for r in (*self.climbing, *self.stress)
+                    if int(r.recipe.get("steps", 0)) == steps and rung_score(r) is not None]
+            return Rung(steps, tuple(sorted({int(r.recipe.get("seed", 0)) for r in runs})),
+                        runs[0].kind)
+        seeds = tuple(sorted({int(r.recipe.get("seed", 0)) for r in self.proxies if has_score(r)}))
+        steps = int(self.proxies[0].recipe.get("steps", 0)) if self.proxies else 0
+        return Rung(steps, seeds, "proxy")
 
     @property
     def stress_candidates(self) -> list[TrialRecord]:
-        """The rung's first ``promote`` when the rung ran, else the finalists; then the
+        """The finalists that climb to the top rung (see :meth:`climbing_to`); then the
         ``fidelity`` mid-ranked trials of the proxy ranking not already chosen."""
-        chosen = self.rung_ranked[:self.promote] if self.rung_ranked else self.finalists
+        top = [int(r.recipe.get("steps", 0)) for r in self.stress]
+        chosen = self.climbing_to(max(top) if top else math.inf, top=True)  # type: ignore[arg-type]
         taken = {r.trial_id for r in chosen}
-        extras = mid_ranked(self.ranked[self.promote:], self.fidelity)
+        extras = mid_ranked(self.contenders[self.promote:], self.fidelity)
         return chosen + [r for r in extras if r.trial_id not in taken]
+
+    def recommendation(self) -> Recommendation | None:
+        """The top rung's verdict (see the module), or None when no top-rung run of a
+        finalist pairs with the baseline's at two or more seeds."""
+        steps = max((int(r.recipe.get("steps", 0)) for r in self.stress), default=0)
+        gains = {c.trial_id: g for c in self.contenders
+                 if len(g := self.gains_at(c.trial_id, steps)) >= 2}
+        if not gains:
+            return None
+        deviations = pooled_deviations(gains)
+        by_id = {c.trial_id: c for c in self.contenders}
+        ranked = sorted(gains, key=lambda i: (-statistics.fmean(gains[i].values()), i))
+        best = by_id[ranked[0]]
+        gain = top_interval(list(gains[best.trial_id].values()), deviations)
+        seeds = max(len(g) for g in gains.values())
+        if gain.is_noise:
+            return Recommendation(
+                steps, seeds, None, gain, best=best,
+                reason=(f"the best finalist {best.trial_id} gains {gain.text()} over the baseline "
+                        f"at the top rung ({steps} steps); the interval includes 0, so the seeds "
+                        "alone could explain it: keep the baseline, or give the night more "
+                        "--noise-seeds or a longer window"))
+        fallback = lead = None
+        if len(ranked) > 1:
+            runner = ranked[1]
+            shared = [gains[best.trial_id][s] - gains[runner][s]
+                      for s in gains[best.trial_id] if s in gains[runner]]
+            if shared:
+                lead = top_interval(shared, deviations)
+                if lead.low <= 0.0:
+                    fallback = by_id[runner]
+        return Recommendation(steps, seeds, best, gain, fallback=fallback,
+                              lead=lead if fallback is not None else None, best=best)
+
+    def winner_line(self) -> str:
+        """The one sentence that names the winner (or why there is none), with the rung of
+        its evidence, its seeds and its gain with interval: the last console line of a
+        campaign, ``status``, the report's summary and ``export`` all print this."""
+        top = self.recommendation()
+        if top is not None:
+            return top.line()
+        winner = self.winner
+        if winner is None:
+            return f"no winner: {self.no_winner_reason}"
+        gain = paired_gain(winner.record, self.proxies, self.noise) if self.noise else None
+        evidence = {"stress": winner.stress, "rung": winner.rung}.get(winner.evidence)
+        where = (f"{winner.evidence} at {evidence.recipe.get('steps')} steps"
+                 if evidence is not None else
+                 f"proxy at {winner.record.recipe.get('steps')} steps")
+        seeds = gain.seeds if gain is not None else winner.seeds
+        gain_text = (f", proxy gain over the baseline {gain.interval_text()} val_bpb"
+                     if gain is not None else "")
+        return (f"winner (provisional): {winner.record.trial_id}, evidence: {where}, {seeds} "
+                f"seed{'s' if seeds != 1 else ''}{gain_text}; no paired top rung confirms it")
 
     @cached_property
     def noise(self) -> NoiseFloor | None:
@@ -235,6 +447,13 @@ class Ledger:
 
     @property
     def winner(self) -> Winner | None:
+        top = self.recommendation()
+        if top is not None:
+            if top.primary is None:
+                return None
+            stress = min(self.runs_at(top.primary.trial_id, top.steps), key=lambda r: r.trial_id)
+            return dataclasses.replace(self._winner(top.primary, "stress", stress), top=top,
+                                       within_noise=False)
         stable = [(s, f) for f in self.ranked for s in self.stress_runs_of(f.trial_id)
                   if s.verdict == "stable"]
         if stable:  # a stable run without a val_bpb (an older record) ranks after those with one
@@ -257,6 +476,9 @@ class Ledger:
     @property
     def no_winner_reason(self) -> str:
         """Why :attr:`winner` is None, in words for the report and the commands."""
+        top = self.recommendation()
+        if top is not None and top.primary is None:
+            return f"no winner beyond noise: {top.reason}"
         if any(self.seed_mean(f) is not None for f in self.finalists):
             return ("every finalist's own stress run diverged, so no recipe is recommended: "
                     "see the stress runs, then search again with a wider --promote or lower "

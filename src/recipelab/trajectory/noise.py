@@ -130,7 +130,7 @@ class NoiseFloor:
         if not paired or self.kind == "unpaired" or not self.deviations:
             return -self.spread, self.spread
         tail = (1.0 - CONFIDENCE) / 2
-        return _bootstrap_quantiles(self.deviations, max(1, seeds), tail)
+        return bootstrap_quantiles(self.deviations, max(1, seeds), tail)
 
     def interval(self, val_bpb: float, seed: int | None = None, seeds: int = 1) -> Gain:
         """The gain of ``val_bpb`` with its 90% interval: paired when the floor is paired and
@@ -164,7 +164,7 @@ class NoiseFloor:
                 "paired seeds yet)")
 
 
-def _bootstrap_quantiles(deviations: Sequence[float], seeds: int,
+def bootstrap_quantiles(deviations: Sequence[float], seeds: int,
                          tail: float) -> tuple[float, float]:
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     draws = rng.choice(np.asarray(deviations, dtype=float), size=(BOOTSTRAP_DRAWS, seeds))

@@ -1,0 +1,145 @@
+"""The ladder of fidelities: successive halving from the proxy's steps to the stress horizon.
+
+A 60-step lead is a weak guide to a 1,000-step one (``bench/fidelity.py``), and a 1,000-step
+run is too dear for every candidate. So the night climbs: every candidate trains at the
+proxy's steps, the best ``1/eta`` of them at ``eta`` times as many, the best ``1/eta`` of
+those at ``eta**2`` times, and so on up to the stress horizon (successive halving, the
+synchronous form of ASHA; Jamieson & Talwalkar 2016, Li et al. 2020). The baseline climbs
+every rung as the control, so a rung ranks its candidates by their paired gain over the
+baseline at the same steps and seed, not by a val_bpb that means something different at each
+horizon.
+
+The **top rung** is the stress horizon. It trains every finalist and the baseline at
+:data:`TOP_SEEDS` seeds, so the winner's gain there has a paired interval of its own
+(:func:`top_interval`): the winner is named only when that interval excludes 0.
+
+Everything here is a pure function of numbers, shared by the campaign, the window planner,
+``status`` and ``bench/fidelity.py``, so the ladder they describe is the same ladder.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from recipelab.trajectory.noise import CONFIDENCE, bootstrap_quantiles
+
+DEFAULT_ETA = 3
+TOP_SEEDS = 2
+"""Seeds of every finalist and of the baseline at the top rung: the fewest that pair."""
+
+
+def rung_steps(proxy_steps: int, stress_steps: int, eta: int,
+               first: int | None = None) -> list[int]:
+    """The steps of the rungs above the proxy, the top rung (``stress_steps``) last.
+
+    Rung ``k`` trains ``first * eta**(k-1)`` steps (``first`` defaults to ``proxy_steps *
+    eta``); an intermediate rung is kept only while it is at most ``stress_steps /
+    sqrt(eta)``, so the top rung is always a real step up from the one below it.
+
+    >>> rung_steps(60, 1000, 3)
+    [180, 540, 1000]
+    >>> rung_steps(60, 200, 3)
+    [200]
+    """
+    if eta < 2:
+        raise ValueError(f"eta must be at least 2 (got {eta}): each rung keeps 1/eta of the one below")
+    steps = first if first is not None else proxy_steps * eta
+    rungs: list[int] = []
+    while proxy_steps < steps <= stress_steps / math.sqrt(eta):
+        rungs.append(steps)
+        steps *= eta
+    return [*rungs, stress_steps]
+
+
+def climbers(entrants: int, eta: int, promote: int, cap: int | None = None) -> int:
+    """How many of ``entrants`` candidates (the baseline not counted) climb to the next rung:
+    the best ``ceil(entrants / eta)``, never fewer than the ``promote`` finalists the top rung
+    needs, never more than ``entrants`` (nor ``cap``)."""
+    n = min(entrants, max(promote, math.ceil(entrants / eta)))
+    return min(n, cap) if cap is not None else n
+
+
+@dataclass(frozen=True)
+class RungPlan:
+    """One rung of a planned ladder: its steps and how many runs it holds."""
+
+    steps: int
+    candidates: int  # climbing candidates, the baseline not counted
+    seeds: int = 1
+
+    @property
+    def runs(self) -> int:
+        """Runs at this rung: every candidate and the baseline, at each seed."""
+        return (self.candidates + 1) * self.seeds
+
+
+def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: int,
+                promote: int, first_size: int | None = None,
+                first_steps: int | None = None) -> list[RungPlan]:
+    """The rungs above the proxy for ``candidates`` proxy candidates (the baseline not
+    counted): each takes the best :func:`climbers` of the one below (the first at most
+    ``first_size``); the top rung takes ``promote`` finalists at :data:`TOP_SEEDS` seeds."""
+    if promote == 0:
+        return []
+    steps = rung_steps(proxy_steps, stress_steps, eta, first_steps)
+    plan: list[RungPlan] = []
+    entrants = candidates
+    for i, at in enumerate(steps[:-1]):
+        entrants = climbers(entrants, eta, promote, first_size if i == 0 else None)
+        plan.append(RungPlan(at, entrants))
+    plan.append(RungPlan(steps[-1], min(promote, entrants), TOP_SEEDS))
+    return plan
+
+
+def describe_ladder(plan: Sequence[RungPlan], proxy_steps: int, candidates: int) -> str:
+    """``60 steps ×12 → 180 ×4 → 1000 ×3 at 2 seeds (+ the baseline at every rung)``."""
+    parts = [f"{proxy_steps} steps ×{candidates}"]
+    parts += [f"{r.steps} ×{r.candidates}" + (f" at {r.seeds} seeds" if r.seeds > 1 else "")
+              for r in plan]
+    return " → ".join(parts) + " (+ the baseline at every rung)"
+
+
+@dataclass(frozen=True)
+class PairedGain:
+    """A gain over the baseline at one rung (positive is better) with its interval."""
+
+    value: float
+    low: float
+    high: float
+    seeds: int
+
+    @property
+    def is_noise(self) -> bool:
+        """True when the interval contains 0 (or the gain is not positive)."""
+        return self.low <= 0.0 or self.value <= 0.0
+
+    def text(self) -> str:
+        return (f"{self.value:+.4f} [{self.low:+.4f}, {self.high:+.4f}] val_bpb "
+                f"({round(100 * CONFIDENCE)}% paired, {self.seeds} seeds)")
+
+
+def pooled_deviations(gains: Mapping[str, Mapping[int, float]]) -> list[float]:
+    """Each recipe's per-seed gains' deviations from its own mean, scaled by
+    ``sqrt(n / (n - 1))`` to estimate one gain's noise, pooled over recipes with 2+ seeds."""
+    deviations: list[float] = []
+    for by_seed in gains.values():
+        values = list(by_seed.values())
+        if len(values) >= 2:
+            centre = statistics.fmean(values)
+            scale = math.sqrt(len(values) / (len(values) - 1))
+            deviations += [(v - centre) * scale for v in values]
+    return deviations
+
+
+def top_interval(values: Sequence[float], deviations: Sequence[float]) -> PairedGain:
+    """The mean of ``values`` (per-seed paired differences) with its bootstrapped interval
+    from the pooled ``deviations`` (see :mod:`recipelab.trajectory.noise`)."""
+    mean = statistics.fmean(values)
+    if not deviations:
+        return PairedGain(mean, -math.inf, math.inf, len(values))
+    tail = (1.0 - CONFIDENCE) / 2
+    low, high = bootstrap_quantiles(deviations, len(values), tail)
+    return PairedGain(mean, mean - high, mean - low, len(values))

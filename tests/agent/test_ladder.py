@@ -1,0 +1,236 @@
+"""The ladder of fidelities on the in-memory fake executor: who climbs each rung, the
+baseline beside them, the learning rate each rung trains at, the top rung's seeds, and the one
+winner line that the console, ``status``, the report and ``export`` all print.
+
+The fake's val_bpb here is a bowl in log learning rate whose best rate falls with the steps
+(``best = 0.02 * (steps / 20) ** -0.5``), as real short and long runs do, so the proxy and the
+rungs disagree on demand (a real trainer cannot be made to in a test's time); the seed adds
+the same wobble to every recipe, so paired gains are exact unless a test adds noise."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from recipelab.agent.campaign import Campaign, CampaignSummary
+from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.status import campaign_status
+from recipelab.agent.window import MARGIN, REPORT_RESERVE_S, TrialTimes, plan_window
+from recipelab.recipe import get_target
+from recipelab.report.export import ExportOptions, write_export
+from recipelab.runner.fake import synthetic_outcome
+from recipelab.trainer.spec import TrialResult, TrialSpec
+from recipelab.trajectory.horizon import PRIOR_ALPHA
+from recipelab.trajectory.ladder import RungPlan, plan_ladder
+from recipelab.trajectory.ledger import Ledger, Rung
+from recipelab.trajectory.record import TrialRecord
+
+from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
+
+LRS = (0.04, 0.03, 0.02, 0.015, 0.007, 0.005)  # the tiny baseline's is 0.01
+EDITS = [{"optimizer.lr": lr} for lr in LRS]
+
+
+def bowl(spec: TrialSpec) -> float:
+    recipe = spec.recipe
+    best = 0.02 * (recipe.steps / 20) ** -0.5
+    return 2.0 + 0.1 * math.log(recipe.optimizer.lr / best) ** 2 + 0.01 * recipe.seed
+
+
+def scored(spec: TrialSpec) -> TrialResult:
+    return synthetic_outcome(spec).model_copy(update={"val_bpb": bowl(spec)})
+
+
+@pytest.fixture
+def ladder_settings(tiny_settings: CampaignSettings) -> CampaignSettings:
+    # tiny proxies train 20 steps; with eta 3 and 400 stress steps the rungs are 60, 180, 400
+    return tiny_settings.model_copy(update={
+        "iterations": 1 + len(EDITS), "promote": 2, "rung_size": 10, "stress_steps": 400,
+        "stress_log_every": 40, "stress_checkpoint_every": 100})
+
+
+def run(settings: CampaignSettings, directory: Path, outcome: Callable[[TrialSpec], TrialResult] = scored
+        ) -> tuple[CampaignSummary, list[TrialRecord]]:
+    summary = Campaign(settings, directory, executor=fake_executor(outcome=outcome),
+                       proposer=ScriptedProposer(settings.baseline(), EDITS)).run()
+    records = [TrialRecord.model_validate(r) for r in read_jsonl(directory / "trajectory.jsonl")]
+    return summary, records
+
+
+def lr_of(records: list[TrialRecord], trial_id: str | None) -> float:
+    return float(next(r for r in records if r.trial_id == trial_id).recipe["optimizer"]["lr"])
+
+
+def climbed(records: list[TrialRecord], steps: int) -> set[tuple[float, int]]:
+    """(proxy lr of the parent, seed) of the climbing runs at ``steps``."""
+    return {(lr_of(records, r.parent), int(r.recipe["seed"])) for r in records
+            if r.kind in ("rung", "stress") and r.recipe["steps"] == steps
+            and r.proposer != "lr-family" and r.status == "complete"}
+
+
+def test_the_night_climbs_by_successive_halving_with_the_baseline_at_every_rung(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    summary, records = run(ladder_settings, tmp_path)
+
+    [planned] = events(tmp_path, "ladder_planned")
+    assert planned["rungs"] == [60, 180, 400]
+    # six candidates: the best ceil(6 / 3) = 2 climb (never fewer than --promote 2)
+    assert climbed(records, 60) == {(0.01, 0), (0.02, 0), (0.015, 0)}, (
+        "the proxy's top two and the baseline")
+    assert climbed(records, 180) == {(0.01, 0), (0.02, 0), (0.015, 0)}
+    assert climbed(records, 400) == {(lr, s) for lr in (0.01, 0.02, 0.015) for s in (0, 1)}, (
+        "the top rung: both finalists and the baseline at two seeds")
+    others = {r.parent for r in records if r.kind != "proxy"}
+    assert not others & {r.trial_id for r in records if r.kind == "proxy"
+                         and r.recipe["optimizer"]["lr"] in (0.04, 0.03, 0.007, 0.005)}, (
+        "a candidate cut at the proxy climbed anyway")
+    # at 60 steps (trained at the prior's rate) the rung prefers 0.015 to the proxy's 0.02;
+    # at the top, trained at the rate the fitted rule gives for 400 steps, 0.02 lands on the
+    # best rate (0.02 * 20 ** -0.5) and wins by its paired gain
+    ledger = Ledger(records, promote=2)
+    assert [lr_of(records, r.trial_id) for r in ledger.level_ranked(60)] == [0.015, 0.02]
+    assert [lr_of(records, r.trial_id) for r in ledger.level_ranked(400)] == [0.02, 0.015]
+    assert summary.winner is not None and summary.winner.record.edit == {"optimizer.lr": 0.02}
+    assert summary.winner.evidence == "stress"
+    assert ledger.top_rung() == Rung(400, (0, 1), "stress")
+
+
+def test_each_rung_trains_at_the_rule_rate_and_its_leader_at_half_and_twice_it(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    _, records = run(ladder_settings, tmp_path)
+
+    started = {e["steps"]: e for e in events(tmp_path, "rung_started")}
+    assert started[60]["rule_source"] == "prior", "nothing fits before the first rung"
+    assert started[60]["lr_factor"] == pytest.approx((60 / 20) ** -PRIOR_ALPHA)
+    assert started[180]["rule_source"] == "fitted", "the first rung's family gave a fit"
+    for r in records:
+        if r.kind == "rung" and r.proposer != "lr-family" and r.recipe["steps"] == 60:
+            assert r.recipe["optimizer"]["lr"] == pytest.approx(
+                lr_of(records, r.parent) * started[60]["lr_factor"])
+    family = sorted((r.recipe["steps"], r.recipe["optimizer"]["lr"]) for r in records
+                    if r.proposer == "lr-family")
+    leader = 0.02 * started[60]["lr_factor"]  # the proxy's best leads the first rung
+    assert family[:2] == [(60, pytest.approx(leader / 2)), (60, pytest.approx(leader * 2))]
+    assert all(r.edit.get("lr_family") in (0.5, 2.0) for r in records if r.proposer == "lr-family")
+
+
+def test_the_winner_line_is_the_same_on_the_console_in_status_the_report_and_export(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    summary, records = run(ladder_settings, tmp_path)
+
+    line = summary.winner_line
+    winner = summary.winner
+    assert winner is not None
+    assert line.startswith(f"winner: {winner.record.trial_id}, evidence: top rung at 400 steps, "
+                           "2 seeds, gain over the baseline +")
+    assert campaign_status(ladder_settings, records).winner_line() == line
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert line in report
+    assert "## The ladder of fidelities" in report
+    out = tmp_path / "export"
+    write_export(records, "tiny", get_target("toy"), ExportOptions(device="cpu"), out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["winner_line"] == line and manifest["winner"] == winner.record.trial_id
+    assert manifest["horizon_rule"]["source"] == "fitted"
+    assert line in (out / "transfer.md").read_text()
+    [finished] = events(tmp_path, "campaign_finished")
+    assert finished["winner_line"] == line
+
+
+def test_a_top_rung_inside_the_noise_names_no_winner(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    """At the top rung every recipe gets its own wobble per seed, far larger than the gains."""
+    def noisy(spec: TrialSpec) -> TrialResult:
+        result = scored(spec)
+        if spec.recipe.steps == 400:
+            wobble = 0.3 * (1 if (round(spec.recipe.optimizer.lr * 1e5) + spec.recipe.seed) % 2
+                            else -1)
+            result = result.model_copy(update={"val_bpb": bowl(spec) + wobble})
+        return result
+
+    summary, records = run(ladder_settings, tmp_path, noisy)
+
+    assert summary.winner is None
+    assert summary.winner_line.startswith("no winner beyond noise: the best finalist")
+    assert campaign_status(ladder_settings, records).winner_line() == summary.winner_line
+
+
+class Crash(RuntimeError):
+    """The orchestrator dying mid-rung (as a kill -9 would, it leaves a trial running)."""
+
+
+def test_a_campaign_that_dies_on_a_rung_resumes_it_without_losing_or_repeating_a_run(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    def dies_at_the_second_rung_run(spec: TrialSpec) -> TrialResult:
+        if spec.trial_id == "r0001":
+            raise Crash("the orchestrator died")
+        return scored(spec)
+
+    proposer = ScriptedProposer(ladder_settings.baseline(), EDITS)
+    with pytest.raises(Crash):
+        Campaign(ladder_settings, tmp_path, proposer=proposer,
+                 executor=fake_executor(outcome=dies_at_the_second_rung_run)).run()
+    Campaign(ladder_settings, tmp_path, proposer=proposer,
+             executor=fake_executor(outcome=scored)).run()
+
+    records = [TrialRecord.model_validate(r) for r in read_jsonl(tmp_path / "trajectory.jsonl")]
+    lost = next(r for r in records if r.trial_id == "r0001")
+    assert lost.status == "interrupted"
+    [retry] = [r for r in records if r.retry_of == "r0001"]
+    assert retry.status == "complete" and retry.parent == lost.parent
+    runs = [(r.parent, r.recipe["steps"], r.recipe["seed"], r.edit.get("lr_family"))
+            for r in records if r.kind != "proxy" and r.status == "complete"]
+    assert len(runs) == len(set(runs)), "a ladder run was trained twice"
+    assert climbed(records, 400) == {(lr, s) for lr in (0.01, 0.02, 0.015) for s in (0, 1)}
+
+
+def test_a_top_rung_run_lost_midway_is_resumed_from_its_checkpoint(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    executor = fake_executor(lose_midway={"s0000"})  # its own outcome reports the resume
+    Campaign(ladder_settings, tmp_path, executor=executor,
+             proposer=ScriptedProposer(ladder_settings.baseline(), EDITS)).run()
+
+    records = [TrialRecord.model_validate(r) for r in read_jsonl(tmp_path / "trajectory.jsonl")]
+    [retry] = [r for r in records if r.retry_of == "s0000"]
+    assert retry.status == "complete" and (retry.measured.resumed_from_step or 0) >= 100
+    specs = {s.trial_id: s for s in executor.submitted}
+    assert specs[retry.trial_id].out_dir == specs["s0000"].out_dir
+    assert specs["s0000"].out_dir.endswith("stress-400-p0000-s0"), specs["s0000"].out_dir
+
+
+def test_the_rungs_follow_eta_and_rung_steps_and_say_why_when_there_is_none(
+        tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={"stress_steps": 1000, "promote": 3,
+                                                "rung_size": 10})
+    assert settings.ladder_steps(60) == [180, 540, 1000]
+    assert settings.model_copy(update={"eta": 2}).ladder_steps(60) == [120, 240, 480, 1000]
+    assert settings.model_copy(update={"rung_steps": 100}).ladder_steps(60) == [100, 300, 1000]
+    for steps in (60, 1000, 20):
+        reason = settings.model_copy(update={"rung_steps": steps}).rung_skip_reason(60)
+        assert reason is not None and "--rung-steps" in reason
+    off = settings.model_copy(update={"rung_size": 0})
+    assert off.rung_skip_reason(60) == "--rung-size is 0" and off.ladder_steps(60) == [1000]
+    short = settings.model_copy(update={"stress_steps": 200})
+    assert "--eta 3" in (short.rung_skip_reason(60) or "") and short.ladder_steps(60) == [200]
+    assert "--promote is 0" in (settings.model_copy(update={"promote": 0}).rung_skip_reason(60) or "")
+
+
+def test_the_window_plan_prices_every_rung_from_measured_costs() -> None:
+    deadline = datetime(2026, 1, 1, 8, 0, tzinfo=timezone.utc)
+    times = TrialTimes(fixed_s=1.0, per_step_s=0.1)
+    common = {"proxy_steps": 60, "stress_steps": 1000, "promote": 3, "fidelity": 0,
+              "noise_seeds": 1, "parallel": 2}
+    ladder = plan_ladder(12, proxy_steps=60, stress_steps=1000, eta=3, promote=3)
+    assert ladder == [RungPlan(180, 4), RungPlan(540, 3), RungPlan(1000, 3, seeds=2)]
+    plan = plan_window(deadline, times, rungs=ladder, **common)
+
+    middle = math.ceil(5 / 2) * times.seconds(180) + math.ceil(4 / 2) * times.seconds(540)
+    top = math.ceil(8 / 2) * times.seconds(1000)
+    assert plan.phase2_s == pytest.approx(MARGIN * (middle + top) + REPORT_RESERVE_S)
+    assert plan.rung_runs == 9 and plan.stress_runs == 8
+    assert "9 middle-rung runs" in plan.describe() and "8 top-rung runs" in plan.describe()

@@ -1,0 +1,140 @@
+"""The ladder of fidelities from records alone: its rungs, who climbs, how a rung ranks, and
+the top rung's verdict (winner, fallback, or no winner beyond noise) in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipelab.trajectory.ladder import (
+    RungPlan,
+    climbers,
+    describe_ladder,
+    plan_ladder,
+    rung_steps,
+)
+from recipelab.trajectory.ledger import Ledger, Rung
+from recipelab.trajectory.record import TrialRecord
+
+
+def proxy(trial_id: str, val_bpb: float, *, baseline: bool = False, seed: int = 0) -> TrialRecord:
+    lr = 1e-3 + int(trial_id[1:]) * 1e-4  # a distinct recipe per trial
+    return TrialRecord(campaign="c", trial_id=trial_id, kind="proxy", status="complete",
+                       val_bpb=val_bpb, proposer="baseline" if baseline else "classical-tpe",
+                       edit={"seed": seed} if baseline and seed else
+                       ({} if baseline else {"optimizer.lr": lr}),
+                       recipe={"seed": seed, "steps": 60,
+                               "optimizer": {"lr": 1e-3 if baseline else lr}})
+
+
+def run(trial_id: str, parent: str, steps: int, val_bpb: float, *, seed: int = 0,
+        kind: str = "rung") -> TrialRecord:
+    losses = [4.0 - 2.0 * i / (steps - 1) for i in range(steps)]  # a healthy falling curve
+    return TrialRecord(campaign="c", trial_id=trial_id, kind=kind, status="complete",
+                       val_bpb=val_bpb, parent=parent, metrics={"losses": losses},
+                       verdict="stable" if kind == "stress" else None,
+                       recipe={"seed": seed, "steps": steps})
+
+
+# the proxy ranks p0001 < p0002 < ... ; p0000 is the baseline
+PROXIES = [proxy("p0000", 2.00, baseline=True), proxy("p0001", 1.90), proxy("p0002", 1.91),
+           proxy("p0003", 1.92), proxy("p0004", 1.93), proxy("p0005", 1.94),
+           proxy("p0006", 1.95)]
+
+
+def top(gains: dict[str, tuple[float, float]], base: tuple[float, float] = (1.50, 1.60),
+        steps: int = 1000) -> list[TrialRecord]:
+    """Top-rung runs at seeds 0 and 1: the baseline's ``base`` and each finalist's
+    ``base - gain`` per seed."""
+    records = [run(f"sb{s}", "p0000", steps, base[s], seed=s, kind="stress") for s in (0, 1)]
+    for parent, (g0, g1) in gains.items():
+        records += [run(f"s{parent}-{s}", parent, steps, base[s] - g, seed=s, kind="stress")
+                    for s, g in ((0, g0), (1, g1))]
+    return records
+
+
+def test_the_rungs_multiply_by_eta_up_to_the_stress_horizon() -> None:
+    assert rung_steps(60, 1000, 3) == [180, 540, 1000]
+    assert rung_steps(60, 1000, 2) == [120, 240, 480, 1000]
+    assert rung_steps(60, 200, 3) == [200], "180 is too close below 200 to be a rung of its own"
+    assert rung_steps(60, 1000, 3, first=100) == [100, 300, 1000]
+    with pytest.raises(ValueError, match="eta must be at least 2"):
+        rung_steps(60, 1000, 1)
+
+
+def test_each_rung_keeps_the_best_third_but_never_fewer_than_the_finalists() -> None:
+    assert climbers(17, 3, 3) == 6
+    assert climbers(6, 3, 3) == 3
+    assert climbers(2, 3, 3) == 2, "never more than entered"
+    assert climbers(30, 3, 3, cap=10) == 10
+    plan = plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=3, first_size=10)
+    assert plan == [RungPlan(180, 6), RungPlan(540, 3), RungPlan(1000, 3, seeds=2)]
+    assert plan[-1].runs == 8, "three finalists and the baseline at two seeds"
+    assert describe_ladder(plan, 60, 17) == (
+        "60 steps ×17 → 180 ×6 → 540 ×3 → 1000 ×3 at 2 seeds (+ the baseline at every rung)")
+    assert plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=0) == []
+
+
+def test_a_rung_ranks_by_paired_gain_and_decides_who_climbs_to_the_next() -> None:
+    """The 180-step rung reverses the proxy's order of p0001 and p0002; the 540-step rung's
+    climbers come from it, and the proxy's p0003 (not among them) never climbs again."""
+    records = [*PROXIES, run("r0", "p0000", 180, 3.00), run("r1", "p0001", 180, 2.90),
+               run("r2", "p0002", 180, 2.80)]
+    ledger = Ledger(records, promote=1, rung_size=10, eta=3)
+    assert [r.trial_id for r in ledger.rung_candidates] == ["p0001", "p0002"], "ceil(6 / 3)"
+    assert [r.trial_id for r in ledger.level_ranked(180)] == ["p0002", "p0001"]
+    assert ledger.gains_at("p0002", 180) == {0: pytest.approx(0.20)}
+    assert [r.trial_id for r in ledger.climbing_to(540)] == ["p0002"]
+    assert [r.trial_id for r in ledger.climbing_to(1000, top=True)] == ["p0002"]
+    assert ledger.top_rung() == Rung(180, (0,), "rung")
+
+
+def test_learning_rate_family_runs_rank_nothing() -> None:
+    family = run("r9", "p0003", 180, 1.00).model_copy(update={"proposer": "lr-family"})
+    ledger = Ledger([*PROXIES, run("r0", "p0000", 180, 3.00), run("r1", "p0001", 180, 2.9),
+                     family], promote=1)
+    assert [r.trial_id for r in ledger.level_ranked(180)] == ["p0001"]
+
+
+def test_the_winner_is_named_at_the_top_rung_when_its_paired_gain_is_outside_the_interval() -> None:
+    records = [*PROXIES, *top({"p0001": (0.20, 0.22), "p0002": (0.05, 0.07)})]
+    ledger = Ledger(records)
+    verdict = ledger.recommendation()
+    assert verdict is not None and verdict.primary is not None
+    assert verdict.primary.trial_id == "p0001" and verdict.fallback is None
+    assert verdict.gain is not None and verdict.gain.value == pytest.approx(0.21)
+    assert verdict.gain.low > 0
+    winner = ledger.winner
+    assert winner is not None and winner.record.trial_id == "p0001" and winner.evidence == "stress"
+    line = ledger.winner_line()
+    assert line.startswith("winner: p0001, evidence: top rung at 1000 steps, 2 seeds, gain over "
+                           "the baseline +0.2100 [")
+    assert ledger.top_rung() == Rung(1000, (0, 1), "stress")
+
+
+def test_a_lead_inside_the_interval_recommends_both_primary_and_fallback() -> None:
+    records = [*PROXIES, *top({"p0001": (0.20, 0.26), "p0002": (0.21, 0.23)})]
+    verdict = Ledger(records).recommendation()
+    assert verdict is not None and verdict.primary is not None and verdict.fallback is not None
+    assert (verdict.primary.trial_id, verdict.fallback.trial_id) == ("p0001", "p0002")
+    assert "fallback: p0002" in verdict.line() and "recommend both" in verdict.line()
+
+
+def test_a_gain_inside_the_paired_interval_names_no_winner_and_says_why() -> None:
+    """p0001 gains 0.10 at one seed and loses 0.08 at the other: the seeds explain it."""
+    records = [*PROXIES, *top({"p0001": (0.10, -0.08), "p0002": (0.01, -0.05)})]
+    ledger = Ledger(records)
+    verdict = ledger.recommendation()
+    assert verdict is not None and verdict.primary is None
+    assert ledger.winner is None
+    line = ledger.winner_line()
+    assert line.startswith("no winner beyond noise: the best finalist p0001 gains +0.0100")
+    assert "1000 steps" in line and "interval includes 0" in line
+    assert ledger.no_winner_reason == line
+
+
+def test_without_a_paired_top_rung_the_winner_line_says_it_is_provisional() -> None:
+    ledger = Ledger(PROXIES)
+    assert ledger.recommendation() is None
+    line = ledger.winner_line()
+    assert line.startswith("winner (provisional): p0001, evidence: proxy at 60 steps")
+    assert ledger.top_rung() == Rung(60, (0,), "proxy")
