@@ -111,8 +111,10 @@ def test_the_rung_is_the_highest_the_window_allows() -> None:
 
 def test_rungs_follow_the_campaign(settings: CampaignSettings) -> None:
     assert attribution_rungs(settings, 20) == [("stress", 30), ("proxy", 20)]
-    with_rung = settings.model_copy(update={"rung_size": 3, "rung_steps": 25})
-    assert attribution_rungs(with_rung, 20) == [("stress", 30), ("rung", 25), ("proxy", 20)]
+    ladder = settings.model_copy(update={"rung_size": 10, "rung_steps": None,
+                                          "stress_steps": 1000, "eta": 3})  # 180, 540, 1000
+    assert attribution_rungs(ladder, 60) == [("stress", 1000), ("rung", 540), ("rung", 180),
+                                             ("proxy", 60)]
     assert attribution_rungs(settings.model_copy(update={"promote": 0}), 20) == [("proxy", 20)]
 
 
@@ -133,13 +135,13 @@ def test_the_window_planner_reserves_the_attribution() -> None:
 
 def test_out_of_time_it_says_it_skipped_attribution(
         settings: CampaignSettings, tmp_path: Path) -> None:
-    # a 20-second window: the search and the stress run (5 s) fit, and then only the 15 s
-    # the report keeps at the window's end are left
-    settings = settings.model_copy(update={"hours": 20 / 3600})
+    # a 50-second window: the search and the top rung (the finalist and the baseline at two
+    # seeds, 5 s a run) fit; the attribution's dozen 5-second runs do not
+    settings = settings.model_copy(update={"hours": 50 / 3600})
     campaign = Campaign(settings, tmp_path, proposer=ScriptedProposer(settings.baseline(),
                                                                       [PLANTED]),
                         executor=fake_executor(recipe_noise=0.002, duration=lambda spec: (
-                            5.0 if spec.kind == "stress" else 0.05)))
+                            5.0 if spec.kind in ("stress", "attribution") else 0.05)))
     campaign.run()
     skipped = events(tmp_path, "attribution_skipped")
     assert skipped and skipped[-1]["reason"].startswith("out of time")
