@@ -17,18 +17,19 @@ EDITS: list[dict[str, Any]] = [
     {"optimizer.lr": 0.03},
     {"optimizer.lr": 0.003},
     {"schedule.kind": "linear", "optimizer.weight_decay": 0.0},
+    {"batch_size": 32},  # four times the text per step: a gain the top rung can tell from noise
 ]
 
 
 @pytest.fixture(scope="session")
 def finished_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSpec) -> Path:
-    """Two baseline seeds and four scripted edits (one rejected), seed re-runs of close
+    """Two baseline seeds and five scripted edits (one rejected), seed re-runs of close
     finalists, then the top two and one mid-ranked trial (``fidelity=1``) stress-run; not
     attributed (``attributed_campaign`` is, for tests/report/test_why.py)."""
     directory = tmp_path_factory.mktemp("campaigns") / "nightly"
     directory.mkdir()
     settings = CampaignSettings(
-        name="nightly", preset="tiny", iterations=5, noise_seeds=2, promote=2, fidelity=1,
+        name="nightly", preset="tiny", iterations=6, noise_seeds=2, promote=2, fidelity=1,
         stress_steps=24, stress_log_every=4, stress_checkpoint_every=8, corpus=corpus,
         trial_timeout_s=120, rung_size=0, attribution=False, parallel=1, precision="fp32")
     save(settings, directory)

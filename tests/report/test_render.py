@@ -14,7 +14,7 @@ from matplotlib.image import imread
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.recipe import get_target
+from recipelab.recipe import BASELINE_PROPOSER, get_target
 from recipelab.report import ReportContext, write_report
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import is_extra_seed
@@ -70,7 +70,8 @@ def test_the_report_of_a_finished_campaign_has_every_section(finished_campaign: 
         assert f"<h2>{title}</h2>" in html
     assert "within noise" in text  # the noise floor marks gains the seeds could explain
     assert "| s0000 | p0" in text and "stable" in text
-    assert "over 3 trials" in text  # two finalists and one mid-ranked trial were stress-run
+    # two finalists, one mid-ranked trial and the baseline (the control) were stress-run
+    assert "over 4 trials" in text
     assert "Chinchilla-optimal budget: 20 tokens per parameter = 117,396,480 tokens" in text
     assert "GPU-hours" in text and "L(t) = " in text
     assert "shape.activation is 'gelu'" in text  # the rejection, by its reason
@@ -149,9 +150,11 @@ def test_recipelab_report_refuses_impossible_rates_and_names_them(
 def test_the_fidelity_option_stress_runs_a_mid_ranked_trial(finished_campaign: Path) -> None:
     records = records_of(finished_campaign)
     ranked = sorted((r for r in records if r.kind == "proxy" and r.status == "complete"
-                     and not is_extra_seed(r) and r.val_bpb is not None),
+                     and not is_extra_seed(r) and r.val_bpb is not None
+                     and r.proposer != BASELINE_PROPOSER),
                     key=lambda r: (r.val_bpb, r.trial_id))
-    stressed = {r.parent for r in records if r.kind == "stress"}
+    baseline = next(r.trial_id for r in records if r.proposer == BASELINE_PROPOSER)
+    stressed = {r.parent for r in records if r.kind == "stress"} - {baseline}  # the control
     assert len(stressed) == 3
     assert {ranked[0].trial_id, ranked[1].trial_id} < stressed
     (extra,) = stressed - {ranked[0].trial_id, ranked[1].trial_id}
