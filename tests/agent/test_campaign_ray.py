@@ -46,8 +46,9 @@ def test_a_parallel_campaign_records_every_trial_once_with_distinct_candidates(
     assert len({r["fingerprint"] for r in trained}) == 5, "two trained proxies were the same"
     assert overlapping(trained), "no two proxy trials ever ran at the same time"
     stress = [r for r in lines if r["kind"] == "stress"]
-    assert len(stress) == 2 and all(r["verdict"] for r in stress)
-    assert overlapping(stress), "the two stress runs did not run side by side"
+    # the top rung: the two finalists and the baseline, each at two seeds
+    assert len(stress) == 6 and all(r["verdict"] for r in stress)
+    assert overlapping(stress), "the top rung's runs did not run side by side"
     with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
         assert store.check() == []
         assert {r.trial_id for r in store.records()} == {r["trial_id"] for r in lines}
