@@ -9,7 +9,7 @@ from recipelab.recipe import get_target
 from recipelab.report.context import ReportContext
 from recipelab.report.document import Bullets, Paragraph, Table
 from recipelab.report.sections import build_document, importance, top_trials
-from recipelab.report.why import why_this_recipe
+from recipelab.report.why import decision, dropped_sentence, minimal_sentence, why_this_recipe
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.attribution import RESULT_KIND
 from recipelab.trajectory.noise import noise_floor
@@ -64,3 +64,28 @@ def test_edit_columns_are_compact_and_the_seed_is_no_knob(attributed_campaign: P
     assert edits["p0003"] == "eps=1e-10, lr=0.003"  # the larger relative change first
     table = next(b for b in importance(records).blocks if isinstance(b, Table))
     assert {row[0] for row in table.rows} == {"optimizer.lr", "optimizer.eps"}  # not the seed
+
+
+def group(contribution: float, low: float, high: float, kept: bool) -> dict[str, object]:
+    return {"group": "regularization", "knobs": {"optimizer.weight_decay": 0.2},
+            "contribution": contribution, "low": low, "high": high, "kept": kept}
+
+
+def test_a_group_dropped_because_it_hurts_is_not_called_noise() -> None:
+    harmful = group(-0.08, -0.12, -0.03, kept=False)
+    assert dropped_sentence(harmful).startswith(
+        "Drop the regularization change (weight_decay=0.2): leaving it out improves val_bpb by "
+        "0.0800")
+    assert "noise" not in dropped_sentence(harmful) and decision(harmful) == "dropped: it hurts"
+    neutral = group(-0.01, -0.05, 0.03, kept=False)
+    assert "as noise" in dropped_sentence(neutral) and "seeds alone" in dropped_sentence(neutral)
+    assert decision(neutral) == "dropped as noise"
+    assert decision(group(0.1, 0.05, 0.15, kept=True)) == "kept"
+
+
+def test_a_minimal_edit_better_than_the_winner_says_so() -> None:
+    better = {"minimal_loss_vs_winner": {"value": -0.06, "low": -0.09, "high": -0.02}}
+    assert "does better than the winner beyond the noise: -0.0600" in minimal_sentence(better)
+    level = {"minimal_loss_vs_winner": {"value": 0.01, "low": -0.02, "high": 0.04}}
+    assert "keeps the winner's gain within noise: +0.0100" in minimal_sentence(level)
+    assert "within noise" in minimal_sentence({"minimal_loss_vs_winner": None})

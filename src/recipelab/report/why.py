@@ -63,11 +63,41 @@ def kept_sentence(group: Mapping[str, Any], gain: float | None) -> str:
             f"{group['high']:+.4f}]){of_gain}." + (f" {group['note']}." if group.get("note") else ""))
 
 
+def hurts(group: Mapping[str, Any]) -> bool:
+    """Whether leaving the group out improved val_bpb beyond the noise: it was dropped because
+    it made the recipe worse, not because its effect was too small to tell."""
+    return group.get("high") is not None and group["high"] < 0.0
+
+
 def dropped_sentence(group: Mapping[str, Any]) -> str:
     knobs = edit_text(group["knobs"], short_names=True)
+    interval = f"(90% interval [{group['low']:+.4f}, {group['high']:+.4f}])"
+    if hurts(group):
+        return (f"Drop the {group['group']} change ({knobs}): leaving it out improves val_bpb "
+                f"by {-group['contribution']:.4f} {interval}, so it makes the recipe worse.")
     return (f"Drop the {group['group']} change ({knobs}) as noise: leaving it out moves val_bpb "
-            f"by {group['contribution']:+.4f} (90% interval [{group['low']:+.4f}, "
-            f"{group['high']:+.4f}]), which the seeds alone explain.")
+            f"by {group['contribution']:+.4f} {interval}, which the seeds alone explain.")
+
+
+def decision(group: Mapping[str, Any]) -> str:
+    if group["kept"]:
+        return "kept"
+    return "dropped: it hurts" if hurts(group) else "dropped as noise"
+
+
+def minimal_sentence(data: Mapping[str, Any]) -> str:
+    """How the minimal edit measured against the winner, as a whole: within noise of it, or
+    better beyond the noise (both keep the gain, which is all the recommendation needs)."""
+    loss = data.get("minimal_loss_vs_winner")
+    if not loss:
+        return "Measured again as a whole, this minimal edit keeps the winner's gain within noise."
+    measured = (f"{loss['value']:+.4f} val_bpb against the winner, positive being worse (90% "
+                f"interval [{loss['low']:+.4f}, {loss['high']:+.4f}])")
+    if loss["high"] < 0.0:
+        return (f"Measured again as a whole, this minimal edit does better than the winner "
+                f"beyond the noise: {measured}.")
+    return (f"Measured again as a whole, this minimal edit keeps the winner's gain within "
+            f"noise: {measured}.")
 
 
 def why_this_recipe(records: Sequence[TrialRecord]) -> Section:
@@ -99,10 +129,7 @@ def why_this_recipe(records: Sequence[TrialRecord]) -> Section:
         blocks.append(Paragraph(
             f"Recommended: the baseline plus {len(kept)} of the {len(groups)} groups of changes "
             f"in the winner {winner.record.trial_id}'s edit, {len(minimal)} of its {len(full)} "
-            f"knob(s): {compact_edit(minimal, base)}. Measured again as a whole, this minimal "
-            "edit keeps the winner's gain within noise"
-            + (f" (it is {_interval(data['minimal_loss_vs_winner'])} val_bpb from the winner)"
-               if data.get("minimal_loss_vs_winner") else "") + "."))
+            f"knob(s): {compact_edit(minimal, base)}. " + minimal_sentence(data)))
     elif dropped:
         blocks.append(Paragraph(
             f"Recommended: the winner {winner.record.trial_id}'s whole edit. Each dropped group "
@@ -129,6 +156,6 @@ def why_this_recipe(records: Sequence[TrialRecord]) -> Section:
     blocks.append(Table(("group", "knobs", "leaving it out costs [90%]", "share of gain",
                          "decision"),
                         tuple((g["group"], edit_text(g["knobs"], short_names=True), _cost(g),
-                               _share(g), "kept" if g["kept"] else "dropped as noise")
+                               _share(g), decision(g))
                               for g in groups)))
     return Section(TITLE, tuple(blocks))
