@@ -1,4 +1,5 @@
-"""Shared fixtures: one tokenized corpus cache per session, and single-threaded torch.
+"""Shared fixtures: one tokenized corpus cache per session, single-threaded torch, and the
+MLflow stores the tracking tests log to.
 
 The machine running the tests has two shared cores; two torch threads per process fight
 with everything else for them (a tiny-preset step goes from ~20 ms to ~300 ms), so tests
@@ -92,3 +93,11 @@ def attributed_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: Corpus
     Campaign(settings, directory, proposer=Planted(), executor=FakeExecutor(
         recipe_noise=0.002)).run()
     return directory
+
+
+@pytest.fixture(params=["file", "sqlite"])
+def mlflow_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A real local MLflow store of each kind recipelab documents: a directory and SQLite."""
+    if request.param == "file":
+        return (tmp_path / "mlruns").as_uri()
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -26,20 +26,12 @@ from recipelab.tracking import (
 )
 
 
-@pytest.fixture(params=["file", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A real local MLflow store of each kind recipelab documents."""
-    if request.param == "file":
-        return (tmp_path / "mlruns").as_uri()
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-
 def metric_steps(client: MlflowClient, run_id: str, name: str) -> dict[int, float]:
     return {m.step: m.value for m in client.get_metric_history(run_id, name)}
 
 
-def test_every_step_logged_is_read_back_with_its_step(store: str) -> None:
-    run = MlflowRun.start(store, "exp", "long-run")
+def test_every_step_logged_is_read_back_with_its_step(mlflow_store: str) -> None:
+    run = MlflowRun.start(mlflow_store, "exp", "long-run")
     steps = range(0, 2 * MAX_METRICS_PER_BATCH + 10)  # more than one batch per metric
     run.log_history({"train_loss": [(s, 5.0 / (s + 1)) for s in steps]})
     for step in (0, 10, 20):
@@ -47,7 +39,7 @@ def test_every_step_logged_is_read_back_with_its_step(store: str) -> None:
                          "grad_norm": math.nan, "tokens_per_s": 1e5}, step=step)
     run.end()
 
-    client = MlflowClient(store)
+    client = MlflowClient(mlflow_store)
     history = metric_steps(client, run.run_id, "train_loss")
     assert sorted(history) == list(steps)
     assert history[9] == pytest.approx(0.5)
@@ -57,15 +49,15 @@ def test_every_step_logged_is_read_back_with_its_step(store: str) -> None:
     assert client.get_run(run.run_id).info.status == "FINISHED"
 
 
-def test_params_are_flattened_with_dots_and_long_values_cut_to_mlflow_limit(store: str) -> None:
-    run = MlflowRun.start(store, "exp", "params")
+def test_params_are_flattened_with_dots_and_long_values_cut_to_mlflow_limit(mlflow_store: str) -> None:
+    run = MlflowRun.start(mlflow_store, "exp", "params")
     recipe = {"optimizer": {"lr": 3e-3, "betas": [0.9, 0.95], "name": "adamw"},
               "shape": {"layers": 4, "attention": {"qk_norm": True}}, "seed": 0,
               "note": "x" * (MAX_PARAM_VALUE_CHARS + 50)}
     recipe.update({f"knob_{i}": i for i in range(150)})  # more than one batch of params
     run.log_params(recipe)
 
-    params = MlflowClient(store).get_run(run.run_id).data.params
+    params = MlflowClient(mlflow_store).get_run(run.run_id).data.params
     assert params["optimizer.lr"] == "0.003"
     assert params["optimizer.betas"] == "[0.9, 0.95]"
     assert params["optimizer.name"] == "adamw"
@@ -74,10 +66,10 @@ def test_params_are_flattened_with_dots_and_long_values_cut_to_mlflow_limit(stor
     assert len(params["note"]) == MAX_PARAM_VALUE_CHARS
 
 
-def test_a_run_is_reopened_from_its_run_uri_file_not_duplicated(store: str, tmp_path: Path) -> None:
+def test_a_run_is_reopened_from_its_run_uri_file_not_duplicated(mlflow_store: str, tmp_path: Path) -> None:
     out = tmp_path / "pretrain"
     out.mkdir()
-    first = MlflowRun.start(store, "exp", "pretrain", tags={"recipelab.kind": "long_run"})
+    first = MlflowRun.start(mlflow_store, "exp", "pretrain", tags={"recipelab.kind": "long_run"})
     written = write_run_uri(out, first)
     first.log_metrics({"train_loss": 4.0}, step=0)
     first.end("KILLED")  # the machine went away
@@ -86,12 +78,12 @@ def test_a_run_is_reopened_from_its_run_uri_file_not_duplicated(store: str, tmp_
     assert read_run_id(out) == first.run_id
     location = read_run_location(out)
     assert location is not None and location.run_id == first.run_id
-    again = MlflowRun.start(store, "exp", "pretrain", run_id=read_run_id(out))
-    assert MlflowClient(store).get_run(first.run_id).info.status == "RUNNING"
+    again = MlflowRun.start(mlflow_store, "exp", "pretrain", run_id=read_run_id(out))
+    assert MlflowClient(mlflow_store).get_run(first.run_id).info.status == "RUNNING"
     again.log_metrics({"train_loss": 3.0}, step=1)
     again.end()
 
-    client = MlflowClient(store)
+    client = MlflowClient(mlflow_store)
     runs = client.search_runs([location.experiment_id])
     assert [r.info.run_id for r in runs] == [first.run_id]
     assert metric_steps(client, first.run_id, "train_loss") == {0: 4.0, 1: 3.0}
@@ -99,16 +91,16 @@ def test_a_run_is_reopened_from_its_run_uri_file_not_duplicated(store: str, tmp_
     assert runs[0].info.status == "FINISHED"
 
 
-def test_a_child_run_names_its_parent_and_an_artifact_is_stored(store: str, tmp_path: Path) -> None:
-    parent = MlflowRun.start(store, "campaign", "campaign")
-    child = MlflowRun.start(store, "campaign", "p0001", parent=parent, tags={"trial": "p0001"})
+def test_a_child_run_names_its_parent_and_an_artifact_is_stored(mlflow_store: str, tmp_path: Path) -> None:
+    parent = MlflowRun.start(mlflow_store, "campaign", "campaign")
+    child = MlflowRun.start(mlflow_store, "campaign", "p0001", parent=parent, tags={"trial": "p0001"})
     recipe = tmp_path / "recipe.json"
     recipe.write_text('{"seed": 0}')
     child.log_artifact(recipe, "recipe")
     child.set_tag("recipelab.status", "failed")
     child.end("FAILED")
 
-    client = MlflowClient(store)
+    client = MlflowClient(mlflow_store)
     children = client.search_runs([parent.experiment_id],
                                   f"tags.`mlflow.parentRunId` = '{parent.run_id}'")
     assert [c.info.run_id for c in children] == [child.run_id]
@@ -131,10 +123,10 @@ def test_a_sqlite_store_keeps_artifacts_beside_its_database(tmp_path: Path, monk
     assert list(elsewhere.iterdir()) == []
 
 
-def test_reopening_a_run_the_store_does_not_have_says_what_to_do(store: str) -> None:
-    MlflowRun.start(store, "exp", "r")  # the store exists, the run does not
+def test_reopening_a_run_the_store_does_not_have_says_what_to_do(mlflow_store: str) -> None:
+    MlflowRun.start(mlflow_store, "exp", "r")  # the store exists, the run does not
     with pytest.raises(RunNotFound, match=f"remove {RUN_URI_FILE}"):
-        MlflowRun.start(store, "exp", "r", run_id="0" * 32)
+        MlflowRun.start(mlflow_store, "exp", "r", run_id="0" * 32)
 
 
 def test_a_path_becomes_an_absolute_file_uri_and_a_relative_sqlite_file_absolute(

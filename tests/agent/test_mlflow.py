@@ -25,13 +25,6 @@ from recipelab.trainer.spec import TrialResult, TrialSpec
 from .conftest import events, fake_executor, read_jsonl
 
 
-@pytest.fixture(params=["file", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "file":
-        return (tmp_path / "mlruns").as_uri()
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-
 def runs_of(uri: str, campaign: str) -> tuple[list[Run], list[Run]]:
     """The campaign's experiment's runs: (parents, children)."""
     client = MlflowClient(uri)
@@ -43,21 +36,21 @@ def runs_of(uri: str, campaign: str) -> tuple[list[Run], list[Run]]:
 
 
 def test_each_ended_trial_is_one_child_run_with_its_recipe_val_bpb_and_curve(
-        tmp_path: Path, tiny_settings: CampaignSettings, store: str) -> None:
-    settings = tiny_settings.model_copy(update={"iterations": 3, "promote": 1, "mlflow_uri": store})
+        tmp_path: Path, tiny_settings: CampaignSettings, mlflow_store: str) -> None:
+    settings = tiny_settings.model_copy(update={"iterations": 3, "promote": 1, "mlflow_uri": mlflow_store})
     campaign_dir = tmp_path / "campaign"
 
     Campaign(settings, campaign_dir, executor=fake_executor()).run()
 
     records = {r["trial_id"]: r for r in read_jsonl(campaign_dir / "trajectory.jsonl")}
-    parents, children = runs_of(store, "tiny")
+    parents, children = runs_of(mlflow_store, "tiny")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert read_run_id(campaign_dir) == parents[0].info.run_id
     assert parents[0].data.params["preset"] == "tiny"
     by_trial = {c.data.tags[TRIAL_ID_TAG]: c for c in children}
     assert sorted(by_trial) == sorted(records) and len(children) == len(records)
     assert {r["kind"] for r in records.values()} == {"proxy", "stress"}
-    client = MlflowClient(store)
+    client = MlflowClient(mlflow_store)
     for trial_id, record in records.items():
         child = by_trial[trial_id]
         assert child.data.tags[PARENT_TAG] == parents[0].info.run_id
@@ -73,20 +66,20 @@ def test_each_ended_trial_is_one_child_run_with_its_recipe_val_bpb_and_curve(
 
 
 def test_a_resumed_campaign_reopens_its_run_and_logs_no_trial_twice(
-        tmp_path: Path, tiny_settings: CampaignSettings, store: str) -> None:
-    settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0, "mlflow_uri": store})
+        tmp_path: Path, tiny_settings: CampaignSettings, mlflow_store: str) -> None:
+    settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0, "mlflow_uri": mlflow_store})
     campaign_dir = tmp_path / "campaign"
     Campaign(settings, campaign_dir, executor=fake_executor()).run()
     parent_id = read_run_id(campaign_dir)
     assert parent_id is not None
     # a crash while p0001 was being logged again left a half-logged child behind
-    parent = MlflowRun.start(store, "tiny", "tiny", run_id=parent_id)
-    MlflowRun.start(store, "tiny", "p0001", parent=parent, tags={TRIAL_ID_TAG: "p0001"})
+    parent = MlflowRun.start(mlflow_store, "tiny", "tiny", run_id=parent_id)
+    MlflowRun.start(mlflow_store, "tiny", "p0001", parent=parent, tags={TRIAL_ID_TAG: "p0001"})
 
     resumed = settings.model_copy(update={"iterations": 4})
     Campaign(resumed, campaign_dir, executor=fake_executor()).run()
 
-    parents, children = runs_of(store, "tiny")
+    parents, children = runs_of(mlflow_store, "tiny")
     assert [p.info.run_id for p in parents] == [parent_id]
     assert parents[0].info.status == "FINISHED"
     assert sorted(c.data.tags[TRIAL_ID_TAG] for c in children) == [

@@ -17,21 +17,14 @@ from recipelab.trainer.spec import CorpusSpec
 from tests.longrun.test_run import config, events
 
 
-@pytest.fixture(params=["file", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "file":
-        return (tmp_path / "mlruns").as_uri()
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-
 def test_a_long_run_logs_every_step_its_recipe_and_its_artifacts(
-        store: str, tmp_path: Path, corpus: CorpusSpec) -> None:
+        mlflow_store: str, tmp_path: Path, corpus: CorpusSpec) -> None:
     out = tmp_path / "run"
-    run_pretrain(config(out, corpus, steps=10, mlflow_uri=store, inject_spike_at_step=4,
+    run_pretrain(config(out, corpus, steps=10, mlflow_uri=mlflow_store, inject_spike_at_step=4,
                         spike_steps=2, price_per_hour=1.0))
     run_id = read_run_id(out)
     assert run_id is not None
-    client = MlflowClient(store)
+    client = MlflowClient(mlflow_store)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.tags["recipelab.stop_reason"] == "complete"
     assert run.data.tags["recipelab.spike_rehearsal"] == "steps 4-5"
@@ -44,17 +37,17 @@ def test_a_long_run_logs_every_step_its_recipe_and_its_artifacts(
 
 
 def test_a_resume_reopens_the_same_run_and_completes_its_curve(
-        store: str, tmp_path: Path, corpus: CorpusSpec) -> None:
+        mlflow_store: str, tmp_path: Path, corpus: CorpusSpec) -> None:
     out = tmp_path / "capped"
     stopped = run_pretrain(config(out, corpus, steps=10_000_000, price_per_hour=3600.0,
                                   budget_cap_usd=500.0, eval_every=1000, checkpoint_every=1000,
-                                  mlflow_uri=store))
+                                  mlflow_uri=mlflow_store))
     assert stopped.stop_reason == "budget_projection"
     first = read_run_id(out)
-    assert first is not None and MlflowClient(store).get_run(first).info.status == "KILLED"
-    resumed = run_pretrain(config(out, corpus, steps=10, resume_from_latest=True, mlflow_uri=store))
+    assert first is not None and MlflowClient(mlflow_store).get_run(first).info.status == "KILLED"
+    resumed = run_pretrain(config(out, corpus, steps=10, resume_from_latest=True, mlflow_uri=mlflow_store))
     assert resumed.stop_reason == "complete" and read_run_id(out) == first
-    client = MlflowClient(store)
+    client = MlflowClient(mlflow_store)
     experiment = client.get_experiment_by_name("pretrain")
     assert experiment is not None
     assert len(client.search_runs([experiment.experiment_id])) == 1
