@@ -5,17 +5,28 @@ field, for the help to show."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
 
-from recipelab.agent.settings import COMPONENTS, FLAT_KEYS, CampaignSettings, LadderSettings
+from recipelab.agent.settings import (
+    COMPONENTS,
+    FLAT_KEYS,
+    CampaignSettings,
+    ExecutorSettings,
+    LadderSettings,
+    WindowSettings,
+    save,
+)
 from recipelab.cli import (
     CLI_ONLY_OPTIONS,
     app,
     option_setting,
+    resolve_settings,
     setting_default,
+    settings_options,
     shown,
     with_default,
 )
@@ -133,3 +144,14 @@ def test_a_default_that_cannot_be_shown_is_refused_with_the_fix() -> None:
         with_default("directory", "campaign directory")
     with pytest.raises(ValueError, match=r"--threads defaults to None: say what that means"):
         with_default("threads", "CPU threads per trial")
+
+
+def test_a_resume_keeps_the_saved_name_and_takes_the_options_given(tmp_path: Path) -> None:
+    """``--dir`` resumes whatever campaign is there: the name option (default ``default``)
+    must not rename it, while an option given changes its field."""
+    assert "name" not in settings_options(dict.fromkeys(run_options()))
+    save(CampaignSettings(name="overnight", precision="fp32", executor=ExecutorSettings(parallel=1),
+                          window=WindowSettings(iterations=3)), tmp_path)
+    settings, new = resolve_settings(tmp_path, "default", {"promote": 0, "iterations": 5})
+    assert not new and settings.name == "overnight"
+    assert (settings.ladder.promote, settings.window.iterations) == (0, 5)

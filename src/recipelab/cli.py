@@ -467,8 +467,15 @@ def default_ladder() -> str:
     return f"which climbs {rungs} steps from the {preset} preset's {proxy}-step proxy"
 
 
+PASSED_APART = frozenset({"name", "searchable", "calibrate_from"})
+"""Settings options :func:`launch` passes on its own: the name only for a new campaign (a
+resume keeps the saved one), the lists as tuples (calibration paths made absolute)."""
+
+
 def settings_options(options: dict[str, Any]) -> set[str]:
-    return {key for key in options if key not in CLI_ONLY_OPTIONS and key not in CONVERTED_OPTIONS}
+    """The options passed to the settings as given, by their flat key."""
+    return {key for key in options
+            if key not in CLI_ONLY_OPTIONS and key not in CONVERTED_OPTIONS and key not in PASSED_APART}
 
 
 def launch(options: dict[str, Any], *, check_only: bool) -> None:
