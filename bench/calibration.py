@@ -34,7 +34,13 @@ from pathlib import Path
 from rich.console import Console
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import (
+    CampaignSettings,
+    LadderSettings,
+    ProposerSettings,
+    SearchSettings,
+    WindowSettings,
+)
 from recipelab.proposer import ClassicalProposer, Observation, Proposal, Proposer
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory import TrajectoryStore
@@ -69,9 +75,10 @@ class Run:
 
 def settings(name: str, seed: int, iterations: int, corpus: CorpusSpec,
              calibrate_from: tuple[str, ...] = ()) -> CampaignSettings:
-    return CampaignSettings(name=name, preset="tiny", iterations=iterations, promote=0,
-                            proposer="classical", seed=seed, noise_seeds=1, corpus=corpus,
-                            calibrate_from=calibrate_from)
+    return CampaignSettings(name=name, preset="tiny", seed=seed, corpus=corpus,
+                            window=WindowSettings(iterations=iterations), ladder=LadderSettings(promote=0),
+                            search=SearchSettings(noise_seeds=1, calibrate_from=calibrate_from),
+                            proposer=ProposerSettings(kind="classical"))
 
 
 def quiet() -> Console:

@@ -27,7 +27,7 @@ from pathlib import Path
 from rich.console import Console
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import CampaignSettings, LadderSettings, WindowSettings
 from timing import Iteration, iterations
 
 # The OpenAI-protocol server the tests use, with its scripted (here: slow) replies.
@@ -63,8 +63,9 @@ def main() -> None:
     server.script(*(fake_openai.good({"optimizer.lr": round(0.001 + 0.0007 * i, 6)}, delay_s=args.delay)
                     for i in range(4 * args.iterations)))
     try:
-        base = CampaignSettings(name="latency", preset="cpu", iterations=args.iterations,
-                                promote=0)
+        base = CampaignSettings(name="latency", preset="cpu",
+                                window=WindowSettings(iterations=args.iterations),
+                                ladder=LadderSettings(promote=0))
         classical = campaign(base.model_copy(update={"proposer": "classical"}))
         hybrid = campaign(base.model_copy(update={
             "proposer": "hybrid", "llm_share": args.share, "llm_base_url": server.base_url,

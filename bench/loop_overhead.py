@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import CampaignSettings, LadderSettings, WindowSettings
 from timing import iterations
 
 TARGET_SHARE = 0.03
@@ -33,7 +33,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         settings = CampaignSettings(name="overhead", preset=args.preset,
-                                    iterations=args.iterations, promote=0)
+                                    window=WindowSettings(iterations=args.iterations),
+                                    ladder=LadderSettings(promote=0))
         Campaign(settings, directory, console=Console(stderr=True, quiet=True)).run()
         rows = iterations(directory, "overhead")
 

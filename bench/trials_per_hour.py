@@ -63,7 +63,10 @@ def run_campaign(src: Path, directory: Path, trials: int) -> tuple[float, dict[s
         raise SystemExit(f"campaign with {src} completed {len(complete)} of {trials} trials: "
                          f"see {directory}/events.jsonl")
     precisions = sorted({str(r.get("recipe", {}).get("precision")) for r in complete})
-    return wall, {"parallel": settings.get("parallel"), "precision": ",".join(precisions)}
+    # a tree from before the settings had components saves parallel at the top level
+    parallel = settings["executor"]["parallel"] if "executor" in settings and isinstance(
+        settings["executor"], dict) else settings.get("parallel")
+    return wall, {"parallel": parallel, "precision": ",".join(precisions)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,13 +71,22 @@ def attributed_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: Corpus
     (``optimizer.eps``, which the fake ignores), attributed at three seeds: the records the
     report, the export and the calibration read (see tests/agent/test_attribution.py)."""
     from recipelab.agent.campaign import Campaign
-    from recipelab.agent.settings import CampaignSettings, save
+    from recipelab.agent.settings import (
+        CampaignSettings,
+        ExecutorSettings,
+        LadderSettings,
+        SearchSettings,
+        WindowSettings,
+        save,
+    )
     from recipelab.proposer import Observation, Proposal, Proposer
     from recipelab.runner import FakeExecutor
 
-    settings = CampaignSettings(name="attributed", preset="tiny", iterations=4, promote=1,
-                                stress_steps=30, stress_checkpoint_every=10, corpus=corpus,
-                                noise_seeds=3, rung_size=0, parallel=1, precision="fp32")
+    settings = CampaignSettings(name="attributed", preset="tiny", corpus=corpus, precision="fp32",
+                                window=WindowSettings(iterations=4),
+                                ladder=LadderSettings(promote=1, stress_steps=30,
+                                                      stress_checkpoint_every=10, rung_size=0),
+                                search=SearchSettings(noise_seeds=3), executor=ExecutorSettings(parallel=1))
     baseline = settings.baseline()
 
     class Planted(Proposer):

@@ -10,15 +10,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from recipelab import environment
 from recipelab.agent import settings as settings_store
 from recipelab.agent.lock import CampaignLock, CampaignLocked
-from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
+from recipelab.agent.settings import (
+    CampaignSettings,
+    LadderSettings,
+    SettingsError,
+    default_campaign_dir,
+)
+from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB
 from recipelab.agent.status import campaign_status, latest_window
 from recipelab.errors import RecipelabError
 from recipelab.eventlog import EVENTS_FILE, read_events, render_event
@@ -296,7 +303,7 @@ def resolve_settings(directory: Path, name: str, given: dict[str, Any]
             if Path(corpus["source"]).resolve() == Path(saved.corpus.source).resolve():
                 corpus["source"] = saved.corpus.source  # the same files, however spelt
             given = {**given, "corpus": corpus}
-        requested = resolve_machine(CampaignSettings.model_validate({**saved.model_dump(), **given}))
+        requested = resolve_machine(saved.model_copy(update=given))
         settings_store.check_resume(saved, requested)
         return requested, False
     except ValidationError as error:
@@ -309,13 +316,13 @@ def resolve_machine(settings: CampaignSettings) -> CampaignSettings:
     """``--parallel auto`` and ``--precision auto`` resolved for this machine, so the saved
     settings and the preflight see what will run. Ray campaigns are resolved where their
     executor sees the cluster (the preflight, then the campaign)."""
-    if settings.executor == "ray" or "auto" not in (settings.parallel, settings.precision):
+    if settings.executor.kind == "ray" or "auto" not in (settings.executor.parallel, settings.precision):
         return settings
     from recipelab.agent.machine import resolve_auto
     from recipelab.guardrails.hardware import resolve_device
 
     try:
-        device = resolve_device(settings.device)
+        device = resolve_device(settings.executor.device)
     except ValueError as error:
         fail(str(error))
     settings, notes = resolve_auto(settings, device)
@@ -387,16 +394,88 @@ def refuse_if_running(directory: Path) -> None:
         pass  # an unwritable directory: the disk check says what to do
 
 
-RUN_ONLY_OPTIONS = frozenset({"name", "directory", "skip_preflight"})
-CONVERTED_OPTIONS = {"corpus": "corpus", "corpus_max_bytes": "corpus", "trial_timeout": "trial_timeout_s",
-                     "searchable": "searchable", "calibrate_from": "calibrate_from"}
-"""``run``'s options that are not a settings field of the same name and type: what
-:func:`launch` makes of each. Every other option is the :class:`CampaignSettings` field of
-its name, passed as given (tests/test_cli.py checks that the two stay in step)."""
+CLI_ONLY_OPTIONS = {
+    "directory": "where the campaign lives, not what it does: its settings are saved inside it",
+    "skip_preflight": "a choice for this start only; the next start runs the preflight again",
+}
+"""``run``'s options that are no campaign setting, and why."""
+
+CONVERTED_OPTIONS = {"corpus": "corpus.source", "corpus_max_bytes": "corpus.max_bytes",
+                     "trial_timeout": "window.trial_timeout_s"}
+"""``run``'s options that are not spelt as the flat key of their setting, by the setting's
+path: :func:`launch` converts each. Every other option is the settings field its flat key
+names (:data:`recipelab.agent.settings.FLAT_KEYS`), passed as given (tests/test_cli_settings.py
+checks that the two stay in step)."""
+
+
+def option_setting(option: str) -> str | None:
+    """The settings path ``run``'s ``option`` sets (``ladder.promote``), or None for an
+    option that is no setting."""
+    if option in CLI_ONLY_OPTIONS:
+        return None
+    if option in CONVERTED_OPTIONS:
+        return CONVERTED_OPTIONS[option]
+    if option in settings_store.FLAT_KEYS:
+        return ".".join(settings_store.FLAT_KEYS[option])
+    return option
+
+
+def setting_default(path: str) -> Any:
+    """The default of the settings field at ``path`` (``ladder.promote``, ``corpus.source``):
+    the one place a default is written."""
+    model: type[BaseModel] = CampaignSettings
+    *parents, last = path.split(".")
+    for part in parents:
+        model = type(model.model_fields[part].get_default(call_default_factory=True))
+    if model.model_fields[last].is_required():
+        raise ValueError(f"the setting {path} has no default: every campaign gives its own")
+    return model.model_fields[last].get_default(call_default_factory=True)
+
+
+def shown(value: Any) -> str:
+    """A default as a person reads it: on/off, 1,000, 600, tpe."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def with_default(option: str, text: str, meaning: str | None = None) -> str:
+    """``run``'s help for ``option``: ``text`` and the default of its settings field, read
+    from the field, never restated by hand. ``meaning`` says what a default of None or
+    ``auto`` comes to, or adds to a literal default (``0, or 24 on unified memory``)."""
+    path = option_setting(option)
+    if path is None:
+        raise ValueError(f"--{option.replace('_', '-')} is no campaign setting: it has no "
+                         "settings default to show; write its help without with_default")
+    default = setting_default(path)
+    if default is None:
+        if meaning is None:
+            raise ValueError(f"--{option.replace('_', '-')} defaults to None: say what that means "
+                             "(meaning=...) or leave the default out of its help")
+        return f"{text} (default: {meaning})"
+    return f"{text} (default: {shown(default)}{f', {meaning}' if meaning else ''})"
+
+
+def default_ladder() -> str:
+    """The rungs the default settings climb from the default preset's proxy, for ``--eta``'s
+    help: computed, so the example follows the defaults."""
+    preset = setting_default("preset")
+    proxy = PROXY_PRESETS[preset].steps
+    rungs = ", ".join(f"{steps:,}" for steps in [proxy, *LadderSettings().ladder_steps(proxy)])
+    return f"which climbs {rungs} steps from the {preset} preset's {proxy}-step proxy"
+
+
+PASSED_APART = frozenset({"name", "searchable", "calibrate_from"})
+"""Settings options :func:`launch` passes on its own: the name only for a new campaign (a
+resume keeps the saved one), the lists as tuples (calibration paths made absolute)."""
 
 
 def settings_options(options: dict[str, Any]) -> set[str]:
-    return set(options) - RUN_ONLY_OPTIONS - set(CONVERTED_OPTIONS)
+    """The options passed to the settings as given, by their flat key."""
+    return {key for key in options
+            if key not in CLI_ONLY_OPTIONS and key not in CONVERTED_OPTIONS and key not in PASSED_APART}
 
 
 def launch(options: dict[str, Any], *, check_only: bool) -> None:
@@ -427,14 +506,14 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
         if calibrate_from else None,
     }.items() if value is not None}
     settings, new = resolve_settings(directory, name, given)
-    if settings.iterations is None and settings.hours is None and settings.until is None:
+    if settings.window.iterations is None and settings.window.hours is None and settings.window.until is None:
         fail("give the campaign a budget: --iterations N, --hours H or --until HH:MM")
     try:
         settings.baseline()
     except (ValueError, ValidationError) as error:
         fail(str(error).splitlines()[0])
-    if settings.mlflow_uri is not None:
-        settings = settings.model_copy(update={"mlflow_uri": checked_mlflow_uri(settings.mlflow_uri)})
+    if settings.store.mlflow_uri is not None:
+        settings = settings.model_copy(update={"mlflow_uri": checked_mlflow_uri(settings.store.mlflow_uri)})
     if new:
         settings = new_campaign_defaults(settings, given)
     elif not check_only:
@@ -471,97 +550,106 @@ def checked_mlflow_uri(uri: str) -> str:
 def run(
     name: Annotated[str, typer.Option(help="campaign name (directory ./campaigns/NAME)")] = "default",
     directory: Annotated[Path | None, typer.Option("--dir", help="campaign directory")] = None,
-    target: Annotated[str | None, typer.Option(help=f"target: {', '.join(TARGETS)}")] = None,
-    preset: Annotated[str | None, typer.Option(
-        help=f"proxy preset: {', '.join(PROXY_PRESETS)} (default cpu)")] = None,
-    budget: Annotated[int | None, typer.Option(help="proxy parameter budget")] = None,
-    corpus: Annotated[str | None, typer.Option(
-        help="python-docs (default), python-source, or a path")] = None,
-    corpus_max_bytes: Annotated[int | None, typer.Option(
-        help="read at most this many bytes of a corpus given as a path, streamed (default: "
-        "what the longest run reads, stress_steps x batch x seq_len x 1.25, plus the "
-        "validation share)")] = None,
+    target: Annotated[str | None, typer.Option(help=with_default(
+        "target", f"target: {', '.join(TARGETS)}, or a target file (config.json)",
+        "the preset's"))] = None,
+    preset: Annotated[str | None, typer.Option(help=with_default(
+        "preset", f"proxy preset: {', '.join(PROXY_PRESETS)}"))] = None,
+    budget: Annotated[int | None, typer.Option(help=with_default(
+        "budget", "proxy parameter budget", "the preset's"))] = None,
+    corpus: Annotated[str | None, typer.Option(help=with_default(
+        "corpus", "python-docs, python-source, or a path"))] = None,
+    corpus_max_bytes: Annotated[int | None, typer.Option(help=with_default(
+        "corpus_max_bytes", "read at most this many bytes of a corpus given as a path, streamed",
+        "what the longest run reads, stress_steps x batch x seq_len x 1.25, plus the validation "
+        "share"))] = None,
     iterations: Annotated[int | None, typer.Option(help="proxy trials to train")] = None,
     hours: Annotated[float | None, typer.Option(help="stop launching after this many hours")] = None,
     until: Annotated[str | None, typer.Option(help="stop launching at this local time, HH:MM")] = None,
-    trial_timeout: Annotated[float | None, typer.Option(help="seconds per proxy trial")] = None,
-    max_consecutive_failures: Annotated[int | None, typer.Option(
-        help="stop launching after this many proxy trials in a row fail with the same reason "
-        "(default 5); the command then exits with code 3")] = None,
-    promote: Annotated[int | None, typer.Option(
-        help="finalists on the ladder's top rung (the stress horizon), each at 2 seeds with the "
-        "baseline (default 3; 0: no ladder)")] = None,
-    stress_steps: Annotated[int | None, typer.Option(
-        help="steps of the ladder's top rung, the stress horizon (default 1,000)")] = None,
-    fidelity: Annotated[int | None, typer.Option(
-        help="also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement")] = None,
-    eta: Annotated[int | None, typer.Option(
-        help="the ladder (successive halving, ASHA-style): each rung keeps the best 1/ETA of "
-        "the one below at ETA times its steps, up to --stress-steps (default 3: 60, 180, 540, "
-        "1,000 steps); the baseline climbs every rung")] = None,
-    rung_size: Annotated[int | None, typer.Option(
-        help="at most N candidates climb to the ladder's first rung above the proxy (default "
-        "10; 0 goes straight from the proxy to the top rung)")] = None,
-    rung_steps: Annotated[int | None, typer.Option(
-        help="steps of the ladder's first rung above the proxy (default: proxy steps × --eta); "
-        "each rung above it has --eta times more")] = None,
+    trial_timeout: Annotated[float | None, typer.Option(help=with_default(
+        "trial_timeout", "seconds per proxy trial"))] = None,
+    max_consecutive_failures: Annotated[int | None, typer.Option(help=with_default(
+        "max_consecutive_failures", "stop launching after this many proxy trials in a row fail "
+        "with the same reason; the command then exits with code 3"))] = None,
+    promote: Annotated[int | None, typer.Option(help=with_default(
+        "promote", "finalists on the ladder's top rung (the stress horizon), each at 2 seeds with "
+        "the baseline; 0: no ladder"))] = None,
+    stress_steps: Annotated[int | None, typer.Option(help=with_default(
+        "stress_steps", "steps of the ladder's top rung, the stress horizon"))] = None,
+    fidelity: Annotated[int | None, typer.Option(help=with_default(
+        "fidelity", "also stress-run K mid-ranked trials, for the proxy-to-stress rank "
+        "agreement"))] = None,
+    eta: Annotated[int | None, typer.Option(help=with_default(
+        "eta", "the ladder (successive halving, ASHA-style): each rung keeps the best 1/ETA of "
+        "the one below at ETA times its steps, up to --stress-steps; the baseline climbs every "
+        "rung", default_ladder()))] = None,
+    rung_size: Annotated[int | None, typer.Option(help=with_default(
+        "rung_size", "at most N candidates climb to the ladder's first rung above the proxy; 0 "
+        "goes straight from the proxy to the top rung"))] = None,
+    rung_steps: Annotated[int | None, typer.Option(help=with_default(
+        "rung_steps", "steps of the ladder's first rung above the proxy; each rung above it has "
+        "--eta times more", "proxy steps × --eta"))] = None,
     horizon_rule: Annotated[bool | None, typer.Option(
-        "--horizon-rule/--no-horizon-rule",
-        help="train every rung at the learning rate the horizon rule gives for its steps, "
-        "fitted from the rungs' learning-rate family (lr × ½, × 2) or, without a fit, the "
-        "DeepSeek LLM prior lr ∝ steps^-0.125 (default on)")] = None,
+        "--horizon-rule/--no-horizon-rule", help=with_default(
+            "horizon_rule", "train every rung at the learning rate the horizon rule gives for "
+            "its steps, fitted from the rungs' learning-rate family (lr × ½, × 2) or, without a "
+            "fit, the DeepSeek LLM prior lr ∝ steps^-0.125"))] = None,
     attribution: Annotated[bool | None, typer.Option(
-        "--attribution/--no-attribution",
-        help="after the winner is named, measure which groups of its edit carry the gain and "
-        "recommend the minimal winning edit (default on)")] = None,
-    proposer: Annotated[str | None, typer.Option(
-        help="classical, llm or hybrid (default: hybrid when an LLM is configured)")] = None,
-    llm_base_url: Annotated[str | None, typer.Option(
-        help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 "
-        "(default: $RECIPELAB_LLM_BASE_URL)")] = None,
-    llm_model: Annotated[str | None, typer.Option(
-        help="model id (default: $RECIPELAB_LLM_MODEL, else the server's first)")] = None,
-    llm_share: Annotated[float | None, typer.Option(
-        help="share of trials the LLM proposes in hybrid mode (default 0.3)")] = None,
+        "--attribution/--no-attribution", help=with_default(
+            "attribution", "after the winner is named, measure which groups of its edit carry "
+            "the gain and recommend the minimal winning edit"))] = None,
+    proposer: Annotated[str | None, typer.Option(help=with_default(
+        "proposer", "classical, llm or hybrid", "hybrid when an LLM is configured, else "
+        "classical"))] = None,
+    llm_base_url: Annotated[str | None, typer.Option(help=with_default(
+        "llm_base_url", "OpenAI-compatible endpoint, e.g. http://localhost:8000/v1",
+        f"${environment.LLM_BASE_URL}"))] = None,
+    llm_model: Annotated[str | None, typer.Option(help=with_default(
+        "llm_model", "model id", f"${environment.LLM_MODEL}, else the server's first"))] = None,
+    llm_share: Annotated[float | None, typer.Option(help=with_default(
+        "llm_share", "share of trials the LLM proposes in hybrid mode"))] = None,
     llm_structured_output: Annotated[str | None, typer.Option(
         help="auto, json_schema (OpenAI, vLLM), json_object (llama.cpp), guided_json "
         "(NIM 1.x), nvext or prompt")] = None,
-    sampler: Annotated[str | None, typer.Option(help="tpe, cmaes or random")] = None,
-    seed: Annotated[int | None, typer.Option(help="campaign seed")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda")] = None,
-    memory_reserve_gib: Annotated[float | None, typer.Option(
-        help="device memory kept free for an LLM server sharing the GPU (default: 24 on "
-        "unified memory such as a GB10, else 0)")] = None,
+    sampler: Annotated[str | None, typer.Option(help=with_default(
+        "sampler", "tpe, cmaes or random"))] = None,
+    seed: Annotated[int | None, typer.Option(help=with_default("seed", "campaign seed"))] = None,
+    device: Annotated[str | None, typer.Option(help=with_default(
+        "device", "auto, cpu or cuda", "cuda when there is one"))] = None,
+    memory_reserve_gib: Annotated[float | None, typer.Option(help=with_default(
+        "memory_reserve_gib", "device memory kept free for an LLM server sharing the GPU",
+        f"or {UNIFIED_MEMORY_RESERVE_GIB:g} on unified memory such as a GB10"))] = None,
     searchable: Annotated[list[str] | None, typer.Option(
         help="shape knob allowed to leave the target's value, e.g. shape.qk_norm; or "
         "precision, to search it")] = None,
     calibrate_from: Annotated[list[str] | None, typer.Option(
         help="an earlier campaign's directory or trajectory.jsonl to learn from (repeatable)")
     ] = None,
-    noise_seeds: Annotated[int | None, typer.Option(
-        help="baseline seeds measuring the noise floor, counted in --iterations "
-        "(default 3; 1 disables)")] = None,
-    executor: Annotated[str | None, typer.Option(
-        help="where trials run: local (default) or ray (pip install 'recipelab\\[ray]')")] = None,
-    ray_address: Annotated[str | None, typer.Option(
-        help="Ray cluster: auto (the one 'ray start' set up here) or HOST:PORT "
-        "(default: a new Ray instance on this machine)")] = None,
-    parallel: Annotated[str | None, typer.Option(
-        help="trials in flight at once: auto (default: on a CPU one 1-thread trial per core, "
-        "as memory allows; on a GPU one; with Ray the cluster's GPUs) or a number")] = None,
-    precision: Annotated[str | None, typer.Option(
-        help="every trial's precision, the baseline's included: auto (default: bf16 where the "
-        "device computes it natively, CUDA with bf16 or CPUs with AVX-512 BF16 or AMX; else "
-        "fp32), fp32, bf16 or fp8 (--searchable precision searches it instead)")] = None,
-    threads: Annotated[int | None, typer.Option(
-        help="CPU threads per trial (default: the cores divided among --parallel trials)")
+    noise_seeds: Annotated[int | None, typer.Option(help=with_default(
+        "noise_seeds", "baseline seeds measuring the noise floor, counted in --iterations; 1 "
+        "disables"))] = None,
+    executor: Annotated[str | None, typer.Option(help=with_default(
+        "executor", "where trials run: local or ray (pip install 'recipelab\\[ray]')"))] = None,
+    ray_address: Annotated[str | None, typer.Option(help=with_default(
+        "ray_address", "Ray cluster: auto (the one 'ray start' set up here) or HOST:PORT",
+        "a new Ray instance on this machine"))] = None,
+    parallel: Annotated[str | None, typer.Option(help=with_default(
+        "parallel", "trials in flight at once: auto or a number", "on a CPU one 1-thread trial "
+        "per core, as memory allows; on a GPU one; with Ray the cluster's GPUs"))] = None,
+    precision: Annotated[str | None, typer.Option(help=with_default(
+        "precision", "every trial's precision, the baseline's included: auto, fp32, bf16 or fp8 "
+        "(--searchable precision searches it instead)", "bf16 where the device computes it "
+        "natively, CUDA with bf16 or CPUs with AVX-512 BF16 or AMX; else fp32"))] = None,
+    threads: Annotated[int | None, typer.Option(help=with_default(
+        "threads", "CPU threads per trial", "the cores divided among --parallel trials"))
     ] = None,
     compile_stress: Annotated[bool | None, typer.Option(
-        "--compile-stress", help="torch.compile stress runs (cache in ~/.cache/recipelab)")
+        "--compile-stress", help=with_default(
+            "compile_stress", "torch.compile stress runs (cache in ~/.cache/recipelab)"))
     ] = None,
-    db: Annotated[str | None, typer.Option(
-        help="trajectory database URL, e.g. postgresql+psycopg://user@host/db "
-        "(default: SQLite in the campaign directory)")] = None,
+    db: Annotated[str | None, typer.Option(help=with_default(
+        "db", "trajectory database URL, e.g. postgresql+psycopg://user@host/db",
+        "SQLite in the campaign directory"))] = None,
     mlflow_uri: Annotated[str | None, typer.Option(
         help="also log to MLflow: the campaign is one run, each trial a child run with its "
         "recipe, val_bpb and curve; a tracking server (http://HOST:5000), "
@@ -650,8 +738,10 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
     try:
         directory.mkdir(parents=True, exist_ok=True)
         campaign = Campaign(tonight, directory, console=errors)
-        resolved = {key: getattr(campaign.settings, key) for key in ("parallel", "precision")
-                    if getattr(settings, key) == "auto"}  # a Ray campaign's, resolved now
+        ran = campaign.settings  # a Ray campaign's ``auto`` values, resolved now
+        resolved = {key: value for key, asked, value in (
+            ("parallel", settings.executor.parallel, ran.executor.parallel),
+            ("precision", settings.precision, ran.precision)) if asked == "auto"}
         settings = settings.model_copy(update=resolved)
         settings_store.save(settings, directory)
         if preflight is not None and preflight.results:
@@ -676,7 +766,7 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
     if summary.winner_line:  # the last line: the same sentence as status, the report and export
         console.print(summary.winner_line, soft_wrap=True, markup=False, highlight=False)
     if summary.failing is not None:
-        errors.print(f"[bold red]error:[/] stopped after {settings.max_consecutive_failures} "
+        errors.print(f"[bold red]error:[/] stopped after {settings.window.max_consecutive_failures} "
                      f"proxy trials in a row failed with {escape(summary.failing)}; see the "
                      "too_many_failures event ('recipelab logs --event too_many_failures "
                      f"{escape(str(directory))}') for the fix, then run the same command again",
@@ -690,7 +780,7 @@ def open_store(campaign: str, *, readonly: bool) -> TrajectoryStore:
     if saved is None:
         fail(f"no campaign at {directory}: start one with 'recipelab run --name NAME ...'")
     try:
-        return TrajectoryStore(directory, saved.name, readonly=readonly, db_url=saved.db)
+        return TrajectoryStore(directory, saved.name, readonly=readonly, db_url=saved.store.db)
     except StoreError as error:
         fail(str(error))
 
@@ -760,7 +850,7 @@ def report(
     from recipelab.trajectory.calibration import load_calibration
 
     context = ReportContext(settings.name, get_target(settings.target or ""), settings.preset,
-                            rates, tuple(load_calibration(settings.calibrate_from).horizon_fits))
+                            rates, tuple(load_calibration(settings.search.calibrate_from).horizon_fits))
     markdown, page = write_report(directory, records, context)
     console.print(f"wrote {markdown} and {page}", markup=False)
 
@@ -794,7 +884,7 @@ def export(
             "device": device, "eval_bytes": eval_bytes,
             "lr_horizon_exponent": lr_horizon_exponent})
         written = write_export(records, settings.name, get_target(settings.target or ""),
-                               options, out, load_calibration(settings.calibrate_from).horizon_fits)
+                               options, out, load_calibration(settings.search.calibrate_from).horizon_fits)
     except ValidationError as error:
         fail(f"invalid export options: {one_line(error)}")
     except ValueError as error:

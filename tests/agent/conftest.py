@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import (
+    CampaignSettings,
+    ExecutorSettings,
+    LadderSettings,
+    SearchSettings,
+    WindowSettings,
+)
 from recipelab.proposer import Observation, Proposal, Proposer
 from recipelab.recipe import Recipe
 from recipelab.runner import FakeExecutor
@@ -25,10 +31,12 @@ def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
     """Phase 2 without the middle rung (rung_size 0) and without attribution: the
     specifications of the rung and of attribution turn them on themselves
     (tests/agent/test_rung.py, tests/agent/test_attribution.py)."""
-    return CampaignSettings(name="tiny", preset="tiny", iterations=3, promote=1,
-                            stress_steps=30, stress_log_every=10, stress_checkpoint_every=10,
-                            corpus=corpus, trial_timeout_s=120, noise_seeds=1, rung_size=0,
-                            parallel=1, precision="fp32", attribution=False)
+    return CampaignSettings(name="tiny", preset="tiny", corpus=corpus, precision="fp32",
+                            window=WindowSettings(iterations=3, trial_timeout_s=120),
+                            ladder=LadderSettings(promote=1, stress_steps=30, stress_log_every=10,
+                                                  stress_checkpoint_every=10, rung_size=0,
+                                                  attribution=False),
+                            search=SearchSettings(noise_seeds=1), executor=ExecutorSettings(parallel=1))
 
 
 FAKE_STEP_S = 2e-3

@@ -57,7 +57,7 @@ def test_a_planted_neutral_edit_is_dropped_and_the_real_one_kept(
     # baseline, winner, winner without each of its two groups: the minimal edit is one of
     # those, so nothing more is needed; three seeds each, at the stress runs' steps
     assert len(runs) == 4 * 3
-    assert {r["recipe"]["steps"] for r in runs} == {settings.stress_steps}  # type: ignore[index]
+    assert {r["recipe"]["steps"] for r in runs} == {settings.ladder.stress_steps}  # type: ignore[index]
     assert {r["recipe"]["seed"] for r in runs} == {0, 1, 2}  # type: ignore[index]
     assert all(r["parent"] == "p0003" and r["status"] == "complete" for r in runs)
     [result] = of_kind(tmp_path, RESULT_KIND)
@@ -172,7 +172,7 @@ def test_a_real_tiny_campaign_ends_with_attribution_json(
     assert exported.exit_code == 0, exported.output
     attribution = json.loads((out / "attribution.json").read_text())
     assert {g["group"] for g in attribution["groups"]} == {"batch geometry", "optimizer betas"}
-    assert attribution["seeds"] == [0, 1] and attribution["steps"] == settings.stress_steps
+    assert attribution["seeds"] == [0, 1] and attribution["steps"] == settings.ladder.stress_steps
     for group in attribution["groups"]:
         assert group["kept"] or group["low"] <= 0.0  # dropped only inside the interval
     assert result["edit"] == attribution["minimal_edit"]

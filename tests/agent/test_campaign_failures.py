@@ -92,6 +92,6 @@ def test_recipelab_run_exits_3_when_failures_stopped_the_campaign(
     assert result.exit_code == 3, result.output
     trained = [r for r in read_jsonl(tmp_path / "trajectory.jsonl") if r["status"] == "failed"]
     assert len(trained) == 2
-    assert json.loads((tmp_path / "settings.json").read_text())["max_consecutive_failures"] == 2
+    assert json.loads((tmp_path / "settings.json").read_text())["window"]["max_consecutive_failures"] == 2
     assert "exits with code 3" in CliRunner().invoke(app, ["run", "--help"],
                                                      env={"COLUMNS": "300"}).output

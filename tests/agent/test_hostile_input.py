@@ -26,7 +26,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import (
+    CampaignSettings,
+    ExecutorSettings,
+    LadderSettings,
+    ProposerSettings,
+    SearchSettings,
+    WindowSettings,
+)
 from recipelab.guardrails import judge
 from recipelab.recipe import Recipe
 from recipelab.trainer.loop import run_trial
@@ -257,9 +264,11 @@ def test_a_campaign_against_a_server_answering_pages_and_broken_completions_comp
     server.script(*unreadable, steered(changes=[{"knob": "optimizer.lr", "value": 0.004}]),
                   *unreadable)
     server.default = NOT_A_COMPLETION["html page"]
-    settings = CampaignSettings(
-        name="pages", preset="tiny", corpus=corpus, iterations=5, noise_seeds=1, promote=0,
-        proposer="llm", llm_base_url=server.base_url, trial_timeout_s=120, parallel=1)
+    settings = CampaignSettings(name="pages", preset="tiny", corpus=corpus,
+                                window=WindowSettings(iterations=5, trial_timeout_s=120),
+                                ladder=LadderSettings(promote=0), search=SearchSettings(noise_seeds=1),
+                                proposer=ProposerSettings(kind="llm", llm_base_url=server.base_url),
+                                executor=ExecutorSettings(parallel=1))
     try:
         Campaign(settings, tmp_path / "campaign").run()
     finally:

@@ -207,17 +207,17 @@ def test_the_rungs_follow_eta_and_rung_steps_and_say_why_when_there_is_none(
         tiny_settings: CampaignSettings) -> None:
     settings = tiny_settings.model_copy(update={"stress_steps": 1000, "promote": 3,
                                                 "rung_size": 10})
-    assert settings.ladder_steps(60) == [180, 540, 1000]
-    assert settings.model_copy(update={"eta": 2}).ladder_steps(60) == [120, 240, 480, 1000]
-    assert settings.model_copy(update={"rung_steps": 100}).ladder_steps(60) == [100, 300, 1000]
+    assert settings.ladder.ladder_steps(60) == [180, 540, 1000]
+    assert settings.model_copy(update={"eta": 2}).ladder.ladder_steps(60) == [120, 240, 480, 1000]
+    assert settings.model_copy(update={"rung_steps": 100}).ladder.ladder_steps(60) == [100, 300, 1000]
     for steps in (60, 1000, 20):
-        reason = settings.model_copy(update={"rung_steps": steps}).rung_skip_reason(60)
+        reason = settings.model_copy(update={"rung_steps": steps}).ladder.rung_skip_reason(60)
         assert reason is not None and "--rung-steps" in reason
     off = settings.model_copy(update={"rung_size": 0})
-    assert off.rung_skip_reason(60) == "--rung-size is 0" and off.ladder_steps(60) == [1000]
+    assert off.ladder.rung_skip_reason(60) == "--rung-size is 0" and off.ladder.ladder_steps(60) == [1000]
     short = settings.model_copy(update={"stress_steps": 200})
-    assert "--eta 3" in (short.rung_skip_reason(60) or "") and short.ladder_steps(60) == [200]
-    assert "--promote is 0" in (settings.model_copy(update={"promote": 0}).rung_skip_reason(60) or "")
+    assert "--eta 3" in (short.ladder.rung_skip_reason(60) or "") and short.ladder.ladder_steps(60) == [200]
+    assert "--promote is 0" in (settings.model_copy(update={"promote": 0}).ladder.rung_skip_reason(60) or "")
 
 
 def test_the_window_plan_prices_every_rung_from_measured_costs() -> None:

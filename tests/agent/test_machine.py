@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recipelab.agent.machine import AUTO_MEMORY_HEADROOM, auto_parallel, resolve_auto, usable_cores
-from recipelab.agent.settings import CampaignSettings, SettingsError
+from recipelab.agent.settings import CampaignSettings, ExecutorSettings, SettingsError
 from recipelab.units import GIB
 from tests.guardrails.factories import CPU, H100, OLD_CPU
 
@@ -14,9 +14,9 @@ PEAK = GIB  # a baseline predicted to peak at 1 GiB
 
 def test_a_new_campaign_asks_for_auto_trials_in_flight_and_auto_precision() -> None:
     settings = CampaignSettings(name="n")
-    assert (settings.parallel, settings.precision) == ("auto", "auto")
+    assert (settings.executor.parallel, settings.precision) == ("auto", "auto")
     with pytest.raises(SettingsError, match="--parallel auto has not been resolved"):
-        _ = settings.trials_in_flight
+        _ = settings.executor.trials_in_flight
 
 
 def test_on_a_cpu_auto_runs_one_trial_per_core_with_one_thread_each() -> None:
@@ -24,8 +24,8 @@ def test_on_a_cpu_auto_runs_one_trial_per_core_with_one_thread_each() -> None:
     assert trials == 8
     assert "one 1-thread trial per core on 8 core(s)" in why
     resolved, _ = resolve_auto(CampaignSettings(name="n"), CPU, cores=8, peak_bytes=PEAK)
-    assert resolved.trials_in_flight == 8
-    assert resolved.trial_threads(cores=8) == 1
+    assert resolved.executor.trials_in_flight == 8
+    assert resolved.executor.trial_threads(cores=8) == 1
 
 
 def test_on_a_cpu_memory_bounds_the_trials_in_flight() -> None:
@@ -66,9 +66,9 @@ def test_auto_precision_is_the_campaigns_and_its_baselines(device: object, preci
 
 
 def test_explicit_values_are_kept() -> None:
-    settings = CampaignSettings(name="n", parallel=3, precision="fp32")
+    settings = CampaignSettings(name="n", precision="fp32", executor=ExecutorSettings(parallel=3))
     resolved, notes = resolve_auto(settings, CPU, cores=8, peak_bytes=PEAK)
-    assert (resolved.parallel, resolved.precision, notes) == (3, "fp32", [])
+    assert (resolved.executor.parallel, resolved.precision, notes) == (3, "fp32", [])
     assert resolved.baseline().precision == "fp32"
 
 

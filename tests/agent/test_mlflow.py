@@ -16,7 +16,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.mlflow_log import PARENT_TAG, TRIAL_ID_TAG
+from recipelab.agent.mlflow_log import PARENT_TAG, TRIAL_ID_TAG, logged_settings
 from recipelab.agent.settings import CampaignSettings, save
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.tracking import RUN_URI_FILE, MlflowRun, read_run_id
@@ -47,6 +47,8 @@ def test_each_ended_trial_is_one_child_run_with_its_recipe_val_bpb_and_curve(
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert read_run_id(campaign_dir) == parents[0].info.run_id
     assert parents[0].data.params["preset"] == "tiny"
+    assert parents[0].data.params["ladder.promote"] == "1"  # each component's fields, dotted
+    assert "store.mlflow_uri" not in parents[0].data.params, "a URL that may hold credentials"
     by_trial = {c.data.tags[TRIAL_ID_TAG]: c for c in children}
     assert sorted(by_trial) == sorted(records) and len(children) == len(records)
     assert {r["kind"] for r in records.values()} == {"proxy", "stress"}
@@ -144,3 +146,14 @@ def test_an_unreachable_server_stops_no_trial_and_its_password_is_never_written(
             assert "hunter2" not in written.read_text(errors="replace"), written
     assert not (campaign_dir / RUN_URI_FILE).exists()
     shutil.rmtree(campaign_dir)
+
+
+def test_the_urls_that_may_hold_credentials_are_not_logged_from_whichever_component_holds_them(
+        tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={
+        "llm_base_url": "http://ann:hunter2@127.0.0.1:8000/v1", "db": "postgresql://ann:hunter2@db/t",
+        "mlflow_uri": "http://ann:hunter2@127.0.0.1:5000"})
+    logged = logged_settings(settings)
+    assert "hunter2" not in repr(logged)
+    assert logged["proposer"]["llm_share"] == settings.proposer.llm_share  # the rest is logged
+    assert "llm_base_url" not in logged["proposer"] and logged["store"] == {}

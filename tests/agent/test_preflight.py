@@ -15,7 +15,6 @@ import pytest
 from recipelab.agent.preflight import (
     CHECKPOINT_BYTES_PER_PARAM,
     TRIAL_FILES_BYTES,
-    UNIFIED_MEMORY_RESERVE_GIB,
     InputError,
     absolute_corpus,
     check_corpus,
@@ -30,9 +29,15 @@ from recipelab.agent.preflight import (
     llm_url_problem,
     proven_trial,
     run_preflight,
-    until_problem,
 )
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import (
+    CampaignSettings,
+    ExecutorSettings,
+    LadderSettings,
+    ProposerSettings,
+    WindowSettings,
+)
+from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB, until_problem
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.runner import FakeExecutor
 from recipelab.trainer.spec import CorpusSpec
@@ -80,11 +85,13 @@ def test_a_malformed_llm_url_in_the_environment_is_refused(monkeypatch: pytest.M
 
 
 def test_the_corpus_read_covers_the_longest_run_with_a_margin() -> None:
-    settings = CampaignSettings(name="c", preset="spark", iterations=1, stress_steps=1000)
+    settings = CampaignSettings(name="c", preset="spark", window=WindowSettings(iterations=1),
+                                ladder=LadderSettings(stress_steps=1000))
     needed = corpus_bytes_needed(settings)
     # 1,000 steps x 16 x 1,024 byte tokens, x 1.25, over the 90% that is training text
     assert needed == pytest.approx(1000 * 16 * 1024 * 1.25 / 0.9, rel=1e-6)
-    tiny = CampaignSettings(name="c", preset="tiny", iterations=1, stress_steps=1)
+    tiny = CampaignSettings(name="c", preset="tiny", window=WindowSettings(iterations=1),
+                            ladder=LadderSettings(stress_steps=1))
     # a short campaign still reads enough for its validation slice (4,096 bytes, 10% share)
     assert corpus_bytes_needed(tiny) >= 4096 * 1.25 / 0.1
 
@@ -93,11 +100,12 @@ def test_a_path_corpus_is_saved_absolute_and_capped_and_a_builtin_stays_a_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "text.txt").write_text("hello\n")
-    settings = CampaignSettings(name="c", iterations=1, corpus=CorpusSpec(source="text.txt"))
+    settings = CampaignSettings(name="c", corpus=CorpusSpec(source="text.txt"),
+                                window=WindowSettings(iterations=1))
     resolved = absolute_corpus(settings, cap=5000)
     assert resolved.corpus.source == str(tmp_path / "text.txt")
     assert resolved.corpus.max_bytes == 5000
-    builtin = CampaignSettings(name="c", iterations=1)
+    builtin = CampaignSettings(name="c", window=WindowSettings(iterations=1))
     assert absolute_corpus(builtin, cap=5000).corpus == builtin.corpus
 
 
@@ -118,7 +126,8 @@ def test_cuda_on_a_machine_without_it_is_an_error_with_the_fix() -> None:
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    settings = CampaignSettings(name="c", preset="tiny", iterations=1, device="cuda")
+    settings = CampaignSettings(name="c", preset="tiny", window=WindowSettings(iterations=1),
+                                executor=ExecutorSettings(device="cuda"))
     result, device = check_device(settings, FakeExecutor())
     assert result.status == "error" and device is None
     assert "install the CUDA build of torch" in result.fix and "--device cpu" in result.fix
@@ -128,14 +137,16 @@ def test_the_device_checked_is_the_one_the_executors_workers_report() -> None:
     """With Ray the trials run on the workers: the preflight names their device, as the
     campaign's guardrails will judge it, not this machine's."""
     worker = DeviceInfo("cuda", "NVIDIA GB10", 128 * 2**30, (12, 1), True, native_bf16=True)
-    settings = CampaignSettings(name="c", preset="tiny", iterations=1, device="cuda")
+    settings = CampaignSettings(name="c", preset="tiny", window=WindowSettings(iterations=1),
+                                executor=ExecutorSettings(device="cuda"))
     result, device = check_device(settings, FakeExecutor(device=worker))
     assert result.status == "ok" and device == worker and "NVIDIA GB10" in result.what
 
 
 def test_a_missing_corpus_is_an_error_with_the_fix(tmp_path: Path) -> None:
-    settings = CampaignSettings(name="c", preset="tiny", iterations=1,
-                                corpus=CorpusSpec(source=str(tmp_path / "nothing")))
+    settings = CampaignSettings(name="c", preset="tiny",
+                                corpus=CorpusSpec(source=str(tmp_path / "nothing")),
+                                window=WindowSettings(iterations=1))
     result = check_corpus(settings, settings.baseline())
     assert result.status == "error"
     assert "does not exist" in result.what and "built-in corpus" in result.fix
@@ -144,8 +155,10 @@ def test_a_missing_corpus_is_an_error_with_the_fix(tmp_path: Path) -> None:
 def test_a_corpus_too_small_for_the_stress_run_is_a_warning(tmp_path: Path) -> None:
     text = tmp_path / "small.txt"
     text.write_text("a few words of text\n" * 3000)
-    settings = CampaignSettings(name="c", preset="tiny", iterations=1, stress_steps=1000,
-                                corpus=CorpusSpec(source=str(text), cache_dir=str(tmp_path / "cache")))
+    settings = CampaignSettings(name="c", preset="tiny",
+                                corpus=CorpusSpec(source=str(text), cache_dir=str(tmp_path / "cache")),
+                                window=WindowSettings(iterations=1),
+                                ladder=LadderSettings(stress_steps=1000))
     result = check_corpus(settings, settings.baseline())
     assert result.status == "warning", result
     assert "times" in result.what and "--corpus-max-bytes" in result.fix
@@ -153,7 +166,8 @@ def test_a_corpus_too_small_for_the_stress_run_is_a_warning(tmp_path: Path) -> N
 
 
 def test_a_disk_without_room_for_the_plan_is_an_error(tmp_path: Path) -> None:
-    settings = CampaignSettings(name="c", preset="tiny", iterations=10**9)  # 10^9 trial logs
+    settings = CampaignSettings(name="c", preset="tiny",
+                                window=WindowSettings(iterations=10**9))  # 10^9 trial logs
     result = check_disk(settings, settings.baseline(), tmp_path / "campaigns" / "c")
     assert result.status == "error", result
     assert "free some space" in result.fix and "campaigns/c" in result.fix
@@ -163,7 +177,8 @@ def test_a_disk_without_room_for_the_plan_is_an_error(tmp_path: Path) -> None:
 def test_the_disk_estimate_counts_each_rung_runs_checkpoint() -> None:
     """17 candidates (20 trials less 3 baseline seeds) on the ladder 20 → 60 → 180 → 540 →
     1000 steps: 6 + 3 + 3 middle-rung runs and the baseline at each of the three rungs."""
-    with_rung = CampaignSettings(name="c", preset="tiny", iterations=20, rung_size=6)
+    with_rung = CampaignSettings(name="c", preset="tiny", window=WindowSettings(iterations=20),
+                                 ladder=LadderSettings(rung_size=6))
     without = with_rung.model_copy(update={"rung_size": 0})
     needed, how = disk_needed_bytes(with_rung, with_rung.baseline())
     plain, plain_how = disk_needed_bytes(without, without.baseline())
@@ -196,8 +211,8 @@ def test_a_full_disk_is_an_error_with_the_fix(tmp_path: Path) -> None:
 
 
 def test_an_llm_endpoint_that_is_down_is_a_warning_in_seconds() -> None:
-    settings = CampaignSettings(name="c", preset="tiny", iterations=1,
-                                llm_base_url=f"http://127.0.0.1:{closed_port()}/v1")
+    settings = CampaignSettings(name="c", preset="tiny", window=WindowSettings(iterations=1),
+                                proposer=ProposerSettings(llm_base_url=f"http://127.0.0.1:{closed_port()}/v1"))
     result = check_llm(settings, settings.baseline())
     assert result is not None and result.status == "warning"
     assert "classical-only" in result.what and "nothing answers" in result.what
@@ -213,8 +228,8 @@ def test_an_llm_endpoint_is_ok_when_it_answers_one_valid_proposal_and_a_warning_
     if reply is not None:
         server.default = reply
     try:
-        settings = CampaignSettings(name="c", preset="tiny", iterations=1,
-                                    llm_base_url=server.base_url)
+        settings = CampaignSettings(name="c", preset="tiny", window=WindowSettings(iterations=1),
+                                    proposer=ProposerSettings(llm_base_url=server.base_url))
         result = check_llm(settings, settings.baseline())
     finally:
         server.stop()
@@ -226,14 +241,14 @@ def test_an_llm_endpoint_is_ok_when_it_answers_one_valid_proposal_and_a_warning_
 
 def test_no_llm_configured_means_no_llm_check(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RECIPELAB_LLM_BASE_URL", raising=False)
-    settings = CampaignSettings(name="c", preset="tiny", iterations=1)
+    settings = CampaignSettings(name="c", preset="tiny", window=WindowSettings(iterations=1))
     assert check_llm(settings, settings.baseline()) is None
 
 
 def test_the_whole_preflight_on_a_good_setup_passes_and_warms_the_cache(
         tmp_path: Path, corpus: CorpusSpec) -> None:
-    settings = CampaignSettings(name="c", preset="tiny", iterations=1, corpus=corpus,
-                                llm_base_url=f"http://127.0.0.1:{closed_port()}/v1")
+    settings = CampaignSettings(name="c", preset="tiny", corpus=corpus, window=WindowSettings(iterations=1),
+                                proposer=ProposerSettings(llm_base_url=f"http://127.0.0.1:{closed_port()}/v1"))
     report = run_preflight(settings, tmp_path / "c")
     by_name = {r.name: r for r in report.results}
     assert report.ok, report.results
@@ -242,7 +257,7 @@ def test_the_whole_preflight_on_a_good_setup_passes_and_warms_the_cache(
     assert "analytic" in by_name["memory"].what or "fitted" in by_name["memory"].what
     # the LLM is down: tonight's settings run the classical proposer
     assert report.classical_only and report.settings is not None
-    assert report.settings.proposer == "classical"
+    assert report.settings.proposer.kind == "classical"
     assert not (tmp_path / "c").exists(), "the preflight writes nothing into the campaign"
 
 
@@ -252,7 +267,8 @@ def test_a_resumed_campaign_that_already_trained_is_not_trained_again(
     this device proves the trial path; a trial on another device, or a failed one, does not."""
     campaign = tmp_path / "c"
     campaign.mkdir()
-    settings = CampaignSettings(name="c", preset="tiny", iterations=1, corpus=corpus, device="cpu")
+    settings = CampaignSettings(name="c", preset="tiny", corpus=corpus, window=WindowSettings(iterations=1),
+                                executor=ExecutorSettings(device="cpu"))
     def line(status: str, trial_id: str, device: str) -> str:
         return json.dumps({"kind": "proxy", "status": status, "trial_id": trial_id,
                            "provenance": {"device": device}})
@@ -340,8 +356,9 @@ def test_a_target_file_is_valid_input_and_a_missing_one_says_so(tmp_path: Path) 
 def test_the_preflight_trial_is_described_as_the_campaigns_trials_are(tmp_path: Path) -> None:
     from recipelab.agent.preflight import check_trial
 
-    settings = CampaignSettings(name="spec", preset="tiny", iterations=3, threads=1, parallel=2,
-                                precision="fp32")
+    settings = CampaignSettings(name="spec", preset="tiny", precision="fp32",
+                                window=WindowSettings(iterations=3),
+                                executor=ExecutorSettings(threads=1, parallel=2))
     executor = FakeExecutor()
     check_trial(settings, settings.baseline(), executor)
     (spec,) = executor.submitted

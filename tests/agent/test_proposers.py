@@ -7,9 +7,9 @@ from typing import get_args
 
 from recipelab import proposer
 from recipelab.agent.proposers import PROPOSER_BUILDERS
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import ProposerSettings
 
 
 def test_every_proposer_the_settings_name_is_built_from_the_registry() -> None:
-    names = set(get_args(get_args(CampaignSettings.model_fields["proposer"].annotation)[0]))
+    names = set(get_args(get_args(ProposerSettings.model_fields["kind"].annotation)[0]))
     assert set(PROPOSER_BUILDERS) == names == set(proposer.PROPOSERS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -69,5 +70,5 @@ def test_a_campaign_runs_its_trials_on_a_running_ray_cluster(tmp_path: Path, hea
     assert process.returncode == 0, output
     lines = read_jsonl(tmp_path / "campaigns" / "cluster" / "trajectory.jsonl")
     assert [r["status"] for r in lines] == ["complete"] * 3
-    settings = (tmp_path / "campaigns" / "cluster" / "settings.json").read_text()
-    assert '"executor": "ray"' in settings and head_node in settings
+    settings = json.loads((tmp_path / "campaigns" / "cluster" / "settings.json").read_text())
+    assert settings["executor"]["kind"] == "ray" and head_node in settings["executor"]["ray_address"]

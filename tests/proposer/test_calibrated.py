@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import CampaignSettings, ProposerSettings, SearchSettings, WindowSettings
 from recipelab.proposer import ClassicalProposer, HybridProposer, LLMProposer, Observation, default_space
 from recipelab.proposer.prompt import PROMPT_BUDGET_CHARS, build_messages
 from recipelab.recipe import proxy_recipe
@@ -107,8 +107,10 @@ def test_the_llm_prompt_carries_the_calibration_summary_within_its_budget() -> N
 
 def test_a_campaign_hands_its_calibration_to_both_halves_of_the_hybrid(tmp_path: Path) -> None:
     old = write(tmp_path / "old.jsonl", high_lr_campaign("old", 2.0))
-    settings = CampaignSettings(name="new", preset="tiny", iterations=1, proposer="hybrid",
-                                llm_base_url="http://127.0.0.1:9/v1", calibrate_from=(str(old),))
+    settings = CampaignSettings(name="new", preset="tiny", window=WindowSettings(iterations=1),
+                                search=SearchSettings(calibrate_from=(str(old),)),
+                                proposer=ProposerSettings(kind="hybrid",
+                                                          llm_base_url="http://127.0.0.1:9/v1"))
 
     campaign = Campaign(settings, tmp_path / "new")  # constructing contacts no server
 

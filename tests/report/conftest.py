@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, save
+from recipelab.agent.settings import (
+    CampaignSettings,
+    ExecutorSettings,
+    LadderSettings,
+    SearchSettings,
+    WindowSettings,
+    save,
+)
 from recipelab.trainer.spec import CorpusSpec
 from tests.agent.conftest import ScriptedProposer
 
@@ -28,10 +35,12 @@ def finished_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSp
     attributed (``attributed_campaign`` is, for tests/report/test_why.py)."""
     directory = tmp_path_factory.mktemp("campaigns") / "nightly"
     directory.mkdir()
-    settings = CampaignSettings(
-        name="nightly", preset="tiny", iterations=6, noise_seeds=2, promote=2, fidelity=1,
-        stress_steps=24, stress_log_every=4, stress_checkpoint_every=8, corpus=corpus,
-        trial_timeout_s=120, rung_size=0, attribution=False, parallel=1, precision="fp32")
+    settings = CampaignSettings(name="nightly", preset="tiny", corpus=corpus, precision="fp32",
+                                window=WindowSettings(iterations=6, trial_timeout_s=120),
+                                ladder=LadderSettings(promote=2, fidelity=1, stress_steps=24,
+                                                      stress_log_every=4, stress_checkpoint_every=8,
+                                                      rung_size=0, attribution=False),
+                                search=SearchSettings(noise_seeds=2), executor=ExecutorSettings(parallel=1))
     save(settings, directory)
     Campaign(settings, directory, proposer=ScriptedProposer(settings.baseline(), EDITS)).run()
     return directory

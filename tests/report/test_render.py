@@ -159,7 +159,7 @@ def test_the_fidelity_option_stress_runs_a_mid_ranked_trial(finished_campaign: P
     assert {ranked[0].trial_id, ranked[1].trial_id} < stressed
     (extra,) = stressed - {ranked[0].trial_id, ranked[1].trial_id}
     assert extra in {r.trial_id for r in ranked[2:]}
-    assert json.loads((finished_campaign / "settings.json").read_text())["fidelity"] == 1
+    assert json.loads((finished_campaign / "settings.json").read_text())["ladder"]["fidelity"] == 1
 
 
 def test_measured_energy_is_reported_per_trial_with_its_source(

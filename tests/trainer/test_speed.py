@@ -16,7 +16,7 @@ import torch
 from typer.testing import CliRunner
 
 from recipelab import environment
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import CampaignSettings, ExecutorSettings, LadderSettings
 from recipelab.cli import app
 from recipelab.recipe import proxy_recipe
 from recipelab.trainer.core import build_optimizer
@@ -72,20 +72,21 @@ def test_train_threads_option_reaches_the_trainer_process(tmp_path: Path) -> Non
 def test_local_trials_share_the_cores_among_the_trials_in_flight(
     parallel: int, cores: int, expected: int,
 ) -> None:
-    settings = CampaignSettings(name="t", iterations=1, parallel=parallel)
-    assert settings.trial_threads(cores) == expected
+    assert ExecutorSettings(parallel=parallel).trial_threads(cores) == expected
 
 
 def test_explicit_threads_win_and_ray_tasks_keep_their_own() -> None:
-    assert CampaignSettings(name="t", iterations=1, parallel=2, threads=3).trial_threads(2) == 3
-    ray = CampaignSettings(name="t", iterations=1, parallel=2, executor="ray")
-    assert ray.trial_threads(2) is None
+    assert ExecutorSettings(parallel=2, threads=3).trial_threads(2) == 3
+    assert ExecutorSettings(parallel=2, kind="ray").trial_threads(2) is None
 
 
 def test_only_stress_runs_are_compiled_and_only_when_asked() -> None:
-    asked = CampaignSettings(name="t", iterations=1, compile_stress=True)
-    assert asked.trial_compile("stress") and not asked.trial_compile("proxy")
-    assert not CampaignSettings(name="t", iterations=1).trial_compile("stress")
+    asked = LadderSettings(compile_stress=True)
+    assert asked.compiles("stress") and not asked.compiles("proxy")
+    assert not LadderSettings().compiles("stress")
+    spec = CampaignSettings(name="t", ladder=asked, executor=ExecutorSettings(parallel=1)).trial_spec(
+        "s0001", "stress", proxy_recipe("tiny"), Path("out"), log_every=10)
+    assert spec.compile, "the trial spec carries the ladder's compile rule"
 
 
 def test_configure_threads_sets_torch_and_refuses_zero(restore_threads: None) -> None:

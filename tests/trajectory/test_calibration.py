@@ -12,7 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import (
+    CampaignSettings,
+    ExecutorSettings,
+    LadderSettings,
+    SearchSettings,
+    WindowSettings,
+)
 from recipelab.cli import app
 from recipelab.proposer import default_space
 from recipelab.recipe import proxy_recipe
@@ -141,9 +147,12 @@ def test_prior_trials_are_never_written_to_the_new_campaign(
         tmp_path: Path, corpus: Any) -> None:
     prior_file = write(tmp_path / "old" / "trajectory.jsonl",
                        [*high_lr_campaign("old", 2.0), "{torn"])
-    settings = CampaignSettings(name="new", preset="tiny", iterations=2, promote=0,
-                                corpus=corpus, trial_timeout_s=120, noise_seeds=1, parallel=1,
-                                calibrate_from=(str(prior_file.parent),))
+    settings = CampaignSettings(name="new", preset="tiny", corpus=corpus,
+                                window=WindowSettings(iterations=2, trial_timeout_s=120),
+                                ladder=LadderSettings(promote=0),
+                                search=SearchSettings(noise_seeds=1,
+                                                      calibrate_from=(str(prior_file.parent),)),
+                                executor=ExecutorSettings(parallel=1))
     directory = tmp_path / "new"
 
     summary = Campaign(settings, directory).run()
@@ -169,8 +178,8 @@ def test_run_takes_calibration_sources_and_noise_seeds_from_the_command_line(
 
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "campaigns" / "new" / "settings.json").read_text())
-    assert saved["calibrate_from"] == [str(tmp_path / "old"), str(tmp_path / "missing.jsonl")]
-    assert saved["noise_seeds"] == 1
+    assert saved["search"]["calibrate_from"] == [str(tmp_path / "old"), str(tmp_path / "missing.jsonl")]
+    assert saved["search"]["noise_seeds"] == 1
     events = [json.loads(line) for line in
               (tmp_path / "campaigns" / "new" / "events.jsonl").read_text().splitlines()]
     loaded = next(e for e in events if e["event"] == "calibration_loaded")

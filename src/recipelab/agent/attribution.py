@@ -61,8 +61,8 @@ Rung = tuple[str, int]
 def attribution_rungs(settings: CampaignSettings, proxy_steps: int) -> list[Rung]:
     """The fidelities the variants may be measured at, highest first: the ladder's top rung
     (when there are finalists), its middle rungs from the highest down, the proxy's."""
-    ladder = settings.ladder_steps(proxy_steps)
-    rungs: list[Rung] = [("stress", ladder[-1])] if settings.promote > 0 else []
+    ladder = settings.ladder.ladder_steps(proxy_steps)
+    rungs: list[Rung] = [("stress", ladder[-1])] if settings.ladder.promote > 0 else []
     rungs += [("rung", steps) for steps in reversed(ladder[:-1])]
     rungs.append(("proxy", proxy_steps))
     return rungs
@@ -127,7 +127,7 @@ class AttributionPhase:
 
     def run(self) -> None:
         c = self.c
-        if not c.settings.attribution:
+        if not c.settings.ladder.attribution:
             c.log.info("attribution_skipped", reason="turned off (--no-attribution)")
             return
         winner = self.ledger.winner
@@ -163,7 +163,7 @@ class AttributionPhase:
         c = self.c
         times = measured_times(self.ledger.proxies) if c.deadline.at is not None else None
         return choose_rung(attribution_rungs(c.settings, c.baseline.steps),
-                           expected_runs(groups, seeds), c.settings.trials_in_flight,
+                           expected_runs(groups, seeds), c.settings.executor.trials_in_flight,
                            lambda seconds: c.deadline.fits_seconds(seconds), times)
 
     def _measure(self, winner: Winner, groups: dict[str, dict[str, object]],
@@ -185,7 +185,7 @@ class AttributionPhase:
             assert isinstance(decision, Pending)
             stopping = c.stops.stop
             for key, seed in decision.runs:
-                if stopping or len(c.book.inflight) >= c.settings.trials_in_flight:
+                if stopping or len(c.book.inflight) >= c.settings.executor.trials_in_flight:
                     break
                 if (key, seed) in running.values():
                     continue
@@ -227,7 +227,7 @@ class AttributionPhase:
         # proxy's steps), then trained at the rung's steps, as a stress run is
         context = dataclasses.replace(c._context(), seen=frozenset())
         verdict = judge(c.baseline.apply({**edit, "seed": seed}).model_dump(mode="json"),
-                        context, checks=[k for k in CHECKS if k not in c.settings.skip_checks])
+                        context, checks=[k for k in CHECKS if k not in c.settings.search.skip_checks])
         if not verdict.accepted or verdict.recipe is None:
             c.log.warning("attribution_abandoned", trial_id=winner.record.trial_id,
                           reason=f"the guardrails reject {describe_variant(key, list(groups))}: "
@@ -243,9 +243,9 @@ class AttributionPhase:
             hypothesis=describe_variant(key, list(groups)),
             retry_of=lost[-1].trial_id if lost else None)
         c.book.launch(record, recipe, log_every=max(1, steps // CURVE_POINTS),
-                      checkpoint_every=c.settings.stress_checkpoint_every, resume=True,
+                      checkpoint_every=c.settings.ladder.stress_checkpoint_every, resume=True,
                       out_dir=c.directory / TRIALS_DIR / f"attribution-{recipe.fingerprint()}",
-                      timeout_s=c.settings.trial_timeout_s * max(1.0, steps / c.baseline.steps))
+                      timeout_s=c.settings.window.trial_timeout_s * max(1.0, steps / c.baseline.steps))
         return trial_id
 
     def _write(self, winner: Winner, decision: Attribution, rung: Rung) -> None:

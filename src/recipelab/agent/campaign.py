@@ -118,8 +118,8 @@ class Campaign:
     def __init__(self, settings: CampaignSettings, directory: Path, *,
                  executor: Executor | None = None, proposer: Proposer | None = None,
                  device: DeviceInfo | None = None, console: Console | None = None) -> None:
-        if executor is None and settings.executor == "ray":
-            executor = build_executor("ray", ray_address=settings.ray_address)
+        if executor is None and settings.executor.kind == "ray":
+            executor = build_executor("ray", ray_address=settings.executor.ray_address)
         self.device = device or self._resolve_device(settings, executor)
         settings, self.auto_notes = resolve_auto(
             settings, self.device, executor_slots=executor.slots() if executor else None)
@@ -128,17 +128,18 @@ class Campaign:
         self.baseline = settings.baseline()
         self.target = get_target(settings.target or PROXY_PRESETS[settings.preset].default_target)
         self.param_budget = settings.budget or PROXY_PRESETS[settings.preset].budget
-        self.executor = executor or build_executor(settings.executor, ray_address=settings.ray_address,
-                                                   parallel=settings.trials_in_flight)
+        self.executor = executor or build_executor(
+            settings.executor.kind, ray_address=settings.executor.ray_address,
+            parallel=settings.executor.trials_in_flight)
         self.space = default_space(self.baseline, settings.searchable, precisions=supported_precisions(
             self.baseline, self.target, self.device))
-        self.priors = load_priors(settings.calibrate_from, self.space)
+        self.priors = load_priors(settings.search.calibrate_from, self.space)
         self.proposer = proposer or build_proposer(settings, self.baseline, self.space,
                                                    self.target, self.priors.summary,
                                                    self.priors.observations)
         self.memory = GuardrailMemory.read()
         self.console = console or Console(stderr=True)
-        self.progress = CampaignProgress(self.console, settings.iterations)
+        self.progress = CampaignProgress(self.console, settings.window.iterations)
         self.stops = StopRequests()
         self._consecutive_rejections = 0
 
@@ -147,8 +148,8 @@ class Campaign:
         """The device the guardrails judge: the one ``--device`` asks trials to run on, as
         the executor's workers see it (this machine's for local trials)."""
         try:
-            return ((executor.device(settings.device) if executor else None)
-                    or resolve_device(settings.device))
+            return ((executor.device(settings.executor.device) if executor else None)
+                    or resolve_device(settings.executor.device))
         except ValueError as error:
             raise SettingsError(str(error)) from None
 
@@ -172,7 +173,7 @@ class Campaign:
             param_budget=self.param_budget, searchable=frozenset(s.searchable),
             seen=ledger.proposed_fingerprints() - {exclude},
             measurements=tuple(m for r in ledger.proxies if (m := as_measurement(r)) is not None),
-            memory_reserve_bytes=int(s.memory_reserve_gib * GIB), timeout_s=s.trial_timeout_s,
+            memory_reserve_bytes=int(s.executor.memory_reserve_gib * GIB), timeout_s=s.window.trial_timeout_s,
             trials_in_flight=local_trials_in_flight(s),
             memory_model=self.memory.model, memory_model_problem=self.memory.problem)
 
@@ -193,7 +194,7 @@ class Campaign:
 
     def _search_budget_left(self) -> bool:
         """Whether another proxy trial may start (trials in flight count as spent)."""
-        iterations = self.settings.iterations
+        iterations = self.settings.window.iterations
         if iterations is not None and self._proxies_started() >= iterations:
             return False
         if (iterations is None and self.deadline.at is None) or self.failures.failing is not None:
@@ -202,10 +203,10 @@ class Campaign:
 
     def _launchable(self) -> int:
         """How many more proxy trials may start now: free slots, within ``iterations``."""
-        free = self.settings.trials_in_flight - len(self.book.inflight)
-        if self.settings.iterations is None:
+        free = self.settings.executor.trials_in_flight - len(self.book.inflight)
+        if self.settings.window.iterations is None:
             return free
-        return min(free, self.settings.iterations - self._proxies_started())
+        return min(free, self.settings.window.iterations - self._proxies_started())
 
     def _search(self) -> None:
         """Keep up to ``parallel`` proxy trials in flight until the budget is spent, then wait
@@ -215,7 +216,7 @@ class Campaign:
             for record in self.book.poll(cancel=self.stops.cancel):
                 self.failures.note(record)
             if (launching and not self.stops.stop
-                    and len(self.book.inflight) < self.settings.trials_in_flight
+                    and len(self.book.inflight) < self.settings.executor.trials_in_flight
                     and self._search_budget_left()):
                 launching = self._launch_next()
                 continue
@@ -233,7 +234,7 @@ class Campaign:
             self.log.info("requeued", trial_id=retries[0].trial_id)
             self._try(as_proposal(retries[0]), retry_of=retries[0])
             return True
-        if self._consecutive_rejections >= self.settings.max_consecutive_rejections:
+        if self._consecutive_rejections >= self.settings.window.max_consecutive_rejections:
             self.log.error("too_many_rejections", count=self._consecutive_rejections,
                            hint="the proposer keeps proposing what the guardrails reject")
             return False
@@ -250,7 +251,7 @@ class Campaign:
     def _propose(self, n: int) -> list[Proposal]:
         """The baseline's seeds first, then the proposer's proposals (parented on the
         baseline when they name no parent)."""
-        seeds = baseline_proposals(self.baseline, self.ledger.proxies, self.settings.noise_seeds, n)
+        seeds = baseline_proposals(self.baseline, self.ledger.proxies, self.settings.search.noise_seeds, n)
         if seeds:
             return seeds
         baseline_id = self.ledger.baseline_id
@@ -267,7 +268,7 @@ class Campaign:
                       retry_of=retry_of.trial_id if retry_of else None)
         verdict = judge(proposal.candidate,
                         self._context(exclude=retry_of.fingerprint if retry_of else None),
-                        checks=[c for c in CHECKS if c not in self.settings.skip_checks])
+                        checks=[c for c in CHECKS if c not in self.settings.search.skip_checks])
         artifacts = self._save_artifacts(trial_id, proposal)
         record = TrialRecord(
             campaign=self.settings.name, trial_id=trial_id, iteration=iteration, kind="proxy",
@@ -284,7 +285,7 @@ class Campaign:
             return
         self._consecutive_rejections = 0
         self.book.launch(record, verdict.recipe, log_every=PROXY_LOG_EVERY,
-                         timeout_s=self.settings.trial_timeout_s)
+                         timeout_s=self.settings.window.trial_timeout_s)
         self.guarded.prefetch(self._history())
 
     def _save_artifacts(self, trial_id: str, proposal: Proposal) -> dict[str, str]:
@@ -316,19 +317,19 @@ class Campaign:
         """Successive halving from the proxy to the top rung (:mod:`recipelab.trajectory.ladder`):
         each middle rung trains the best of the one below and the baseline; the top rung
         trains the ``promote`` finalists and the baseline at :data:`TOP_SEEDS` seeds."""
-        if self.settings.promote == 0:
+        if self.settings.ladder.promote == 0:
             return
         proxy_steps = self.baseline.steps
-        steps = self.settings.ladder_steps(proxy_steps)
-        reason = self.settings.rung_skip_reason(proxy_steps)
-        if reason is None and len(self.ledger.contenders) <= self.settings.promote:
+        steps = self.settings.ladder.ladder_steps(proxy_steps)
+        reason = self.settings.ladder.rung_skip_reason(proxy_steps)
+        if reason is None and len(self.ledger.contenders) <= self.settings.ladder.promote:
             reason = (f"only {len(self.ledger.contenders)} candidate(s), not more than --promote "
-                      f"{self.settings.promote}: the middle rungs would have nothing to choose")
+                      f"{self.settings.ladder.promote}: the middle rungs would have nothing to choose")
             steps = steps[-1:]
         if reason is not None:
             self.log.info("rung_skipped", reason=reason)
-        plan = self.settings.planned_ladder(proxy_steps, len(self.ledger.contenders))
-        self.log.info("ladder_planned", eta=self.settings.eta, rungs=steps,
+        plan = self.settings.ladder.planned_ladder(proxy_steps, len(self.ledger.contenders))
+        self.log.info("ladder_planned", eta=self.settings.ladder.eta, rungs=steps,
                       ladder=describe_ladder(plan, proxy_steps, len(self.ledger.contenders)))
         for rung in steps[:-1]:
             if self.stops.stop:
@@ -347,9 +348,9 @@ class Campaign:
         ledger, baseline = self.ledger, self.ledger.baseline
         climbers = ledger.climbing_to(steps, top=top)
         rule = self._rule()
-        factor = rule.factor(self.baseline.steps, steps) if self.settings.horizon_rule else 1.0
+        factor = rule.factor(self.baseline.steps, steps) if self.settings.ladder.horizon_rule else 1.0
         seeds = self._top_seeds() if top else [self.settings.seed]
-        family = not top and bool(climbers) and not rule.tight and self.settings.horizon_rule
+        family = not top and bool(climbers) and not rule.tight and self.settings.ladder.horizon_rule
         self.log.info("rung_started", steps=steps, top=top, seeds=seeds,
                       climbers=[c.trial_id for c in climbers], lr_factor=factor,
                       rule=rule.describe(), rule_source=rule.source, lr_family=family)
@@ -385,7 +386,8 @@ class Campaign:
                 if (record.kind == kind and record.status == "interrupted"
                         and not self.stops.cancel):
                     queue += [j for j in jobs if j.made(record)]
-            while queue and not self.stops.stop and len(self.book.inflight) < self.settings.trials_in_flight:
+            in_flight = self.settings.executor.trials_in_flight
+            while queue and not self.stops.stop and len(self.book.inflight) < in_flight:
                 self._run_job(queue.pop(0), kind)
             if not self.book.inflight and (not queue or self.stops.stop):
                 return
@@ -407,7 +409,7 @@ class Campaign:
                       **noise_marks(job.candidate.val_bpb, self.ledger.noise,
                                     job.candidate.recipe.get("seed")))
         self._launch_longer(job, trial_id, kind, interrupted, lr_factor=lr_factor,
-                            log_every=min(self.settings.stress_log_every,
+                            log_every=min(self.settings.ladder.stress_log_every,
                                           max(1, job.steps // STRESS_CURVE_POINTS)))
 
     def _longer_run_due(self, candidate: TrialRecord, runs: Sequence[TrialRecord], kind: str,
@@ -448,16 +450,16 @@ class Campaign:
             retry_of=interrupted[0].trial_id if interrupted else None)
         self.book.launch(
             record, recipe, log_every=log_every,
-            checkpoint_every=self.settings.stress_checkpoint_every, resume=True,
+            checkpoint_every=self.settings.ladder.stress_checkpoint_every, resume=True,
             out_dir=self.directory / TRIALS_DIR / f"{kind}-{job.folder}",
-            timeout_s=self.settings.trial_timeout_s * max(1.0, job.steps / self.baseline.steps))
+            timeout_s=self.settings.window.trial_timeout_s * max(1.0, job.steps / self.baseline.steps))
 
     def _settle_close_finalists(self) -> None:
         """Re-run with more seeds the finalists whose lead is within the noise floor, so the
         winner is named by its mean over seeds (see :mod:`recipelab.agent.seeds`)."""
         ledger = self.ledger
         for proposal in rerun_proposals(ledger.finalists, ledger.proxies, ledger.noise):
-            while len(self.book.inflight) >= self.settings.trials_in_flight:
+            while len(self.book.inflight) >= self.settings.executor.trials_in_flight:
                 self.book.poll(cancel=self.stops.cancel)
                 time.sleep(POLL_INTERVAL_S)
             if self.stops.stop or not self.deadline.fits(self.ledger.proxies):
@@ -482,10 +484,10 @@ class Campaign:
 
     def _open(self) -> None:
         self.executor.prestart()  # e.g. import torch in the first worker while we set up
-        self.store = TrajectoryStore(self.directory, self.settings.name, db_url=self.settings.db)
+        self.store = TrajectoryStore(self.directory, self.settings.name, db_url=self.settings.store.db)
         self.log, self._sink = campaign_logger(self.settings.name, self.directory, self.console)
         self.tracking = (CampaignTracking(self.settings, self.directory, self.log)
-                         if self.settings.mlflow_uri else None)
+                         if self.settings.store.mlflow_uri else None)
         self.book = TrialBook(self.settings, self.directory, self.store, self.executor,
                               self.device, self.memory, self.log, on_change=self._show,
                               on_record=self._track)
@@ -520,17 +522,17 @@ class Campaign:
                              self.book.running())
 
     def _run(self, stress_only: bool) -> CampaignSummary:
-        self.deadline = Deadline(self.settings, self.settings.deadline(datetime.now(timezone.utc)),
+        self.deadline = Deadline(self.settings, self.settings.window.deadline(datetime.now(timezone.utc)),
                                  self.baseline.steps, self.log)
         self._consecutive_rejections = 0
         plan = self.deadline.initial_plan(self.ledger.proxies)
         self.log.info("campaign_started", target=self.target.name, preset=self.settings.preset,
                       corpus=self.settings.corpus.source, params=self.baseline.param_count(),
-                      iterations=self.settings.iterations,
+                      iterations=self.settings.window.iterations,
                       deadline=self.deadline.at.isoformat() if self.deadline.at else None,
                       window=plan.describe() if plan else None,
                       device=f"{self.device.kind}:{self.device.name}",
-                      executor=self.executor.name, parallel=self.settings.trials_in_flight,
+                      executor=self.executor.name, parallel=self.settings.executor.trials_in_flight,
                       precision=self.baseline.precision, db=self.store.index_name)
         for note in self.auto_notes:
             self.log.info("auto_resolved", what=note)

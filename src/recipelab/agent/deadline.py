@@ -45,20 +45,21 @@ class Deadline:
         self.hopeless = False  # not even one stress run fits: the search fills the window
         self.search_spent = False
         # the proxy candidates the ladder is planned for: --iterations', else what ran so far
-        self.candidates = max(1, (settings.iterations - settings.noise_seeds)
-                              if settings.iterations else 1)
+        self.candidates = max(1, (settings.window.iterations - settings.search.noise_seeds)
+                              if settings.window.iterations else 1)
 
     def _plan(self, times: TrialTimes) -> WindowPlan:
         assert self.at is not None
         s = self.settings
-        attribution = attribution_rungs(s, self.proxy_steps)[0][1] if s.attribution else 0
+        attribution = attribution_rungs(s, self.proxy_steps)[0][1] if s.ladder.attribution else 0
         return plan_window(self.at, times, proxy_steps=self.proxy_steps,
-                           stress_steps=s.stress_steps, promote=s.promote, fidelity=s.fidelity,
-                           noise_seeds=s.noise_seeds, parallel=s.trials_in_flight,
-                           rungs=s.planned_ladder(self.proxy_steps, self.candidates),
+                           stress_steps=s.ladder.stress_steps, promote=s.ladder.promote,
+                           fidelity=s.ladder.fidelity,
+                           noise_seeds=s.search.noise_seeds, parallel=s.executor.trials_in_flight,
+                           rungs=s.ladder.planned_ladder(self.proxy_steps, self.candidates),
                            attribution_steps=attribution,
-                           attribution_runs=expected_runs(EXPECTED_GROUPS, s.noise_seeds)
-                           if s.attribution else 0)
+                           attribution_runs=expected_runs(EXPECTED_GROUPS, s.search.noise_seeds)
+                           if s.ladder.attribution else 0)
 
     def initial_plan(self, proxies: Sequence[TrialRecord]) -> WindowPlan | None:
         """The plan from trials a resumed campaign already measured (for its start event)."""
@@ -69,18 +70,19 @@ class Deadline:
         """Before anything is measured: warn when the window cannot hold the baseline's seeds
         and one stress run even at the preset's lower-bound trial time."""
         s = self.settings
-        if self.at is None or s.promote == 0 or measured_times(proxies) is not None:
+        if self.at is None or s.ladder.promote == 0 or measured_times(proxies) is not None:
             return
         plan = self._plan(preset_floor(s.preset, self.proxy_steps))
         now = _now()
-        if not plan.fits(now, s.noise_seeds * plan.proxy_s / s.trials_in_flight + plan.stress_s):
+        baseline_s = s.search.noise_seeds * plan.proxy_s / s.executor.trials_in_flight
+        if not plan.fits(now, baseline_s + plan.stress_s):
             self._too_short(plan, now, estimated=True)
 
     def update(self, proxies: Sequence[TrialRecord]) -> WindowPlan | None:
         """Re-plan from the trials measured so far."""
         times = measured_times(proxies) if self.at is not None else None
-        if self.settings.iterations is None:  # a window-only campaign: plan for what ran
-            self.candidates = max(self.candidates, len(proxies) - self.settings.noise_seeds)
+        if self.settings.window.iterations is None:  # a window-only campaign: plan for what ran
+            self.candidates = max(self.candidates, len(proxies) - self.settings.search.noise_seeds)
         if self.at is None or times is None:
             return self.plan
         plan = self._plan(times)
@@ -89,7 +91,7 @@ class Deadline:
                 or abs((plan.search_until - previous.search_until).total_seconds()) >= REPLAN_NOTICE_S):
             self.log.info("window_planned", **plan.as_event())
         now = _now()
-        if (previous is None and self.settings.promote > 0
+        if (previous is None and self.settings.ladder.promote > 0
                 and not plan.one_stress_fits(now + timedelta(seconds=plan.proxy_s))):
             self.hopeless = True
             self._too_short(plan, now, estimated=False)
@@ -99,8 +101,8 @@ class Deadline:
         assert self.at is not None
         self.log.warning("window_too_short", stress_s=round(plan.stress_s, 1),
                          left_s=round((self.at - now).total_seconds(), 1),
-                         stress_steps=self.settings.stress_steps, estimated=estimated,
-                         fix=too_short_message(plan, now, self.settings.stress_steps))
+                         stress_steps=self.settings.ladder.stress_steps, estimated=estimated,
+                         fix=too_short_message(plan, now, self.settings.ladder.stress_steps))
 
     def fits(self, proxies: Sequence[TrialRecord], steps: int | None = None) -> bool:
         """Whether a trial of ``steps`` (default: a proxy trial's) can end before the

@@ -51,11 +51,11 @@ class FailureStreak:
         if self.run and self.run[-1].reason != record.reason:
             self.run = []
         self.run.append(record)
-        limit = self.settings.max_consecutive_failures
+        limit = self.settings.window.max_consecutive_failures
         if len(self.run) >= limit and self.failing is None:
             self.failing = record.reason or "crash"
             log = record.artifacts.get("dir", f"{TRIALS_DIR}/{record.trial_id}") + "/trial.log"
-            hint = failure_hint(self.failing, timeout_s=self.settings.trial_timeout_s, log=log,
+            hint = failure_hint(self.failing, timeout_s=self.settings.window.trial_timeout_s, log=log,
                                 preset=self.settings.preset)
             self.log.error("too_many_failures", trial_id=record.trial_id, count=limit,
                            reason=self.failing, message=record.message, hint=hint,

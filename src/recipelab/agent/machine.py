@@ -87,12 +87,12 @@ def resolve_auto(settings: CampaignSettings, device: DeviceInfo, *,
         native = "computes bf16 natively" if device.native_bf16 else "has no native bf16"
         notes.append(f"precision auto: {precision} ({device.name} {native})")
         settings = settings.model_copy(update={"precision": precision})
-    if settings.parallel == AUTO:
+    if settings.executor.parallel == AUTO:
         if peak_bytes is None:
             peak_bytes = predicted_baseline_peak(settings, device)
         trials, why = auto_parallel(
             device, cores=cores or usable_cores(), peak_bytes=peak_bytes,
-            reserve_bytes=int(settings.memory_reserve_gib * GIB), executor_slots=executor_slots)
+            reserve_bytes=int(settings.executor.memory_reserve_gib * GIB), executor_slots=executor_slots)
         notes.append(f"parallel auto: {trials} ({why})")
         settings = settings.model_copy(update={"parallel": trials})
     return settings, notes

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import FLAT_KEYS, CampaignSettings
 from recipelab.redaction import redact_url
 from recipelab.tracking import (
     MlflowRun,
@@ -44,6 +44,16 @@ SCALAR_METRICS = ("train_loss", "tokens_per_s", "step_ms", "peak_memory_bytes", 
                   "wall_s", "setup_s", "train_s", "eval_s", "val_bpb_stderr", "gain_vs_baseline",
                   "gain_low", "gain_high")
 SETTINGS_NOT_LOGGED = ("mlflow_uri", "llm_base_url", "db")  # URLs that may hold credentials
+
+
+def logged_settings(settings: CampaignSettings) -> dict[str, Any]:
+    """The settings as the parent run's params (``ladder.promote``, ...), less the URLs of
+    :data:`SETTINGS_NOT_LOGGED`, found in whichever component holds them."""
+    exclude: dict[str, Any] = {}
+    for key in SETTINGS_NOT_LOGGED:
+        component, field = FLAT_KEYS[key]
+        exclude.setdefault(component, set()).add(field)
+    return settings.model_dump(mode="json", exclude=exclude)
 
 
 def trial_tags(record: TrialRecord) -> dict[str, str]:
@@ -88,10 +98,10 @@ class CampaignTracking:
     MLflow: :meth:`record` and :meth:`close` turn every failure into a warning event."""
 
     def __init__(self, settings: CampaignSettings, directory: Path, log: Any) -> None:
-        if settings.mlflow_uri is None:
+        if settings.store.mlflow_uri is None:
             raise ValueError("CampaignTracking needs settings.mlflow_uri")
         self.settings = settings
-        self.uri = settings.mlflow_uri
+        self.uri = settings.store.mlflow_uri
         self.shown_uri = redact_url(self.uri)
         self.directory = directory
         self.log = log
@@ -119,8 +129,7 @@ class CampaignTracking:
             parent = MlflowRun.start(self.uri, name, name, tags={
                 "recipelab.campaign": name, "recipelab.directory": str(self.directory.resolve())})
             write_run_uri(self.directory, parent)
-            settings = self.settings.model_dump(mode="json", exclude=set(SETTINGS_NOT_LOGGED))
-            parent.log_params(settings)
+            parent.log_params(logged_settings(self.settings))
         self.logged = self._children_logged(parent)
         self.parent = parent
         self.log.info("mlflow_run", uri=self.shown_uri, run=parent.run_uri(),

@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 from recipelab import environment
 from recipelab.agent.proposers import LLM_ENV, llm_configured, proposer_name
 from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB, until_problem
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.guardrails.base import DeviceInfo, GuardContext, gib
@@ -67,16 +68,6 @@ BYTES_PER_TOKEN = {"byte": 1.0, "bpe": 4.0}
 BPE on English prose (GPT-2's ratio), fewer at small vocabularies, so a capped BPE corpus
 errs towards more text, never less."""
 
-UNIFIED_MEMORY_RESERVE_GIB = 24.0
-"""Memory kept free on a unified-memory device (GB10) for the LLM server beside the trials.
-
-An 8B model served in bf16 (Llama-3.1-8B-Instruct, the NIM most users run on a Spark) holds
-8.0e9 x 2 B = 15 GiB of weights; its KV cache is 2 x 32 layers x 8 KV heads x 128 x 2 B =
-128 KiB per token, so 32k tokens of context in flight take 4 GiB; the CUDA context,
-activations and the server's own process add 2-3 GiB. That is about 22 GiB; 24 GiB leaves a
-little slack. A server told to take a share of the memory (vLLM's
-``gpu_memory_utilization``) needs ``--memory-reserve-gib`` set to that share instead.
-"""
 
 UNIFIED_MEMORY_TOLERANCE = 0.1
 """A GPU whose memory is within 10% of the host's RAM shares it (GB10, Grace Hopper APUs)."""
@@ -147,14 +138,6 @@ def llm_url_problem(url: str, origin: str) -> str | None:
     return None
 
 
-def until_problem(until: str) -> str | None:
-    hour, _, minute = until.partition(":")
-    if (hour.isdigit() and minute.isdigit() and len(minute) == 2 and len(hour) <= 2
-            and int(hour) < 24 and int(minute) < 60):
-        return None
-    return f"--until {until!r} is not a time of day: give HH:MM with HH 00-23 and MM 00-59, e.g. 07:30"
-
-
 def check_input(*, preset: str | None, target: str | None, until: str | None,
                 llm_base_url: str | None) -> None:
     """Raise :class:`InputError` for the first value that cannot be used, before anything is
@@ -182,7 +165,7 @@ def check_input(*, preset: str | None, target: str | None, until: str | None,
 def longest_run_tokens(settings: CampaignSettings) -> int:
     """Training tokens of the campaign's longest run: a stress run at the baseline's shape."""
     baseline = settings.baseline()
-    return max(settings.stress_steps, baseline.steps) * baseline.tokens_per_step
+    return max(settings.ladder.stress_steps, baseline.steps) * baseline.tokens_per_step
 
 
 def corpus_bytes_needed(settings: CampaignSettings, baseline: Recipe | None = None) -> int:
@@ -236,9 +219,9 @@ def default_memory_reserve_gib(device: DeviceInfo) -> float:
 def planned_proxy_trials(settings: CampaignSettings, now: datetime | None = None) -> int:
     """The most proxy trials the budget allows (time budgets assume :data:`MIN_TRIAL_SECONDS`
     per trial)."""
-    counts = [settings.iterations] if settings.iterations is not None else []
+    counts = [settings.window.iterations] if settings.window.iterations is not None else []
     now = now or datetime.now().astimezone()
-    deadline = settings.deadline(now)
+    deadline = settings.window.deadline(now)
     if deadline is not None:
         counts.append(math.ceil((deadline - now).total_seconds() / MIN_TRIAL_SECONDS)
                       * planned_in_flight(settings))
@@ -248,14 +231,14 @@ def planned_proxy_trials(settings: CampaignSettings, now: datetime | None = None
 def planned_in_flight(settings: CampaignSettings) -> int:
     """``parallel``, or 1 while it is still ``auto`` (a Ray campaign before its executor
     saw the cluster): an estimate's input, never a scheduling decision."""
-    return settings.parallel if isinstance(settings.parallel, int) else 1
+    return settings.executor.parallel if isinstance(settings.executor.parallel, int) else 1
 
 
 def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int, str]:
     """The bytes tonight's campaign writes, and how that was estimated."""
     trials = planned_proxy_trials(settings)
-    ladder = settings.planned_ladder(baseline.steps, max(0, trials - settings.noise_seeds))
-    stress = (ladder[-1].runs if ladder else 0) + settings.fidelity
+    ladder = settings.ladder.planned_ladder(baseline.steps, max(0, trials - settings.search.noise_seeds))
+    stress = (ladder[-1].runs if ladder else 0) + settings.ladder.fidelity
     rung = sum(r.runs for r in ladder[:-1])
     longer = stress + rung
     params = baseline.param_count()
@@ -281,7 +264,7 @@ def check_device(settings: CampaignSettings, executor: Executor
     from recipelab.guardrails.hardware import resolve_device
 
     try:
-        device = executor.device(settings.device) or resolve_device(settings.device)
+        device = executor.device(settings.executor.device) or resolve_device(settings.executor.device)
     except ValueError as error:
         return CheckResult(
             "device", "error", str(error),
@@ -319,7 +302,7 @@ def check_corpus(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
     if len(data.train) < longest:
         return CheckResult(
             "corpus", "warning",
-            f"{what}; a {settings.stress_steps}-step stress run reads {longest:,} tokens, so it "
+            f"{what}; a {settings.ladder.stress_steps}-step stress run reads {longest:,} tokens, so it "
             f"sees the text about {longest / len(data.train):.1f} times",
             "use a bigger corpus (or a larger --corpus-max-bytes) for stress runs on fresh text")
     return CheckResult("corpus", "ok", what)
@@ -334,18 +317,18 @@ def guard_context(settings: CampaignSettings, baseline: Recipe, device: DeviceIn
         target=get_target(settings.target or preset.default_target), baseline=baseline,
         device=device, param_budget=settings.budget or preset.budget,
         searchable=frozenset(settings.searchable),
-        memory_reserve_bytes=int(settings.memory_reserve_gib * GIB),
+        memory_reserve_bytes=int(settings.executor.memory_reserve_gib * GIB),
         trials_in_flight=local_trials_in_flight(settings),
-        timeout_s=settings.trial_timeout_s, memory_model=memory_model,
+        timeout_s=settings.window.trial_timeout_s, memory_model=memory_model,
         memory_model_problem=problem)
 
 
 def local_trials_in_flight(settings: CampaignSettings) -> int:
     """Trials sharing one device's memory at once: ``parallel`` for local trials (1 while
     it is still ``auto``), 1 for Ray tasks, which each have a device of their own."""
-    if settings.executor == "ray" or isinstance(settings.parallel, str):
+    if settings.executor.kind == "ray" or isinstance(settings.executor.parallel, str):
         return 1
-    return settings.parallel
+    return settings.executor.parallel
 
 
 def check_guardrails(settings: CampaignSettings, baseline: Recipe,
@@ -353,7 +336,7 @@ def check_guardrails(settings: CampaignSettings, baseline: Recipe,
     """The baseline recipe itself passes the guardrails (or no candidate near it will)."""
     from recipelab.guardrails import CHECKS, judge
 
-    verdict = judge(baseline, context, checks=[c for c in CHECKS if c not in settings.skip_checks])
+    verdict = judge(baseline, context, checks=[c for c in CHECKS if c not in settings.search.skip_checks])
     if verdict.accepted:
         return CheckResult("guardrails", "ok",
                            f"the {settings.preset} baseline ({baseline.param_count():,} params, "
@@ -373,7 +356,7 @@ def check_memory(settings: CampaignSettings, baseline: Recipe,
 
     device = context.device
     predicted, model = predict_with_model(baseline, context)
-    reserve = int(settings.memory_reserve_gib * GIB)
+    reserve = int(settings.executor.memory_reserve_gib * GIB)
     unified = is_unified_memory(device, psutil.virtual_memory().total)
     what = (f"baseline peak predicted {gib(predicted)} by {model}; {gib(device.memory_bytes)} on "
             f"{device.name}, {gib(reserve)} of it kept free for an LLM server")
@@ -438,11 +421,11 @@ def check_trial(settings: CampaignSettings, baseline: Recipe, executor: Executor
     with tempfile.TemporaryDirectory(prefix="recipelab-preflight-") as scratch:
         spec = settings.trial_spec("preflight", "proxy", recipe, Path(scratch) / "preflight",
                                    log_every=1, telemetry_interval_s=1.0)
-        result = executor.wait(executor.submit(spec, timeout_s=settings.trial_timeout_s))
+        result = executor.wait(executor.submit(spec, timeout_s=settings.window.trial_timeout_s))
     if result.status == "complete" and result.val_bpb is not None:
         seconds = sum(s or 0.0 for s in (result.setup_s, result.train_s, result.eval_s))
         peak = f", peak memory {gib(result.peak_memory_bytes)}" if result.peak_memory_bytes else ""
-        device = result.provenance.device if result.provenance else settings.device
+        device = result.provenance.device if result.provenance else settings.executor.device
         return CheckResult("trial", "ok",
                            f"baseline trained {PREFLIGHT_STEPS} steps in {recipe.precision} on "
                            f"{device} and evaluated in full: val_bpb {result.val_bpb:.3f} in "
@@ -480,7 +463,7 @@ def proven_trial(settings: CampaignSettings, directory: Path) -> str | None:
                 or record.get("status") != "complete":
             continue
         device = str((record.get("provenance") or {}).get("device", ""))
-        if settings.device == "auto" or device.startswith(settings.device):
+        if settings.executor.device == "auto" or device.startswith(settings.executor.device):
             return str(record.get("trial_id"))
     return None
 
@@ -488,12 +471,12 @@ def proven_trial(settings: CampaignSettings, directory: Path) -> str | None:
 def check_calibration(settings: CampaignSettings, baseline: Recipe) -> CheckResult | None:
     """A warning when ``--calibrate-from`` names trials of another precision than the
     campaign's (see :func:`recipelab.agent.priors.precision_mismatch`); None without one."""
-    if not settings.calibrate_from:
+    if not settings.search.calibrate_from:
         return None
     from recipelab.agent.priors import precision_mismatch
     from recipelab.trajectory.calibration import load_calibration
 
-    calibration = load_calibration(settings.calibrate_from)
+    calibration = load_calibration(settings.search.calibrate_from)
     mismatch = precision_mismatch(calibration, baseline.precision)
     if mismatch is None:
         return CheckResult("calibrate", "ok", f"{len(calibration.trials)} prior trial(s), all "
@@ -510,8 +493,8 @@ def check_llm(settings: CampaignSettings, baseline: Recipe) -> CheckResult | Non
     from recipelab.proposer.llm import LLMConfig, LLMProposer, LLMUnavailable
 
     overrides = {key: value for key, value in {
-        "base_url": settings.llm_base_url, "model": settings.llm_model,
-        "structured_output": settings.llm_structured_output}.items() if value is not None}
+        "base_url": settings.proposer.llm_base_url, "model": settings.proposer.llm_model,
+        "structured_output": settings.proposer.llm_structured_output}.items() if value is not None}
     fix = ("start the LLM server (or fix its URL) and run again; --proposer classical runs "
            "without it and silences this")
     try:
@@ -590,20 +573,20 @@ def resolved_for(settings: CampaignSettings, executor: Executor) -> CampaignSett
     from recipelab.agent.machine import resolve_auto
     from recipelab.guardrails.hardware import resolve_device
 
-    if settings.parallel != "auto" and settings.precision != "auto":
+    if settings.executor.parallel != "auto" and settings.precision != "auto":
         return settings
     try:
-        device = executor.device(settings.device) or resolve_device(settings.device)
+        device = executor.device(settings.executor.device) or resolve_device(settings.executor.device)
     except ValueError:
-        return settings.model_copy(update={"parallel": 1} if settings.parallel == "auto" else {})
+        return settings.model_copy(update={"parallel": 1} if settings.executor.parallel == "auto" else {})
     return resolve_auto(settings, device, executor_slots=executor.slots())[0]
 
 
 def preflight_executor(settings: CampaignSettings) -> Executor:
     """Where the preflight's trial runs: where the campaign's will, without a warm worker."""
-    if settings.executor == "local":
+    if settings.executor.kind == "local":
         return LocalExecutor(warm=False)
-    return build_executor(settings.executor, ray_address=settings.ray_address)
+    return build_executor(settings.executor.kind, ray_address=settings.executor.ray_address)
 
 
 def _run_checks(settings: CampaignSettings, directory: Path, baseline: Recipe,
@@ -621,7 +604,7 @@ def _run_checks(settings: CampaignSettings, directory: Path, baseline: Recipe,
     proven = proven_trial(settings, directory)
     if proven is not None:
         add(CheckResult("trial", "ok", f"not run again: this campaign's trial {proven} already "
-                        f"trained and evaluated on {settings.device}"))
+                        f"trained and evaluated on {settings.executor.device}"))
     elif report.ok:
         add(check_trial(settings, baseline, executor))
     else:

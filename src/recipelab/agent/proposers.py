@@ -20,18 +20,18 @@ LLM_ENV = environment.LLM_BASE_URL
 
 
 def llm_configured(settings: CampaignSettings) -> bool:
-    return bool(settings.llm_base_url or environment.read(LLM_ENV))
+    return bool(settings.proposer.llm_base_url or environment.read(LLM_ENV))
 
 
 def proposer_name(settings: CampaignSettings) -> str:
-    if settings.proposer is not None:
-        return settings.proposer
+    if settings.proposer.kind is not None:
+        return settings.proposer.kind
     return "hybrid" if llm_configured(settings) else "classical"
 
 
 def classical_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSpace,
                        priors: Sequence[Observation] = ()) -> ClassicalProposer:
-    return ClassicalProposer(baseline, None, space, sampler=settings.sampler, seed=settings.seed,
+    return ClassicalProposer(baseline, None, space, sampler=settings.proposer.sampler, seed=settings.seed,
                              priors=priors)
 
 
@@ -44,7 +44,7 @@ def _hybrid(settings: CampaignSettings, classical: ClassicalProposer,
             llm: Callable[[], Proposer]) -> Proposer:
     from recipelab.proposer.hybrid import HybridProposer
 
-    return HybridProposer(classical, llm(), llm_share=settings.llm_share)
+    return HybridProposer(classical, llm(), llm_share=settings.proposer.llm_share)
 
 
 def _llm_only(settings: CampaignSettings, classical: ClassicalProposer,
@@ -80,8 +80,8 @@ def build_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSp
         from recipelab.proposer.llm import LLMConfig, LLMProposer
 
         overrides = {key: value for key, value in {
-            "base_url": settings.llm_base_url, "model": settings.llm_model,
-            "structured_output": settings.llm_structured_output}.items() if value is not None}
+            "base_url": settings.proposer.llm_base_url, "model": settings.proposer.llm_model,
+            "structured_output": settings.proposer.llm_structured_output}.items() if value is not None}
         # The LLM steers the campaign's sampler: it picks among its candidates, adjusts one.
         return LLMProposer(LLMConfig.from_env(**overrides), baseline, None, space,
                            f"{target.name}: {target.description}", calibration,

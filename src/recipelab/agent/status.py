@@ -73,7 +73,7 @@ def progress_line(settings: CampaignSettings, ledger: Ledger) -> str:
     details += [f"+{c.seed_reruns} seed re-run{'s' if c.seed_reruns != 1 else ''}"] if c.seed_reruns else []
     details += [f"{c.interrupted_rerun} interrupted and re-run"] if c.interrupted_rerun else []
     details += [f"{c.interrupted_pending} interrupted, to re-run"] if c.interrupted_pending else []
-    budget = f"/{settings.iterations}" if settings.iterations is not None else ""
+    budget = f"/{settings.window.iterations}" if settings.window.iterations is not None else ""
     line = f"{c.trained}{budget} proxy trials trained"
     line += f" ({', '.join(details)})" if details else ""
     line += f", {c.rejected} rejected" if c.rejected else ""
@@ -114,13 +114,13 @@ def _plan_text(event: dict[str, Any]) -> str | None:
 
 def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
                     window: str | None = None) -> StatusView:
-    ledger = Ledger(records, promote=settings.promote, fidelity=settings.fidelity,
-                    rung_size=settings.rung_size, eta=settings.eta)
+    ledger = Ledger(records, promote=settings.ladder.promote, fidelity=settings.ladder.fidelity,
+                    rung_size=settings.ladder.rung_size, eta=settings.ladder.eta)
     walls = [wall for r in ledger.search_trials if (wall := r.measured.wall_s) is not None]
     eta = ""
-    left = max(0, (settings.iterations or 0) - len(ledger.search_trials))
+    left = max(0, (settings.window.iterations or 0) - len(ledger.search_trials))
     if left and walls:
-        in_flight = settings.parallel if isinstance(settings.parallel, int) else 1
+        in_flight = settings.executor.parallel if isinstance(settings.executor.parallel, int) else 1
         minutes = left * statistics.median(walls) / 60 / in_flight
         eta = f", ETA {minutes:.1f} min for the proxy trials"
     headline = f"campaign {settings.name}: {progress_line(settings, ledger)}{eta}"
