@@ -56,6 +56,14 @@ def test_a_resume_may_not_change_the_precision() -> None:
     check_resume(saved, saved.model_copy(update={"parallel": 1}))  # trials in flight may
 
 
+def test_a_resume_may_not_change_the_seed() -> None:
+    """The seed is the baseline's and every candidate's (common random numbers): trials after
+    a change would pair with nothing before it."""
+    saved = CampaignSettings(name="c", seed=0, executor=ExecutorSettings(parallel=2))
+    with pytest.raises(SettingsError, match=r"seed: saved 0, asked 7"):
+        check_resume(saved, saved.model_copy(update={"seed": 7}))
+
+
 def test_settings_that_are_not_json_say_so(tmp_path: Path) -> None:
     (tmp_path / "settings.json").write_text("{not json")
     with pytest.raises(SettingsError, match="not valid campaign settings: not JSON"):

@@ -1,7 +1,7 @@
 """Campaign settings: what ``recipelab run`` was asked to do, saved in the campaign directory.
 
 Running the same command again resumes the campaign. Settings that define what the
-trajectory *means* (target, corpus, proxy preset and budget, precision, searchable knobs)
+trajectory *means* (target, corpus, proxy preset and budget, precision, searchable knobs, seed)
 cannot change on resume, since trials before and after would not be comparable; the rest
 (budget, timeout, proposer, promotion, trials in flight) may.
 
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 SETTINGS_FILE = "settings.json"
-FIXED_ON_RESUME = ("target", "preset", "budget", "corpus", "precision", "searchable")
+FIXED_ON_RESUME = ("target", "preset", "budget", "corpus", "precision", "searchable", "seed")
 AUTO = "auto"
 _Settings = TypeVar("_Settings", bound="CampaignSettings")
 
