@@ -572,8 +572,12 @@ def run(
         "max_consecutive_failures", "stop launching after this many proxy trials in a row fail "
         "with the same reason; the command then exits with code 3"))] = None,
     promote: Annotated[int | None, typer.Option(help=with_default(
-        "promote", "finalists on the ladder's top rung (the stress horizon), each at 2 seeds with "
-        "the baseline; 0: no ladder"))] = None,
+        "promote", "finalists on the ladder's top rung (the stress horizon), each at --top-seeds "
+        "seeds with the baseline; 0: no ladder"))] = None,
+    top_seeds: Annotated[int | None, typer.Option(help=with_default(
+        "top_seeds", "seeds of every finalist and of the baseline at the top rung, where the "
+        "winner is named only when its paired gain's interval excludes 0: more seeds, a "
+        "narrower interval"))] = None,
     stress_steps: Annotated[int | None, typer.Option(help=with_default(
         "stress_steps", "steps of the ladder's top rung, the stress horizon"))] = None,
     fidelity: Annotated[int | None, typer.Option(help=with_default(
@@ -693,7 +697,10 @@ check = app.command("check")(_check)
 def stress(
     campaign: Annotated[str, typer.Argument(help="campaign name or directory")] = "default",
     promote: Annotated[int | None, typer.Option(
-        help="finalists on the ladder's top rung, each at 2 seeds with the baseline")] = None,
+        help="finalists on the ladder's top rung, each at --top-seeds seeds with the baseline")] = None,
+    top_seeds: Annotated[int | None, typer.Option(
+        help="seeds of every finalist and of the baseline at the top rung: more than the "
+        "campaign ran adds the missing seeds, for a narrower interval")] = None,
     stress_steps: Annotated[int | None, typer.Option(
         help="steps of the ladder's top rung, the stress horizon")] = None,
     fidelity: Annotated[int | None, typer.Option(
@@ -704,8 +711,9 @@ def stress(
     directory = campaign_dir(campaign)
     if settings_store.load(directory) is None:
         fail(f"no campaign at {directory}: start one with 'recipelab run'")
-    given = {k: v for k, v in {"promote": promote, "stress_steps": stress_steps,
-                               "fidelity": fidelity}.items() if v is not None}
+    given = {k: v for k, v in {"promote": promote, "top_seeds": top_seeds,
+                               "stress_steps": stress_steps, "fidelity": fidelity}.items()
+             if v is not None}
     settings, _ = resolve_settings(directory, directory.name, given)
     start_campaign(settings, directory, stress_only=True)
 

@@ -234,3 +234,19 @@ def test_the_window_plan_prices_every_rung_from_measured_costs() -> None:
     assert plan.phase2_s == pytest.approx(MARGIN * (middle + top) + REPORT_RESERVE_S)
     assert plan.rung_runs == 9 and plan.stress_runs == 8
     assert "9 middle-rung runs" in plan.describe() and "8 top-rung runs" in plan.describe()
+
+
+def test_more_top_seeds_on_a_resume_add_the_missing_seeds_and_repeat_no_run(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    """``--top-seeds 3`` after a night at 2: the top rung gains a third seed for every finalist
+    and the baseline, and the winner line rests on the three."""
+    first, _ = run(ladder_settings, tmp_path)
+    assert "2 seeds" in first.winner_line
+
+    summary, records = run(ladder_settings.model_copy(update={"top_seeds": 3}), tmp_path)
+
+    assert climbed(records, 400) == {(lr, s) for lr in (0.01, 0.02, 0.015) for s in (0, 1, 2)}
+    runs = [(r.parent, r.recipe["steps"], r.recipe["seed"]) for r in records
+            if r.kind == "stress" and r.status == "complete"]
+    assert len(runs) == len(set(runs)) == 9, "a top-rung run was trained twice"
+    assert "3 seeds" in summary.winner_line and summary.winner_line.startswith("winner")

@@ -56,7 +56,7 @@ from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.runner import Executor, build_executor
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.horizon import HorizonRule, horizon_rule
-from recipelab.trajectory.ladder import TOP_SEEDS, describe_ladder
+from recipelab.trajectory.ladder import describe_ladder
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger, Winner
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord, utc_now
@@ -316,7 +316,7 @@ class Campaign:
     def _ladder(self) -> None:
         """Successive halving from the proxy to the top rung (:mod:`recipelab.trajectory.ladder`):
         each middle rung trains the best of the one below and the baseline; the top rung
-        trains the ``promote`` finalists and the baseline at :data:`TOP_SEEDS` seeds."""
+        trains the ``promote`` finalists and the baseline at ``top_seeds`` seeds."""
         if self.settings.ladder.promote == 0:
             return
         proxy_steps = self.baseline.steps
@@ -367,11 +367,11 @@ class Campaign:
 
     def _top_seeds(self) -> list[int]:
         """The top rung's seeds: the campaign's, then the baseline's other noise seeds, then
-        the next integers, :data:`TOP_SEEDS` in all."""
+        the next integers, ``top_seeds`` in all."""
         seeds = [self.settings.seed]
         floor = self.ledger.noise
         for seed in [*(floor.seeds if floor else ()), *range(self.settings.seed + 1, 10**6)]:
-            if len(seeds) >= TOP_SEEDS:
+            if len(seeds) >= self.settings.ladder.top_seeds:
                 break
             if seed not in seeds:
                 seeds.append(seed)

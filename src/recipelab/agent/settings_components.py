@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from recipelab.errors import RecipelabError
 from recipelab.recipe import StrictModel
-from recipelab.trajectory.ladder import RungPlan, plan_ladder, rung_steps
+from recipelab.trajectory.ladder import TOP_SEEDS, RungPlan, plan_ladder, rung_steps
 
 
 class SettingsError(RecipelabError, ValueError):
@@ -75,6 +75,8 @@ class LadderSettings(StrictModel):
     stress_log_every: int = Field(default=50, ge=1)
     stress_checkpoint_every: int = Field(default=50, ge=1)
     fidelity: int = Field(default=0, ge=0)  # mid-ranked trials stress-run besides the finalists
+    # seeds of every finalist and the baseline at the top rung, where the winner is named
+    top_seeds: int = Field(default=TOP_SEEDS, ge=2, le=20)
     eta: int = Field(default=3, ge=2)
     rung_size: int = Field(default=10, ge=0)  # at most this many climb to the first rung; 0: none
     rung_steps: int | None = Field(default=None, ge=1)  # the first rung's steps; None: proxy x eta
@@ -104,7 +106,7 @@ class LadderSettings(StrictModel):
         first = steps[0] if len(steps) > 1 else self.stress_steps * self.eta  # none in between
         return plan_ladder(candidates, proxy_steps=proxy_steps, stress_steps=self.stress_steps,
                            eta=self.eta, promote=self.promote, first_size=self.rung_size,
-                           first_steps=first)
+                           first_steps=first, top_seeds=self.top_seeds)
 
     def rung_skip_reason(self, proxy_steps: int) -> str | None:
         """Why this campaign climbs no rung between the proxy and the top rung, or None.

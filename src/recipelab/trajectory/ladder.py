@@ -10,7 +10,7 @@ baseline at the same steps and seed, not by a val_bpb that means something diffe
 horizon.
 
 The **top rung** is the stress horizon. It trains every finalist and the baseline at
-:data:`TOP_SEEDS` seeds, so the winner's gain there has a paired interval of its own
+:data:`TOP_SEEDS` seeds (or more), so the winner's gain there has a paired interval of its own
 (:func:`top_interval`): the winner is named only when that interval excludes 0.
 
 Everything here is a pure function of numbers, shared by the campaign, the window planner,
@@ -28,7 +28,8 @@ from recipelab.trajectory.noise import CONFIDENCE, bootstrap_quantiles
 
 DEFAULT_ETA = 3
 TOP_SEEDS = 2
-"""Seeds of every finalist and of the baseline at the top rung: the fewest that pair."""
+"""Seeds of every finalist and of the baseline at the top rung by default: the fewest that
+pair. More (``--top-seeds``) narrow the interval the winner is named by."""
 
 
 def rung_steps(proxy_steps: int, stress_steps: int, eta: int,
@@ -78,10 +79,10 @@ class RungPlan:
 
 def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: int,
                 promote: int, first_size: int | None = None,
-                first_steps: int | None = None) -> list[RungPlan]:
+                first_steps: int | None = None, top_seeds: int = TOP_SEEDS) -> list[RungPlan]:
     """The rungs above the proxy for ``candidates`` proxy candidates (the baseline not
     counted): each takes the best :func:`climbers` of the one below (the first at most
-    ``first_size``); the top rung takes ``promote`` finalists at :data:`TOP_SEEDS` seeds."""
+    ``first_size``); the top rung takes ``promote`` finalists at ``top_seeds`` seeds."""
     if promote == 0:
         return []
     steps = rung_steps(proxy_steps, stress_steps, eta, first_steps)
@@ -90,7 +91,7 @@ def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: in
     for i, at in enumerate(steps[:-1]):
         entrants = climbers(entrants, eta, promote, first_size if i == 0 else None)
         plan.append(RungPlan(at, entrants))
-    plan.append(RungPlan(steps[-1], min(promote, entrants), TOP_SEEDS))
+    plan.append(RungPlan(steps[-1], min(promote, entrants), top_seeds))
     return plan
 
 

@@ -368,8 +368,8 @@ class Ledger:
                 steps, seeds, None, gain, best=best,
                 reason=(f"the best finalist {best.trial_id} gains {gain.text()} over the baseline "
                         f"at the top rung ({steps} steps); the interval includes 0, so the seeds "
-                        "alone could explain it: keep the baseline, or give the night more "
-                        "--noise-seeds or a longer window"))
+                        "alone could explain it: keep the baseline, or buy more evidence at the "
+                        f"top rung (--top-seeds {seeds + 1}) or a longer one (--stress-steps)"))
         fallback = lead = None
         if len(ranked) > 1:
             runner = ranked[1]
