@@ -159,8 +159,11 @@ def test_a_real_tiny_campaign_ends_with_attribution_json(
     from recipelab.agent.settings import save
     from recipelab.cli import app
 
+    # the timeout guard predicts the 4x batch's time from the baseline's measured speed: on a
+    # loaded machine 120 s would reject the edit the test is about
     settings = tiny_settings.model_copy(update={
-        "iterations": 3, "noise_seeds": 2, "attribution": True, "name": "real"})
+        "iterations": 3, "noise_seeds": 2, "attribution": True, "name": "real",
+        "trial_timeout_s": 600})
     save(settings, tmp_path)
     Campaign(settings, tmp_path, proposer=ScriptedProposer(settings.baseline(), [
         {"batch_size": 32, "optimizer.eps": 1e-10}])).run()
