@@ -1,10 +1,11 @@
 """Search quality: the best val_bpb each proposer reaches after N trained trials.
 
-TPE, CMA-ES, random search, the hybrid (the classical TPE sampler with an LLM steering a
-share of its turns: the sampler draws four candidates with its state, the LLM picks one and
-may change up to three knobs) and ``llm`` (the LLM steering every turn) search the default space of a preset
-at equal trials, each with ``--seeds`` sampler seeds. Every trial trains with the same
-training seed, so a difference between two trials is the recipe's (common random numbers).
+TPE, CMA-ES, random search, the hybrid (a classical sampler, ``--steer``, with an LLM
+steering a share of its turns: the sampler draws four candidates with its state, the LLM
+picks one and may change up to three knobs) and ``llm`` (the LLM steering every turn) search
+the default space of a preset at equal trials, each with ``--seeds`` sampler seeds. Every
+trial trains with the same training seed, so a difference between two trials is the recipe's
+(common random numbers).
 Each search starts from the baseline's own result; guardrail rejections cost no trial, up to
 ``--max-rejections`` in a row. Prints, per proposer, the mean best val_bpb after N trials with
 a 95 % bootstrap interval over the seeds, and each seed's figure.
@@ -16,7 +17,7 @@ left out and the table says so. Trials run in this process, one thread, one afte
 
     python bench/search_quality.py [--preset cpu] [--trials 16] [--seeds 3]
         [--proposers tpe,cmaes,random,hybrid,llm] [--llm-base-url URL]
-        [--llm-structured-output json_object] [--searchable shape.norm]
+        [--llm-structured-output json_object] [--steer cmaes] [--searchable shape.norm]
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from recipelab.agent.settings_components import ProposerSettings
 from recipelab.guardrails import GuardContext, detect_device, judge
 from recipelab.proposer import ClassicalProposer, Observation, Proposer, default_space
+from recipelab.proposer.classical import SamplerName
 from recipelab.proposer.hybrid import HybridProposer
 from recipelab.proposer.llm import LLMConfig, LLMProposer, StructuredOutput
 from recipelab.proposer.space import SearchSpace
@@ -113,9 +116,9 @@ def interval(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
 
 def make_proposer(name: str, baseline: Recipe, space: SearchSpace, seed: int,
                   target_description: str, llm_base_url: str | None,
-                  structured_output: StructuredOutput = "auto") -> Proposer:
+                  structured_output: StructuredOutput = "auto", steer: SamplerName = "tpe") -> Proposer:
     classical = ClassicalProposer(baseline, BASELINE_PROPOSER, space,
-                                  sampler="tpe" if name in LLM_PROPOSERS else name,  # type: ignore[arg-type]
+                                  sampler=steer if name in LLM_PROPOSERS else name,  # type: ignore[arg-type]
                                   seed=seed)
     if name not in LLM_PROPOSERS:
         return classical
@@ -138,6 +141,9 @@ def main() -> None:
     parser.add_argument("--llm-structured-output", default="auto",
                         choices=get_args(StructuredOutput),
                         help="how the LLM's reply is constrained (llama.cpp: json_object)")
+    parser.add_argument("--steer", default=ProposerSettings.model_fields["sampler"].default,
+                        choices=get_args(SamplerName),
+                        help="the sampler the hybrid and llm steer (default: the campaign's)")
     parser.add_argument("--searchable", action="append", default=[])
     parser.add_argument("--max-rejections", type=int, default=25)
     args = parser.parse_args()
@@ -160,13 +166,15 @@ def main() -> None:
     for column in ("proposer", "mean", "95% interval", "per seed", "LLM's trials"):
         table.add_column(column)
     for name in args.proposers.split(","):
+        label = f"{name} ({args.steer})" if name in LLM_PROPOSERS else name
         if name in LLM_PROPOSERS and not args.llm_base_url:
-            table.add_row(name, "-", "-", "no LLM endpoint (--llm-base-url)", "-")
+            table.add_row(label, "-", "-", "no LLM endpoint (--llm-base-url)", "-")
             continue
         bests, llm_trials = [], 0
         for seed in range(args.seeds):
             proposer = make_proposer(name, baseline, space, seed, target.description,
-                                     args.llm_base_url, args.llm_structured_output)
+                                     args.llm_base_url, args.llm_structured_output,
+                                     args.steer)
             try:
                 found = search(proposer, baseline, first, ctx, corpus, args.trials,
                                args.max_rejections)
@@ -176,7 +184,7 @@ def main() -> None:
                 proposer.close()
             console.print(f"{name} seed {seed}: {bests[-1]:.4f}")
         low, high = interval(bests)
-        table.add_row(name, f"{statistics.fmean(bests):.4f}", f"[{low:.4f}, {high:.4f}]",
+        table.add_row(label, f"{statistics.fmean(bests):.4f}", f"[{low:.4f}, {high:.4f}]",
                       ", ".join(f"{b:.4f}" for b in bests),
                       f"{llm_trials} of {args.seeds * (args.trials - 1)}" if name in LLM_PROPOSERS
                       else "-")

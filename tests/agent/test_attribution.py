@@ -54,12 +54,20 @@ def test_a_planted_neutral_edit_is_dropped_and_the_real_one_kept(
         settings: CampaignSettings, tmp_path: Path) -> None:
     run(settings, tmp_path)
     runs = of_kind(tmp_path, ATTRIBUTION_KIND)
-    # baseline, winner, winner without each of its two groups: the minimal edit is one of
-    # those, so nothing more is needed; three seeds each, at the stress runs' steps
-    assert len(runs) == 4 * 3
+    # baseline, winner, winner without each of its two groups (the minimal edit is one of
+    # those, so nothing more is needed), three seeds each, at the stress runs' steps and
+    # learning-rate factor; the top rung already trained the baseline and the winner at
+    # seeds 0 and 1, so those four are read from it, not trained again
+    stress = of_kind(tmp_path, "stress")
+    assert len(stress) == 2 * 2 and len(runs) == 4 * 3 - 4
+    assert {(variant_key(r["edit"]), r["recipe"]["seed"])  # type: ignore[arg-type,index]
+            for r in runs if variant_key(r["edit"]) in {(), ("learning rate", "optimizer betas")}  # type: ignore[arg-type]
+            } == {((), 2), (("learning rate", "optimizer betas"), 2)}
     assert {r["recipe"]["steps"] for r in runs} == {settings.ladder.stress_steps}  # type: ignore[index]
     assert {r["recipe"]["seed"] for r in runs} == {0, 1, 2}  # type: ignore[index]
     assert all(r["parent"] == "p0003" and r["status"] == "complete" for r in runs)
+    lr = {r["recipe"]["optimizer"]["lr"] for r in stress if not r["edit"]}  # type: ignore[index]
+    assert lr == {r["recipe"]["optimizer"]["lr"] for r in runs if not r["edit"]}  # type: ignore[index]
     [result] = of_kind(tmp_path, RESULT_KIND)
     data = result["metrics"]["attribution"]  # type: ignore[index]
     groups = {g["group"]: g for g in data["groups"]}
@@ -85,7 +93,7 @@ def test_a_crash_resumes_without_duplicating_or_losing_a_run(
     assert len(retry) == 1 and retry[0]["status"] == "complete"
     trained = [(variant_key(r["edit"]), r["recipe"]["seed"])  # type: ignore[arg-type,index]
                for r in runs if r["status"] == "complete"]
-    assert len(trained) == len(set(trained)) == 12
+    assert len(trained) == len(set(trained)) == 8  # and 4 read from the top rung
     before = read_jsonl(tmp_path / "trajectory.jsonl")
     run(settings, tmp_path)  # resumed once more after the end: nothing is run or written twice
     assert read_jsonl(tmp_path / "trajectory.jsonl") == before
@@ -153,7 +161,8 @@ def test_a_real_tiny_campaign_ends_with_attribution_json(
         tiny_settings: CampaignSettings, tmp_path: Path) -> None:
     """The real trainer, in subprocesses: two baseline seeds, one edit of two groups (four
     times the batch, which sees four times the text in 20 steps, and a neutral eps), its
-    stress run, then 2 seeds x 4 variants of attribution; the export writes attribution.json."""
+    stress runs, then the winner without each of its groups at 2 seeds (the baseline and the
+    winner at those seeds are the top rung's runs); the export writes attribution.json."""
     from typer.testing import CliRunner
 
     from recipelab.agent.settings import save
@@ -168,7 +177,7 @@ def test_a_real_tiny_campaign_ends_with_attribution_json(
     Campaign(settings, tmp_path, proposer=ScriptedProposer(settings.baseline(), [
         {"batch_size": 32, "optimizer.eps": 1e-10}])).run()
     runs = of_kind(tmp_path, ATTRIBUTION_KIND)
-    assert len(runs) >= 2 * 4 and all(r["status"] == "complete" for r in runs)
+    assert len(runs) == 2 * 2 and all(r["status"] == "complete" for r in runs)
     [result] = of_kind(tmp_path, RESULT_KIND)
     out = tmp_path / "cloud"
     exported = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out)])

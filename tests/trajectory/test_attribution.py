@@ -86,6 +86,23 @@ def test_a_planted_neutral_edit_is_dropped_and_a_planted_real_one_kept() -> None
     assert found.method == "leave-one-group-out" and "paired" in found.noise
 
 
+def test_an_unstable_baseline_does_not_hide_a_steady_cost_near_the_winner() -> None:
+    # the baseline's val_bpb swings by 0.8 between seeds (as a proxy recipe at a high learning
+    # rate does at 200 steps), while the winner's variants move with it within 0.003; batch
+    # geometry costs a steady 0.05 and must be kept, eps costs nothing and is dropped
+    groups = group_edit({"optimizer.lr": 0.01, "optimizer.eps": 1e-10, "batch_size": 32,
+                         "schedule.warmup_steps": 4})
+    measured = measure(groups, lambda keep: -0.3 * ("learning rate" in keep)
+                       - 0.05 * ("batch geometry" in keep))
+    measured[()] = {s: v + (0.4, -0.4, 0.1)[s] for s, v in measured[()].items() if v is not None}
+    found = decide(groups, measured)
+    assert {c.group for c in found.kept} == {"learning rate", "batch geometry"}
+    batch = next(c for c in found.kept if c.group == "batch geometry")
+    assert batch.cost is not None and batch.cost.low > 0.04 and batch.cost.high < 0.06
+    # the gain itself is compared against the baseline, whose own spread it keeps
+    assert found.gain is not None and found.gain.high - found.gain.low > 0.3
+
+
 def test_when_every_group_carries_gain_the_minimal_edit_is_the_whole_edit() -> None:
     groups = group_edit({"optimizer.lr": 0.01, "schedule.warmup_steps": 4})
     found = decide(groups, measure(groups, lambda keep: -0.05 * len(keep)))

@@ -9,6 +9,11 @@ Everything it knows is read back from the records, so after a crash it runs only
 missing: a run that was lost (``interrupted``) is launched again from its checkpoint folder,
 a trained one never twice, and the result is written once per winner.
 
+The variants train at the rung's steps and at its learning-rate factor (the horizon rule's,
+:func:`rung_lr_factor`), as the runs that named the winner did; the baseline's and the
+winner's runs the ladder already trained there are read, not trained again
+(:func:`reused_runs`).
+
 The variants are measured at the highest rung the window allows (:func:`attribution_rungs`,
 then :func:`choose_rung`); when not even the proxy's fits, the campaign says it skipped
 attribution (``attribution_skipped``, reason "out of time").
@@ -56,6 +61,9 @@ EXPECTED_GROUPS = 4
 """Groups the window planner reserves time for before a winner (and so its edit) is known."""
 
 Rung = tuple[str, int]
+LADDER_KINDS = ("rung", "stress")
+"""Kinds of the ladder's runs above the proxy, whose baseline and winner runs attribution
+reuses."""
 
 
 def attribution_rungs(settings: CampaignSettings, proxy_steps: int) -> list[Rung]:
@@ -99,10 +107,60 @@ def measured_runs(records: Sequence[TrialRecord], winner_id: str,
     for r in records:
         if (r.kind == ATTRIBUTION_KIND and r.parent == winner_id and r.trained
                 and r.recipe.get("steps") == steps):
-            value = r.val_bpb if r.status == "complete" and r.val_bpb is not None and \
-                math.isfinite(r.val_bpb) else None
-            found.setdefault(variant_key(r.edit), {})[int(r.recipe.get("seed", 0))] = value
+            found.setdefault(variant_key(r.edit), {})[int(r.recipe.get("seed", 0))] = _value(r)
     return found
+
+
+def rung_lr_factor(records: Sequence[TrialRecord], baseline: TrialRecord | None,
+                   steps: int) -> float:
+    """The factor on the learning rate the ladder trained ``steps`` at (the horizon rule's),
+    read from the baseline's run there; 1.0 where the baseline has none (the proxy's steps).
+    The variants train at it too, so they are measured as the runs that named the winner."""
+    if baseline is None:
+        return 1.0
+    run = next((r for r in records if r.kind in LADDER_KINDS and r.parent == baseline.trial_id
+                and r.recipe.get("steps") == steps and "lr_family" not in r.edit), None)
+    if run is None:
+        return 1.0
+    return float(run.recipe["optimizer"]["lr"]) / float(baseline.recipe["optimizer"]["lr"])
+
+
+def variant_recipe(baseline: Recipe, edit: dict[str, object], seed: int, steps: int,
+                   lr_factor: float) -> Recipe:
+    """The recipe a variant trains: the baseline with its edit, at the seed, the rung's steps
+    and the rung's learning-rate factor."""
+    recipe = baseline.apply({**edit, "seed": seed, "steps": steps})
+    return recipe.apply({"optimizer.lr": recipe.optimizer.lr * lr_factor})
+
+
+def reused_runs(records: Sequence[TrialRecord], baseline: Recipe,
+                groups: dict[str, dict[str, object]], seeds: Sequence[int], steps: int,
+                lr_factor: float) -> dict[GroupKey, dict[int, float | None]]:
+    """The baseline's and the winner's val_bpb by seed from the ladder's runs that trained
+    the recipe an attribution run of them would, so that they are not trained twice."""
+    wanted = [(variant_recipe(baseline, variant_edit(groups, key), seed, steps, lr_factor),
+               key, seed) for key in ((), tuple(sorted(groups))) for seed in seeds]
+    found: dict[GroupKey, dict[int, float | None]] = {}
+    for r in records:
+        if r.kind in LADDER_KINDS and r.trained and r.recipe.get("steps") == steps:
+            for recipe, key, seed in wanted:
+                if _same_training(Recipe.model_validate(r.recipe), recipe):
+                    found.setdefault(key, {})[seed] = _value(r)
+    return found
+
+
+def _same_training(a: Recipe, b: Recipe) -> bool:
+    """Whether two recipes train the same run: every knob equal, the learning rate to
+    rounding (a rung's rate is the proxy's times a factor, computed in another order)."""
+    lr_a, lr_b = a.optimizer.lr, b.optimizer.lr
+    return math.isclose(lr_a, lr_b, rel_tol=1e-9) and a.apply({"optimizer.lr": lr_b}) == b
+
+
+def _value(record: TrialRecord) -> float | None:
+    """A trained run's val_bpb, None when it failed (diverged, crashed)."""
+    value = record.val_bpb
+    return value if record.status == "complete" and value is not None and math.isfinite(value) \
+        else None
 
 
 def describe_variant(key: GroupKey, all_groups: Sequence[str]) -> str:
@@ -170,12 +228,15 @@ class AttributionPhase:
                  seeds: tuple[int, ...], rung: Rung) -> None:
         c, winner_id, steps = self.c, winner.record.trial_id, rung[1]
         running: dict[str, tuple[GroupKey, int]] = {}
+        lr_factor = rung_lr_factor(self.ledger.records, self.ledger.baseline, steps)
         while True:
             for record in c.book.poll(cancel=c.stops.cancel):
                 running.pop(record.trial_id, None)
             records = self.ledger.records
-            decision = attribute(groups, measured_runs(records, winner_id, steps), seeds,
-                                 self.ledger.noise)
+            measured = reused_runs(records, c.baseline, groups, seeds, steps, lr_factor)
+            for key, by_seed in measured_runs(records, winner_id, steps).items():
+                measured.setdefault(key, {}).update(by_seed)
+            decision = attribute(groups, measured, seeds, self.ledger.noise)
             if isinstance(decision, Attribution):
                 self._write(winner, decision, rung)
                 return
@@ -202,7 +263,7 @@ class AttributionPhase:
                                   "before the campaign's deadline")
                     stopping = True
                     break
-                trial_id = self._launch(winner, groups, key, seed, steps, lost)
+                trial_id = self._launch(winner, groups, key, seed, steps, lr_factor, lost)
                 if trial_id is None:
                     stopping = True
                     break
@@ -219,12 +280,13 @@ class AttributionPhase:
                 and variant_key(r.edit) == key and int(r.recipe.get("seed", 0)) == seed]
 
     def _launch(self, winner: Winner, groups: dict[str, dict[str, object]], key: GroupKey,
-                seed: int, steps: int, lost: Sequence[TrialRecord]) -> str | None:
+                seed: int, steps: int, lr_factor: float,
+                lost: Sequence[TrialRecord]) -> str | None:
         """Judge and launch one variant's run; None (logged) when the guardrails reject it."""
         c = self.c
         edit = variant_edit(groups, key)
         # judged as the proxy candidate it is (the guardrails hold a candidate to the
-        # proxy's steps), then trained at the rung's steps, as a stress run is
+        # proxy's steps), then trained at the rung's steps and rate, as a stress run is
         context = dataclasses.replace(c._context(), seen=frozenset())
         verdict = judge(c.baseline.apply({**edit, "seed": seed}).model_dump(mode="json"),
                         context, checks=[k for k in CHECKS if k not in c.settings.search.skip_checks])
@@ -233,7 +295,7 @@ class AttributionPhase:
                           reason=f"the guardrails reject {describe_variant(key, list(groups))}: "
                           + "; ".join(verdict.reasons))
             return None
-        recipe = verdict.recipe.apply({"steps": steps})
+        recipe = variant_recipe(verdict.recipe, {}, seed, steps, lr_factor)
         trial_id = self.ledger.next_id("a")
         record = TrialRecord(
             campaign=c.settings.name, trial_id=trial_id, iteration=winner.record.iteration,

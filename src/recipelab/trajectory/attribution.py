@@ -8,11 +8,17 @@ out again, paired against the winner and the baseline at the same seeds:
 - **leave one group out**: for every group ``g``, the winner without ``g``. Its *cost* is
   ``val_bpb(winner without g, s) - val_bpb(winner, s)`` averaged over the seeds ``s``: how much
   worse the recipe gets without the group, i.e. what the group contributes.
-- The cost's 90% interval is the campaign's paired noise (:mod:`recipelab.trajectory.noise`):
-  the deviations of each variant's paired differences from their own mean, pooled and
+- The cost's 90% interval is paired noise (:mod:`recipelab.trajectory.noise`): the
+  deviations of each variant's paired differences from their own mean, pooled and
   bootstrapped (:func:`~recipelab.trajectory.noise.pooled_deviations`), here with the winner as
-  the reference and at the fidelity the variants were measured at. With a single seed there
-  is nothing to pool, and the campaign's own (proxy) noise floor is used instead.
+  the reference and at the fidelity the variants were measured at. They are pooled **by
+  distance** from the winner: a comparison's interval comes from the variants at most as many
+  groups away from the winner as the one compared, farther ones added only while the pool has
+  fewer than :data:`MIN_POOLED_DEGREES` degrees of freedom. A recipe near the winner moves
+  with it from seed to seed, the baseline often does not (a baseline whose val_bpb spreads
+  by 0.7 over three seeds would otherwise widen every group's interval and call a steady
+  cost noise). With a single seed there is nothing to pool, and the campaign's own (proxy)
+  noise floor is used instead.
 - A group whose cost interval reaches 0 (its removal costs nothing outside the noise) is
   **dropped**; the others are **kept**.
 - With many groups (more than :data:`LEAVE_ONE_OUT_MAX_GROUPS`), dropping every such group at
@@ -47,6 +53,10 @@ RESULT_KIND = "attribution-result"
 """Record kind of an attribution's result: the minimal edit and every group's contribution, so
 that a later campaign's calibration reads which knobs mattered."""
 ATTRIBUTION_PROPOSER = "attribution"
+
+MIN_POOLED_DEGREES = 6
+"""Fewest degrees of freedom (a variant measured at n seeds gives n - 1) an interval's pooled
+deviations come from; below it, variants farther from the winner are pooled too."""
 
 LEAVE_ONE_OUT_MAX_GROUPS = 4
 """Up to this many groups, leave-one-group-out decides alone; past it, the greedy backward
@@ -214,29 +224,61 @@ class Abandoned:
 
 
 class _Intervals:
-    """Paired intervals of differences against the winner, from the leave-one-out round's
-    pooled deviations (or the fallback floor when there is a single seed)."""
+    """Paired intervals of differences against the winner, from deviations pooled by distance
+    (see the module), or from the fallback floor when a single seed gives nothing to pool."""
 
-    def __init__(self, deviations: list[float], fallback: NoiseFloor | None) -> None:
-        if len(deviations) >= 2:
-            self.floor: NoiseFloor | None = NoiseFloor(
-                mean=0.0, spread=0.0, seeds=(), kind="paired", deviations=tuple(deviations),
-                pairs=len(deviations))
-            self.source = (f"paired: bootstrapped from {len(deviations)} paired differences "
-                           "against the winner at the same seeds")
-        else:
-            self.floor = fallback
+    def __init__(self, measured: Measured, winner: GroupKey, seeds: Sequence[int],
+                 fallback: NoiseFloor | None) -> None:
+        self.measured, self.winner, self.seeds = measured, winner, seeds
+        self.fallback = fallback
+        self.paired = len(seeds) >= 2
+        if self.paired:
+            self.source = ("paired: bootstrapped from the paired differences against the winner "
+                           "at the same seeds of the variants at most as far from the winner as "
+                           f"the one compared (at least {MIN_POOLED_DEGREES} degrees of freedom)")
+        elif fallback is not None:
             self.source = ("the campaign's proxy noise floor (" + fallback.kind + "; one seed "
-                           "at this fidelity gives nothing to pool)" if fallback is not None
-                           else "none: one seed and no noise floor, so no group can be called "
-                           "noise and none is dropped")
+                           "at this fidelity gives nothing to pool)")
+        else:
+            self.source = ("none: one seed and no noise floor, so no group can be called noise "
+                           "and none is dropped")
 
-    def of(self, differences: Sequence[float]) -> Gain | None:
-        """The mean of ``differences`` with its 90% interval; None without a noise measure."""
-        if self.floor is None:
+    def distance(self, key: GroupKey) -> int:
+        """How many of the winner's groups ``key`` leaves out."""
+        return len(self.winner) - len(key)
+
+    def floor(self, key: GroupKey, known: Sequence[GroupKey]) -> NoiseFloor | None:
+        """The noise of ``key``'s comparison: deviations of the ``known`` variants nearest the
+        winner, out to ``key``'s distance and beyond it only while too few."""
+        if not self.paired:
+            return self.fallback
+        by_distance: dict[int, dict[str, dict[int, float]]] = {}
+        for other in dict.fromkeys(known):
+            diffs = _diffs(self.measured, other, self.winner, self.seeds)
+            if other != self.winner and diffs is not None:
+                by_distance.setdefault(self.distance(other), {})[",".join(other)] = dict(
+                    zip(self.seeds, diffs, strict=True))
+        pool: dict[str, dict[int, float]] = {}
+        for distance in sorted(by_distance):
+            degrees = sum(len(d) - 1 for d in pool.values())
+            if distance > self.distance(key) and degrees >= MIN_POOLED_DEGREES:
+                break
+            pool.update(by_distance[distance])
+        deviations, pairs, _ = pooled_deviations(pool)
+        if len(deviations) < 2:
+            return self.fallback
+        return NoiseFloor(mean=0.0, spread=0.0, seeds=(), kind="paired",
+                          deviations=tuple(deviations), pairs=pairs)
+
+    def of(self, key: GroupKey, known: Sequence[GroupKey]) -> Gain | None:
+        """``key - winner``'s mean over the seeds with its 90% interval; None when a run of it
+        failed or there is no noise measure."""
+        differences = _diffs(self.measured, key, self.winner, self.seeds)
+        floor = self.floor(key, known)
+        if differences is None or floor is None:
             return None
         value = statistics.fmean(differences)
-        low, high = self.floor.noise_quantiles(len(differences))
+        low, high = floor.noise_quantiles(len(differences))
         return Gain(value=value, low=value - high, high=value - low, seeds=len(differences))
 
 
@@ -278,34 +320,25 @@ def attribute(groups: Mapping[str, Mapping[str, Any]], measured: Measured, seeds
     missing = _missing(measured, round_keys, seeds)
     if missing:
         return Pending(missing)
-    differences: dict[str, dict[int, float]] = {}
-    for key in round_keys[:1] + round_keys[2:]:
-        diffs = _diffs(measured, key, winner, seeds)
-        if diffs is not None:
-            differences[",".join(key)] = dict(zip(seeds, diffs, strict=True))
     for key, what in ((winner, "the winner"), (baseline, "the baseline")):
         if any(measured[key][s] is None for s in seeds):
             return Abandoned(f"{what} failed to train at this fidelity, so there is no gain to "
                              "attribute")
-    deviations, _, _ = pooled_deviations(differences)
-    intervals = _Intervals(deviations, fallback)
-    to_baseline = _diffs(measured, baseline, winner, seeds)
-    assert to_baseline is not None
-    gain = intervals.of(to_baseline)
-    costs: dict[str, Gain | None] = {}
-    for g in names:
-        diffs = _diffs(measured, _without(winner, g), winner, seeds)
-        costs[g] = intervals.of(diffs) if diffs is not None else None
+    intervals = _Intervals(measured, winner, seeds, fallback)
+    gain = intervals.of(baseline, round_keys)
+    costs = {g: intervals.of(_without(winner, g), round_keys) for g in names}
     cheap = {g: c.value for g in names if (c := costs[g]) is not None and c.low <= 0.0}
     droppable = sorted(cheap, key=lambda g: (cheap[g], g))
     greedy = len(names) > LEAVE_ONE_OUT_MAX_GROUPS
     notes: dict[str, str] = {g: "its removal made the run fail" for g in names if costs[g] is None}
+    known = list(round_keys)
     if not greedy:
         current = tuple(g for g in winner if g not in droppable)
         if current != winner:
             missing = _missing(measured, [current], seeds)
             if missing:
                 return Pending(missing)
+            known.append(current)
         dropped = list(droppable)
     else:
         current, dropped = winner, []
@@ -314,8 +347,8 @@ def attribute(groups: Mapping[str, Mapping[str, Any]], measured: Measured, seeds
             missing = _missing(measured, [candidate], seeds)
             if missing:
                 return Pending(missing)
-            diffs = _diffs(measured, candidate, winner, seeds)
-            loss = intervals.of(diffs) if diffs is not None else None
+            known.append(candidate)
+            loss = intervals.of(candidate, known)
             if loss is not None and loss.low <= 0.0:
                 current, dropped = candidate, [*dropped, g]
             else:
@@ -324,9 +357,9 @@ def attribute(groups: Mapping[str, Mapping[str, Any]], measured: Measured, seeds
     minimal_loss = None
     keeps = True
     if current != winner:
-        diffs = _diffs(measured, current, winner, seeds)
-        minimal_loss = intervals.of(diffs) if diffs is not None else None
-        keeps = minimal_loss is not None and minimal_loss.low <= 0.0 if diffs is not None else False
+        minimal_loss = intervals.of(current, known)
+        failed = _diffs(measured, current, winner, seeds) is None
+        keeps = not failed and minimal_loss is not None and minimal_loss.low <= 0.0
     contributions = tuple(Contribution(g, dict(groups[g]), costs[g], g not in dropped,
                                        notes.get(g, "")) for g in names)
     means = {"baseline": _mean(measured, baseline, seeds), "winner": _mean(measured, winner, seeds),
