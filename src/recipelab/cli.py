@@ -771,8 +771,10 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
                   + (f"; best proxy {best.trial_id} val_bpb {best.val_bpb:.4f}" if best else "")
                   + (" (stopped early; run the same command to resume)"
                      if summary.stopped_early else ""), soft_wrap=True)
-    if summary.winner_line:  # the last line: the same sentence as status, the report and export
-        console.print(summary.winner_line, soft_wrap=True, markup=False, highlight=False)
+    # the verdict, the same sentence as status, the report and export; then what to book
+    for line in (summary.winner_line, summary.recommendation_line):
+        if line:
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
     if summary.failing is not None:
         errors.print(f"[bold red]error:[/] stopped after {settings.window.max_consecutive_failures} "
                      f"proxy trials in a row failed with {escape(summary.failing)}; see the "

@@ -52,7 +52,7 @@ def of_kind(directory: Path, kind: str) -> list[dict[str, object]]:
 
 def test_a_planted_neutral_edit_is_dropped_and_the_real_one_kept(
         settings: CampaignSettings, tmp_path: Path) -> None:
-    run(settings, tmp_path)
+    campaign = run(settings, tmp_path)
     runs = of_kind(tmp_path, ATTRIBUTION_KIND)
     # baseline, winner, winner without each of its two groups (the minimal edit is one of
     # those, so nothing more is needed), three seeds each, at the stress runs' steps and
@@ -80,6 +80,9 @@ def test_a_planted_neutral_edit_is_dropped_and_the_real_one_kept(
     assert (data["rung"], data["steps"], data["seeds"]) == ("stress", 30, [0, 1, 2])
     finished = events(tmp_path, "attribution_finished")
     assert finished and finished[-1]["kept"] == ["learning rate"]
+    assert campaign.summary().recommendation_line.startswith(
+        "recommended: the baseline plus the winner p0003's learning rate change(s), 1 of its 2 "
+        "knob(s); dropped: optimizer betas (attribution at 30 steps, 3 seed(s)")
 
 
 def test_a_crash_resumes_without_duplicating_or_losing_a_run(

@@ -7,6 +7,7 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from recipelab.trajectory.attribution import (
+    RESULT_KIND,
     Abandoned,
     Attribution,
     GroupKey,
@@ -14,10 +15,12 @@ from recipelab.trajectory.attribution import (
     attribute,
     group_edit,
     group_of,
+    recommendation_line,
     variant_edit,
     variant_key,
 )
 from recipelab.trajectory.noise import NoiseFloor
+from recipelab.trajectory.record import TrialRecord
 
 SEEDS = (0, 1, 2)
 
@@ -165,3 +168,21 @@ def test_a_winner_that_fails_at_this_fidelity_abandons_the_attribution() -> None
     found = attribute(groups, measured, SEEDS)
     assert isinstance(found, Abandoned) and "winner" in found.reason
     assert isinstance(attribute({}, {}, SEEDS), Abandoned)
+
+
+def test_the_recommendation_line_names_what_to_book_or_says_the_whole_edit() -> None:
+    groups = group_edit({"optimizer.lr": 0.01, "optimizer.eps": 1e-10})
+
+    def line(found: Attribution) -> str:
+        data = {**found.to_json(), "steps": 200, "winner": "p0003",
+                "full_edit": variant_edit(groups, list(groups))}
+        return recommendation_line(TrialRecord(campaign="c", trial_id="m0000", kind=RESULT_KIND,
+                                               status="complete", metrics={"attribution": data}))
+
+    minimal = decide(groups, measure(groups, lambda keep: -0.1 * ("learning rate" in keep)))
+    assert line(minimal) == (
+        "recommended: the baseline plus the winner p0003's learning rate change(s), 1 of its 2 "
+        "knob(s); dropped: optimizer betas (attribution at 200 steps, 3 seed(s), "
+        "leave-one-group-out; 'recipelab export' writes it, the report says why)")
+    whole = decide(groups, measure(groups, lambda keep: -0.05 * len(keep)))
+    assert line(whole).startswith("recommended: the winner p0003's whole edit; no group")

@@ -55,6 +55,7 @@ from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
 from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.runner import Executor, build_executor
 from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.attribution import recommendation_line, result_of
 from recipelab.trajectory.horizon import HorizonRule, horizon_rule
 from recipelab.trajectory.ladder import describe_ladder
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger, Winner
@@ -111,7 +112,8 @@ class CampaignSummary:
     winner: Winner | None = None  # named by the highest-fidelity evidence (see Ledger)
     failing: str | None = None  # the reason a run of failed trials stopped the campaign
     rung_runs: int = 0
-    winner_line: str = ""  # Ledger.winner_line: the campaign's last console line
+    winner_line: str = ""  # Ledger.winner_line: the campaign's verdict on the console
+    recommendation_line: str = ""  # the attribution's recommendation, printed after it
 
 
 class Campaign:
@@ -184,7 +186,14 @@ class Campaign:
             proxy_trials=counts.trained, rejected=counts.rejected,
             stress_runs=counts.stress_trained, best=ledger.best, stopped_early=stopped_early,
             noise=ledger.noise, winner=ledger.winner, failing=self.failures.failing,
-            rung_runs=counts.rung_trained, winner_line=ledger.winner_line())
+            rung_runs=counts.rung_trained, winner_line=ledger.winner_line(),
+            recommendation_line=self._recommendation_line())
+
+    def _recommendation_line(self) -> str:
+        """The attribution's recommendation for the winner, once it has one."""
+        winner = self.ledger.winner
+        result = result_of(self.ledger.records, winner.record.trial_id) if winner else None
+        return recommendation_line(result) if result is not None else ""
 
     # -- the search ---------------------------------------------------------------------------
 
@@ -555,6 +564,7 @@ class Campaign:
                       winner_within_noise=summary.winner.within_noise if summary.winner else None,
                       noise_spread=summary.noise.spread if summary.noise else None,
                       winner_line=summary.winner_line,
+                      recommendation_line=summary.recommendation_line,
                       stopped_early=summary.stopped_early, failing=summary.failing)
         try:  # the report is a by-product: one that cannot be written never fails the campaign
             write_report(self.directory, self.ledger.records, ReportContext(

@@ -383,6 +383,24 @@ def result_of(records: Sequence[TrialRecord], winner_id: str | None = None) -> T
     return found[-1] if found else None
 
 
+def recommendation_line(record: TrialRecord) -> str:
+    """An attribution result in one line: what to book and what was left out, on what
+    evidence. The campaign prints it after the winner line; the report explains it."""
+    data = result_json(record)
+    groups = data.get("groups", [])
+    kept = [g["group"] for g in groups if g["kept"]]
+    dropped = [g["group"] for g in groups if not g["kept"]]
+    evidence = (f"attribution at {data.get('steps')} steps, {len(data.get('seeds', []))} "
+                f"seed(s), {data.get('method')}")
+    if not data.get("recommends_minimal"):
+        return (f"recommended: the winner {data.get('winner')}'s whole edit; no group of it "
+                f"could be left out within noise ({evidence})")
+    return (f"recommended: the baseline plus the winner {data.get('winner')}'s "
+            f"{', '.join(kept)} change(s), {len(data.get('minimal_edit', {}))} of its "
+            f"{len(data.get('full_edit', {}))} knob(s); dropped: {', '.join(dropped)} "
+            f"({evidence}; 'recipelab export' writes it, the report says why)")
+
+
 def result_json(record: TrialRecord) -> dict[str, Any]:
     """What an attribution result record holds: :meth:`Attribution.to_json` plus the fidelity
     it was measured at (``rung``, ``steps``) and the winner (``winner``)."""

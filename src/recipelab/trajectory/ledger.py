@@ -384,7 +384,7 @@ class Ledger:
 
     def winner_line(self) -> str:
         """The one sentence that names the winner (or why there is none), with the rung of
-        its evidence, its seeds and its gain with interval: the last console line of a
+        its evidence, its seeds and its gain with interval: the verdict line of a
         campaign, ``status``, the report's summary and ``export`` all print this."""
         top = self.recommendation()
         if top is not None:
