@@ -29,10 +29,6 @@ def baseline_knobs(records: Sequence[TrialRecord]) -> dict[str, Any]:
     return flatten(trials[0].recipe) if trials else {}
 
 
-def _interval(found: Mapping[str, Any]) -> str:
-    return f"{found['value']:+.4f} [{found['low']:+.4f}, {found['high']:+.4f}]"
-
-
 def _cost(group: Mapping[str, Any]) -> str:
     if group.get("contribution") is None:
         return "its removal made the run fail"
@@ -151,7 +147,8 @@ def why_this_recipe(records: Sequence[TrialRecord]) -> Section:
         f"the baseline; {data.get('method')}. At those steps the baseline scored "
         f"{values.get('baseline', float('nan')):.4f} val_bpb and the winner "
         f"{values.get('winner', float('nan')):.4f}"
-        + (f", a gain of {_interval(gain_data)}" if gain_data else "")
+        + (f", a gain of {gain_data['value']:+.4f} (its interval is the winner line's)"
+           if gain_data else "")
         + f". Intervals (90%): {data.get('noise')}."))
     blocks.append(Table(("group", "knobs", "leaving it out costs [90%]", "share of gain",
                          "decision"),
