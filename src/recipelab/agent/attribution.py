@@ -47,7 +47,7 @@ from recipelab.trajectory.attribution import (
     variant_edit,
     variant_key,
 )
-from recipelab.trajectory.ledger import Ledger, Winner
+from recipelab.trajectory.ledger import Ledger, Winner, has_score
 from recipelab.trajectory.record import TrialRecord, utc_now
 
 if TYPE_CHECKING:
@@ -158,9 +158,7 @@ def _same_training(a: Recipe, b: Recipe) -> bool:
 
 def _value(record: TrialRecord) -> float | None:
     """A trained run's val_bpb, None when it failed (diverged, crashed)."""
-    value = record.val_bpb
-    return value if record.status == "complete" and value is not None and math.isfinite(value) \
-        else None
+    return record.val_bpb if has_score(record) else None
 
 
 def describe_variant(key: GroupKey, all_groups: Sequence[str]) -> str:
