@@ -15,9 +15,21 @@ The hybrid needs an OpenAI-compatible endpoint: ``--llm-base-url`` (or
 (``python -m llama_cpp.server --model smollm2-135m-instruct-q4_1.gguf``); without one it is
 left out and the table says so. Trials run in this process, one thread, one after another.
 
+**The campaign-level row** (``--campaigns N``) asks the question a user asks in the morning:
+is the recipe the campaign named worth training? It runs N whole campaigns (campaign seeds
+0 to N-1: each seeds its sampler and its baseline) with ``--trials`` iterations and the
+default ladder up to ``--long-steps``, then trains every candidate each one measured at
+``--long-steps`` (its recipe and seed, at the learning rate the campaign's horizon rule gave
+the top rung) and prints, per campaign, the named winner's long val_bpb against the best of
+all its candidates (the regret of the pick) and against the baseline's (the gain); where no
+winner is named the recommendation is the baseline. Campaigns and long trials are cached in
+``--out``, so an interrupted run resumes.
+
     python bench/search_quality.py [--preset cpu] [--trials 16] [--seeds 3]
         [--proposers tpe,cmaes,random,hybrid,llm] [--llm-base-url URL]
         [--llm-structured-output json_object] [--steer cmaes] [--searchable shape.norm]
+    python bench/search_quality.py --campaigns 3 [--preset tiny] [--trials 16]
+        [--long-steps 1000] [--campaign-proposer classical] [--out DIR]
 """
 
 from __future__ import annotations
@@ -29,15 +41,24 @@ import math
 import os
 import random
 import statistics
+import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import get_args
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fidelity
+from recipelab.agent.attribution import rung_lr_factor
+from recipelab.agent.campaign import Campaign
+from recipelab.agent.settings import CampaignSettings, save
 from recipelab.agent.settings_components import ProposerSettings
+from recipelab.cli import read_campaign
 from recipelab.guardrails import GuardContext, detect_device, judge
 from recipelab.proposer import ClassicalProposer, Observation, Proposer, default_space
 from recipelab.proposer.classical import SamplerName
@@ -54,6 +75,7 @@ from recipelab.recipe import (
 )
 from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
+from recipelab.trajectory.ledger import Ledger
 
 CHECKS = ("ranges", "stability", "divisibility", "shape_invariants", "param_budget",
           "duplicate", "hardware")
@@ -131,6 +153,88 @@ def make_proposer(name: str, baseline: Recipe, space: SearchSpace, seed: int,
     return HybridProposer(classical, llm, llm_share=0.3)
 
 
+@dataclasses.dataclass(frozen=True)
+class CampaignOutcome:
+    """One campaign judged at the long horizon."""
+
+    seed: int
+    pick: str  # the named winner's trial id, or the baseline's when none was named
+    named: bool
+    pick_long: float
+    best: str  # the candidate with the best long val_bpb
+    best_long: float
+    baseline_long: float
+    candidates: int
+
+    @property
+    def regret(self) -> float:
+        return self.pick_long - self.best_long
+
+    @property
+    def gain(self) -> float:
+        return self.baseline_long - self.pick_long
+
+
+def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutcome:
+    """A whole campaign at ``seed`` (resumed when ``out`` holds one), then every candidate it
+    measured trained at ``--long-steps``."""
+    directory = out / f"campaign-seed{seed}"
+    settings = CampaignSettings.model_validate({  # flat keys, as a settings file may hold them
+        "name": f"search-quality-{seed}", "preset": args.preset, "seed": seed,
+        "precision": "fp32", "iterations": args.trials, "stress_steps": args.long_steps,
+        "attribution": False, "parallel": 1, "proposer": args.campaign_proposer,
+        "sampler": args.steer, "llm_base_url": args.llm_base_url,
+        "llm_structured_output": args.llm_structured_output})
+    directory.mkdir(parents=True, exist_ok=True)
+    save(settings, directory)
+    Campaign(settings, directory).run()
+    _, records = read_campaign(str(directory))
+    ledger = Ledger(records, promote=settings.ladder.promote, rung_size=settings.ladder.rung_size,
+                    eta=settings.ladder.eta)
+    baseline = ledger.baseline
+    assert baseline is not None, f"campaign {directory} trained no baseline"
+    factor = rung_lr_factor(records, baseline, args.long_steps)
+    long: dict[str, float] = {}
+    for candidate in ledger.ranked:
+        recipe = Recipe.model_validate(candidate.recipe)
+        recipe = recipe.apply({"optimizer.lr": recipe.optimizer.lr * factor})
+        long[candidate.trial_id] = fidelity.score(fidelity.trial(
+            recipe, args.long_steps, directory / "long", f"l{args.long_steps}-{candidate.trial_id}",
+            threads=1, corpus=settings.corpus))
+    winner = ledger.winner
+    pick = winner.record.trial_id if winner is not None else baseline.trial_id
+    best = min(long, key=lambda i: (long[i], i))
+    return CampaignOutcome(seed, pick, winner is not None, long[pick], best, long[best],
+                           long[baseline.trial_id], len(long))
+
+
+def campaign_table(args: argparse.Namespace, console: Console) -> None:
+    """The campaign-level row: see the module's docstring."""
+    out = args.out / f"{args.preset}-{args.campaign_proposer}-{args.steer}-{args.trials}"
+    outcomes = []
+    for seed in range(args.campaigns):
+        outcome = run_campaign(args, seed, out)
+        outcomes.append(outcome)
+        console.print(f"campaign seed {seed}: pick {outcome.pick} {outcome.pick_long:.4f}, best "
+                      f"{outcome.best} {outcome.best_long:.4f}, baseline "
+                      f"{outcome.baseline_long:.4f} at {args.long_steps} steps")
+    table = Table(title=f"the named winner at {args.long_steps} steps, {args.preset} preset, "
+                        f"{args.trials} iterations per campaign (lower val_bpb is better)")
+    for column in ("campaign seed", "pick", "its val_bpb", "best candidate", "regret",
+                   "baseline", "gain"):
+        table.add_column(column)
+    for o in outcomes:
+        table.add_row(str(o.seed), o.pick if o.named else f"{o.pick} (no winner named)",
+                      f"{o.pick_long:.4f}", f"{o.best} {o.best_long:.4f} of {o.candidates}",
+                      f"{o.regret:+.4f}", f"{o.baseline_long:.4f}", f"{o.gain:+.4f}")
+    table.add_row("mean", "", f"{statistics.fmean(o.pick_long for o in outcomes):.4f}",
+                  f"{statistics.fmean(o.best_long for o in outcomes):.4f}",
+                  f"{statistics.fmean(o.regret for o in outcomes):+.4f}",
+                  f"{statistics.fmean(o.baseline_long for o in outcomes):.4f}",
+                  f"{statistics.fmean(o.gain for o in outcomes):+.4f}")
+    console.print(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="cpu", choices=list(PROXY_PRESETS))
@@ -146,9 +250,22 @@ def main() -> None:
                         help="the sampler the hybrid and llm steer (default: the campaign's)")
     parser.add_argument("--searchable", action="append", default=[])
     parser.add_argument("--max-rejections", type=int, default=25)
+    parser.add_argument("--campaigns", type=int, default=0,
+                        help="the campaign-level row instead: this many whole campaigns")
+    parser.add_argument("--campaign-proposer", default="classical",
+                        choices=("classical", "llm", "hybrid"),
+                        help="the campaigns' proposer (an LLM one needs --llm-base-url)")
+    parser.add_argument("--long-steps", type=int, default=1000,
+                        help="the campaigns' stress horizon, where their picks are judged")
+    parser.add_argument("--out", type=Path,
+                        default=Path(tempfile.gettempdir()) / "recipelab-search-quality",
+                        help="where the campaigns and their long trials run and are cached")
     args = parser.parse_args()
     torch.set_num_threads(1)
     console = Console()
+    if args.campaigns:
+        campaign_table(args, console)
+        return
 
     baseline = proxy_recipe(args.preset)
     preset = PROXY_PRESETS[args.preset]
