@@ -261,6 +261,8 @@ def main() -> None:
                         default=Path(tempfile.gettempdir()) / "recipelab-search-quality",
                         help="where the campaigns and their long trials run and are cached")
     args = parser.parse_args()
+    if args.campaigns < 0:
+        parser.error(f"--campaigns must be 0 (off) or a number of campaigns, not {args.campaigns}")
     torch.set_num_threads(1)
     console = Console()
     if args.campaigns:
