@@ -132,6 +132,18 @@ def test_a_gain_inside_the_paired_interval_names_no_winner_and_says_why() -> Non
     assert ledger.no_winner_reason == line
 
 
+def test_finalists_worse_than_the_baseline_beyond_noise_keep_it_without_blaming_the_seeds() -> None:
+    """Both finalists lose about 0.3 at both seeds: the interval lies below 0, so the line
+    must not say that it includes 0 or that more seeds could help."""
+    records = [*PROXIES, *top({"p0001": (-0.29, -0.30), "p0002": (-0.31, -0.32)})]
+    ledger = Ledger(records)
+    assert ledger.winner is None
+    line = ledger.winner_line()
+    assert line.startswith("no winner beyond noise: the best finalist p0001 gains -0.2950")
+    assert "worse than the baseline" in line and "keep the baseline" in line
+    assert "includes 0" not in line and "--top-seeds" not in line
+
+
 def test_without_a_paired_top_rung_the_winner_line_says_it_is_provisional() -> None:
     ledger = Ledger(PROXIES)
     assert ledger.recommendation() is None

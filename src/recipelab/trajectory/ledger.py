@@ -363,6 +363,12 @@ class Ledger:
         best = by_id[ranked[0]]
         gain = top_interval(list(gains[best.trial_id].values()), deviations)
         seeds = max(len(g) for g in gains.values())
+        if gain.is_noise and gain.high < 0.0:
+            return Recommendation(
+                steps, seeds, None, gain, best=best,
+                reason=(f"the best finalist {best.trial_id} gains {gain.text()} over the baseline "
+                        f"at the top rung ({steps} steps); the whole interval is below 0, so "
+                        "every finalist is worse than the baseline there: keep the baseline"))
         if gain.is_noise:
             return Recommendation(
                 steps, seeds, None, gain, best=best,
