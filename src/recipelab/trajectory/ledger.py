@@ -363,19 +363,16 @@ class Ledger:
         best = by_id[ranked[0]]
         gain = top_interval(list(gains[best.trial_id].values()), deviations)
         seeds = max(len(g) for g in gains.values())
-        if gain.is_noise and gain.high < 0.0:
-            return Recommendation(
-                steps, seeds, None, gain, best=best,
-                reason=(f"the best finalist {best.trial_id} gains {gain.text()} over the baseline "
-                        f"at the top rung ({steps} steps); the whole interval is below 0, so "
-                        "every finalist is worse than the baseline there: keep the baseline"))
         if gain.is_noise:
+            why = ("the whole interval is below 0, so every finalist is worse than the baseline "
+                   "there: keep the baseline" if gain.high < 0.0 else
+                   "the interval includes 0, so the seeds alone could explain it: keep the "
+                   f"baseline, or buy more evidence at the top rung (--top-seeds {seeds + 1}) "
+                   "or a longer one (--stress-steps)")
             return Recommendation(
                 steps, seeds, None, gain, best=best,
                 reason=(f"the best finalist {best.trial_id} gains {gain.text()} over the baseline "
-                        f"at the top rung ({steps} steps); the interval includes 0, so the seeds "
-                        "alone could explain it: keep the baseline, or buy more evidence at the "
-                        f"top rung (--top-seeds {seeds + 1}) or a longer one (--stress-steps)"))
+                        f"at the top rung ({steps} steps); {why}"))
         fallback = lead = None
         if len(ranked) > 1:
             runner = ranked[1]
