@@ -265,6 +265,18 @@ class Recipe(StrictModel):
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len * self.grad_accum
 
+    @property
+    def tokens(self) -> int:
+        """The training tokens of the whole run: ``steps × tokens_per_step``."""
+        return self.steps * self.tokens_per_step
+
+    def at_tokens(self, tokens: int) -> Recipe:
+        """This recipe trained for ``tokens`` tokens: as many of its own steps as its tokens
+        per step allow (at least one). A rung's budget is tokens, so a batch edit trades steps
+        for batch as a cloud run with a token budget does. The warm-up stays in steps, and
+        so in tokens; the schedule's decay follows the new steps."""
+        return self.apply({"steps": max(1, round(tokens / self.tokens_per_step))})
+
     def param_count(self) -> int:
         return param_count(self.shape, self.seq_len)
 

@@ -162,8 +162,8 @@ def test_out_of_time_it_says_it_skipped_attribution(
 @pytest.mark.timeout(1200)  # a dozen real trial subprocesses on a small shared machine
 def test_a_real_tiny_campaign_ends_with_attribution_json(
         tiny_settings: CampaignSettings, tmp_path: Path) -> None:
-    """The real trainer, in subprocesses: two baseline seeds, one edit of two groups (four
-    times the batch, which sees four times the text in 20 steps, and a neutral eps), its
+    """The real trainer, in subprocesses: two baseline seeds, one edit of two groups (a
+    quarter of the batch, four times the steps for the same tokens, and a neutral eps), its
     stress runs, then the winner without each of its groups at 2 seeds (the baseline and the
     winner at those seeds are the top rung's runs); the export writes attribution.json."""
     from typer.testing import CliRunner
@@ -171,14 +171,14 @@ def test_a_real_tiny_campaign_ends_with_attribution_json(
     from recipelab.agent.settings import save
     from recipelab.cli import app
 
-    # the timeout guard predicts the 4x batch's time from the baseline's measured speed: on a
+    # the timeout guard predicts the edit's time from the baseline's measured speed: on a
     # loaded machine 120 s would reject the edit the test is about
     settings = tiny_settings.model_copy(update={
         "iterations": 3, "noise_seeds": 2, "attribution": True, "name": "real",
         "trial_timeout_s": 600})
     save(settings, tmp_path)
     Campaign(settings, tmp_path, proposer=ScriptedProposer(settings.baseline(), [
-        {"batch_size": 32, "optimizer.eps": 1e-10}])).run()
+        {"batch_size": 2, "optimizer.eps": 1e-10}])).run()
     runs = of_kind(tmp_path, ATTRIBUTION_KIND)
     assert len(runs) == 2 * 2 and all(r["status"] == "complete" for r in runs)
     [result] = of_kind(tmp_path, RESULT_KIND)

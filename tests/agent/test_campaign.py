@@ -29,8 +29,11 @@ def test_a_campaign_runs_baseline_then_proposals_then_stress_runs(
     assert {(s["parent"], s["recipe"]["seed"]) for s in stress} == {
         (parent, seed) for parent in (proxies[0]["trial_id"], finalist["trial_id"]) for seed in (0, 1)}
     assert all(s["verdict"] in ("stable", "flat", "grad-spike", "diverged") for s in stress)
-    # at least 20 curve points: a 30-step stress run logs every step (not every 10th)
-    assert all([p["step"] for p in s["curve"]] == list(range(1, 31)) for s in stress)
+    # at least 20 curve points: a 30-step stress run logs every step (not every 10th); a
+    # finalist with a larger batch trains the same tokens in fewer steps
+    assert all(s["budget"] == 30 for s in stress)
+    assert all([p["step"] for p in s["curve"]] == list(range(1, s["recipe"]["steps"] + 1))
+               for s in stress if s["status"] == "complete")
     assert (tmp_path / "trajectory.sqlite").exists() and (tmp_path / "events.jsonl").exists()
     for record in lines:
         assert (tmp_path / record["artifacts"]["dir"] / "trial.log").exists()
@@ -97,10 +100,12 @@ def test_a_trial_past_its_timeout_is_recorded_as_timeout_and_the_loop_goes_on(
         tmp_path: Path, tiny_settings: CampaignSettings) -> None:
     settings = tiny_settings.model_copy(update={
         "iterations": 3, "promote": 0, "trial_timeout_s": 4.0,
-        # the time and range guardrails would (rightly) reject the slow candidate
-        "skip_checks": ("time", "ranges")})
+        # the time, shape and size guardrails would (rightly) reject the slow candidate
+        "skip_checks": ("time", "shape_invariants", "param_budget", "memory")})
     baseline = settings.baseline()
-    slow = {"seq_len": baseline.seq_len * 8, "batch_size": baseline.batch_size * 8}  # 64x the work
+    # every trial trains the baseline's tokens, so the slow one is a model ~1,000x the work
+    # per token: 8 layers of width 1,024 against 2 of 64
+    slow = {"shape.d_model": 1024, "shape.n_layer": 8}
     proposer = ScriptedProposer(baseline, [slow, {"optimizer.weight_decay": 0.0},
                                            {"optimizer.weight_decay": 0.2}])
     Campaign(settings, tmp_path, proposer=proposer).run()

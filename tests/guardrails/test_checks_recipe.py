@@ -18,21 +18,31 @@ from tests.guardrails.factories import BASELINE, BUDGET, context, unvalidated
 
 
 def ranges(**edit: Any) -> list[str]:
-    return check_ranges(BASELINE.apply(edit), context())
+    """The reasons against the baseline with ``edit``, trained for the baseline's tokens."""
+    return check_ranges(BASELINE.apply(edit).at_tokens(BASELINE.tokens), context())
 
 
 def test_ranges_accept_the_baseline_and_edits_within_the_campaigns_bounds() -> None:
     assert check_ranges(BASELINE, context()) == []
     assert ranges(seq_len=8 * BASELINE.seq_len, batch_size=1) == []
-    assert ranges(grad_accum=8) == []
+    assert ranges(grad_accum=8, **{"schedule.warmup_steps": 1}) == []  # 1/8 of the steps
     assert ranges(batch_size=1) == []  # exactly 1/8 of the baseline's tokens per step
 
 
 def test_a_candidate_may_not_change_its_training_length() -> None:
-    (reason,) = ranges(steps=BASELINE.steps * 2)
-    assert reason.startswith(f"steps {BASELINE.steps * 2} differs from the baseline's")
+    (reason,) = check_ranges(BASELINE.apply({"steps": BASELINE.steps * 2}), context())
+    assert reason.startswith(f"steps {BASELINE.steps * 2} train {2 * BASELINE.tokens:,} "
+                             f"tokens, not the baseline's {BASELINE.tokens:,}")
     assert "may not change its own training length" in reason
     assert f"keep steps at {BASELINE.steps}" in reason
+
+
+def test_a_batch_edit_trains_the_baselines_tokens_in_fewer_steps() -> None:
+    doubled = BASELINE.apply({"batch_size": 2 * BASELINE.batch_size})
+    assert check_ranges(doubled.at_tokens(BASELINE.tokens), context()) == []
+    assert doubled.at_tokens(BASELINE.tokens).steps == BASELINE.steps // 2
+    (reason,) = check_ranges(doubled, context())
+    assert f"keep steps at {BASELINE.steps // 2} for this batch" in reason
 
 
 def test_eval_bytes_must_match_so_val_bpb_compares() -> None:
@@ -52,7 +62,7 @@ def test_seq_len_at_most_eight_times_the_baselines() -> None:
 ])
 def test_tokens_per_step_within_an_eighth_and_eight_times_the_baselines(
         edit: dict[str, int], words: list[str]) -> None:
-    (reason,) = ranges(**edit)
+    (reason,) = ranges(**edit, **{"schedule.warmup_steps": 0})
     assert reason.startswith("tokens per step (batch_size")
     for word in words:
         assert word in reason

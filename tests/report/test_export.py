@@ -198,8 +198,8 @@ def test_export_of_a_campaign_without_a_completed_trial_says_what_to_do(tmp_path
 
 def test_export_moves_the_learning_rate_by_the_campaigns_fitted_horizon_rule(
         finished_campaign: Path, tmp_path: Path) -> None:
-    """Without --lr-horizon-exponent the rule fitted from the proxies and the rung applies
-    (here the rung's best rate is below the proxies')."""
+    """Without --lr-horizon-exponent the rule fitted from the baseline's learning-rate
+    families applies (here the rung's best rate is below the proxy's)."""
     directory = tmp_path / "nightly"
     shutil.copytree(finished_campaign, directory)
     add_horizon_trials(directory)
@@ -211,26 +211,31 @@ def test_export_moves_the_learning_rate_by_the_campaigns_fitted_horizon_rule(
         return Recipe.model_validate_json((out / "recipe.json").read_text()).optimizer.lr
 
     with TrajectoryStore(directory, "nightly", readonly=True) as store:
-        alpha = horizon_rule(store.records()).alpha
-    assert alpha > 0
+        rule = horizon_rule(store.records())
+    alpha = rule.alpha
+    assert rule.source == "fitted" and alpha > 0
     fitted, none = exported_lr(), exported_lr("--lr-horizon-exponent", "0")
     assert fitted < none
     assert f"^-{alpha:g} " in (tmp_path / "cloud0" / "transfer.md").read_text()
 
 
 def add_horizon_trials(directory: Path) -> None:
-    """Proxies and rung runs at four learning rates, from which a horizon rule is fitted
-    (the rung's best rate below the proxies')."""
-    base = proxy_recipe("tiny")
+    """The baseline's learning-rate family (lr × {½, 1, 2}) at the proxy's budget and at a
+    rung four times longer, from which a horizon rule is fitted (the rung's best rate below
+    the proxy's)."""
     with TrajectoryStore(directory, "nightly") as store:
-        for i, lr in enumerate((1e-3, 3e-3, 1e-2, 3e-2)):
-            for kind, steps, best in (("proxy", 20, 1e-2), ("rung", 80, 5e-3)):
+        baseline = next(r for r in store.records() if r.proposer == "baseline")
+        base = Recipe.model_validate(baseline.recipe)
+        for steps, best in ((base.steps, base.optimizer.lr), (4 * base.steps, base.optimizer.lr / 2)):
+            for i, m in enumerate((0.5, 1.0, 2.0)):
+                lr = base.optimizer.lr * m
                 recipe = base.apply({"optimizer.lr": lr, "steps": steps})
                 store.append(TrialRecord(
-                    campaign="nightly", trial_id=f"{kind[0]}9{i:03d}", kind=kind,
+                    campaign="nightly", trial_id=f"r9{steps:03d}{i}", kind="rung",
                     status="complete", val_bpb=9.0 + 0.1 * math.log(lr / best) ** 2,
                     recipe=recipe.model_dump(mode="json"), fingerprint=recipe.fingerprint(),
-                    proposer="classical-tpe", edit={"optimizer.lr": lr}))
+                    parent=baseline.trial_id, budget=steps, edit={"lr_family": m},
+                    proposer="lr-family" if m != 1.0 else "baseline"))
 
 
 def test_the_report_and_the_export_recommend_the_same_learning_rate(

@@ -106,7 +106,7 @@ def measured_runs(records: Sequence[TrialRecord], winner_id: str,
     found: dict[GroupKey, dict[int, float | None]] = {}
     for r in records:
         if (r.kind == ATTRIBUTION_KIND and r.parent == winner_id and r.trained
-                and r.recipe.get("steps") == steps):
+                and r.budget_steps == steps):
             found.setdefault(variant_key(r.edit), {})[int(r.recipe.get("seed", 0))] = _value(r)
     return found
 
@@ -119,7 +119,7 @@ def rung_lr_factor(records: Sequence[TrialRecord], baseline: TrialRecord | None,
     if baseline is None:
         return 1.0
     run = next((r for r in records if r.kind in LADDER_KINDS and r.parent == baseline.trial_id
-                and r.recipe.get("steps") == steps and "lr_family" not in r.edit), None)
+                and r.budget_steps == steps and "lr_family" not in r.edit), None)
     if run is None:
         return 1.0
     return float(run.recipe["optimizer"]["lr"]) / float(baseline.recipe["optimizer"]["lr"])
@@ -127,10 +127,11 @@ def rung_lr_factor(records: Sequence[TrialRecord], baseline: TrialRecord | None,
 
 def variant_recipe(baseline: Recipe, edit: dict[str, object], seed: int, steps: int,
                    lr_factor: float) -> Recipe:
-    """The recipe a variant trains: the baseline with its edit, at the seed, the rung's steps
-    and the rung's learning-rate factor."""
-    recipe = baseline.apply({**edit, "seed": seed, "steps": steps})
-    return recipe.apply({"optimizer.lr": recipe.optimizer.lr * lr_factor})
+    """The recipe a variant trains: the baseline with its edit, at the seed, the rung's
+    tokens (``steps`` of the baseline's) and the rung's learning-rate factor."""
+    recipe = baseline.apply({**edit, "seed": seed})
+    return recipe.apply({"optimizer.lr": recipe.optimizer.lr * lr_factor}).at_tokens(
+        steps * baseline.tokens_per_step)
 
 
 def reused_runs(records: Sequence[TrialRecord], baseline: Recipe,
@@ -142,7 +143,7 @@ def reused_runs(records: Sequence[TrialRecord], baseline: Recipe,
                key, seed) for key in ((), tuple(sorted(groups))) for seed in seeds]
     found: dict[GroupKey, dict[int, float | None]] = {}
     for r in records:
-        if r.kind in LADDER_KINDS and r.trained and r.recipe.get("steps") == steps:
+        if r.kind in LADDER_KINDS and r.trained and r.budget_steps == steps:
             for recipe, key, seed in wanted:
                 if _same_training(Recipe.model_validate(r.recipe), recipe):
                     found.setdefault(key, {})[seed] = _value(r)
@@ -274,7 +275,7 @@ class AttributionPhase:
     def _lost(records: Sequence[TrialRecord], winner_id: str, steps: int, key: GroupKey,
               seed: int) -> list[TrialRecord]:
         return [r for r in records if r.kind == ATTRIBUTION_KIND and r.parent == winner_id
-                and r.status == "interrupted" and r.recipe.get("steps") == steps
+                and r.status == "interrupted" and r.budget_steps == steps
                 and variant_key(r.edit) == key and int(r.recipe.get("seed", 0)) == seed]
 
     def _launch(self, winner: Winner, groups: dict[str, dict[str, object]], key: GroupKey,
@@ -286,19 +287,19 @@ class AttributionPhase:
         # judged as the proxy candidate it is (the guardrails hold a candidate to the
         # proxy's steps), then trained at the rung's steps and rate, as a stress run is
         context = dataclasses.replace(c._context(), seen=frozenset())
-        verdict = judge(c.baseline.apply({**edit, "seed": seed}).model_dump(mode="json"),
+        verdict = judge(c.baseline.apply({**edit, "seed": seed}).at_tokens(c.baseline.tokens),
                         context, checks=[k for k in CHECKS if k not in c.settings.search.skip_checks])
         if not verdict.accepted or verdict.recipe is None:
             c.log.warning("attribution_abandoned", trial_id=winner.record.trial_id,
                           reason=f"the guardrails reject {describe_variant(key, list(groups))}: "
                           + "; ".join(verdict.reasons))
             return None
-        recipe = variant_recipe(verdict.recipe, {}, seed, steps, lr_factor)
+        recipe = variant_recipe(c.baseline, edit, seed, steps, lr_factor)
         trial_id = self.ledger.next_id("a")
         record = TrialRecord(
             campaign=c.settings.name, trial_id=trial_id, iteration=winner.record.iteration,
             kind=ATTRIBUTION_KIND, status="queued", recipe=recipe.model_dump(mode="json"),
-            fingerprint=recipe.fingerprint(), parent=winner.record.trial_id,
+            fingerprint=recipe.fingerprint(), parent=winner.record.trial_id, budget=steps,
             proposer=ATTRIBUTION_PROPOSER, edit=edit,
             hypothesis=describe_variant(key, list(groups)),
             retry_of=lost[-1].trial_id if lost else None)

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -50,6 +51,7 @@ from recipelab.eventlog import campaign_logger
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, judge
 from recipelab.guardrails.hardware import resolve_device, supported_precisions
 from recipelab.guardrails.memory_fit import MemoryModel
+from recipelab.guardrails.schema import parse_candidate
 from recipelab.proposer import Observation, Proposal, Proposer, default_space
 from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
 from recipelab.report import CloudRates, ReportContext, write_report
@@ -57,16 +59,13 @@ from recipelab.runner import Executor, build_executor
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.attribution import recommendation_line, result_of
 from recipelab.trajectory.horizon import HorizonRule, horizon_rule
-from recipelab.trajectory.ladder import describe_ladder
+from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger, Winner
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord, utc_now
 from recipelab.units import GIB
 
 PROXY_LOG_EVERY = 10
-LR_FAMILY = (0.5, 2.0)
-"""The learning-rate family a middle rung's leader also trains at (times the rule's rate):
-three rates per horizon, what a quadratic in log lr needs to place the best one."""
 STRESS_ATTEMPTS = 5
 """Interruptions after which a stress (or rung) run is given up. Each attempt resumes from the last
 checkpoint, so a run killed with its orchestrator loses little; one that keeps being
@@ -79,24 +78,26 @@ verdict and the report's fit see a spike (the trial keeps every step's loss as w
 
 @dataclass(frozen=True)
 class RungJob:
-    """One run the ladder owes: ``candidate`` at ``steps`` and ``seed``, at ``lr_factor``
-    times its proxy learning rate (``family``: a learning-rate family multiple, or None)."""
+    """One run the ladder owes: ``candidate`` at a budget of ``steps`` of the baseline's
+    steps and ``seed``, at ``lr_factor`` times its proxy learning rate (``family``: a
+    learning-rate family multiple, or None), as a run of ``kind``."""
 
     candidate: TrialRecord
     steps: int
     seed: int
     lr_factor: float
     family: float | None = None
+    kind: str = "rung"
 
     @property
     def folder(self) -> str:
         tag = f"-lr{self.family:g}" if self.family else ""
-        return f"{self.steps}-{self.candidate.trial_id}-s{self.seed}{tag}"
+        return f"{self.kind}-{self.steps}-{self.candidate.trial_id}-s{self.seed}{tag}"
 
     def made(self, run: TrialRecord) -> bool:
         """Whether ``run`` is (an attempt at) this job."""
-        return (run.parent == self.candidate.trial_id
-                and int(run.recipe.get("steps", 0)) == self.steps
+        return (run.kind == self.kind and run.parent == self.candidate.trial_id
+                and run.budget_steps == self.steps
                 and int(run.recipe.get("seed", 0)) == self.seed
                 and run.edit.get("lr_family") == self.family)
 
@@ -275,7 +276,7 @@ class Campaign:
         self.log.info("proposal", trial_id=trial_id, proposer=proposal.proposer,
                       edit=proposal.edit, hypothesis=proposal.hypothesis,
                       retry_of=retry_of.trial_id if retry_of else None)
-        verdict = judge(proposal.candidate,
+        verdict = judge(self._at_proxy_budget(proposal.candidate),
                         self._context(exclude=retry_of.fingerprint if retry_of else None),
                         checks=[c for c in CHECKS if c not in self.settings.search.skip_checks])
         artifacts = self._save_artifacts(trial_id, proposal)
@@ -284,6 +285,7 @@ class Campaign:
             status="queued", retry_of=retry_of.trial_id if retry_of else None,
             recipe=verdict.recipe.model_dump(mode="json") if verdict.recipe else proposal.candidate,
             fingerprint=verdict.recipe.fingerprint() if verdict.recipe else None,
+            budget=self.baseline.steps,
             artifacts=artifacts, **proposal_fields(proposal))
         if not verdict.accepted or verdict.recipe is None:
             self._consecutive_rejections += 1
@@ -296,6 +298,12 @@ class Campaign:
         self.book.launch(record, verdict.recipe, log_every=PROXY_LOG_EVERY,
                          timeout_s=self.settings.window.trial_timeout_s)
         self.guarded.prefetch(self._history())
+
+    def _at_proxy_budget(self, candidate: Mapping[str, Any]) -> Mapping[str, Any] | Recipe:
+        """The candidate trained for the baseline's tokens, in as many of its own steps as its
+        batch allows; as given when it is no recipe (the schema check then says why)."""
+        recipe, _ = parse_candidate(candidate)
+        return candidate if recipe is None else recipe.at_tokens(self.baseline.tokens)
 
     def _save_artifacts(self, trial_id: str, proposal: Proposal) -> dict[str, str]:
         """Write what the proposer kept (e.g. the exact LLM prompt and reply) into the trial's
@@ -337,6 +345,7 @@ class Campaign:
             steps = steps[-1:]
         if reason is not None:
             self.log.info("rung_skipped", reason=reason)
+        self._in_waves(self._family(proxy_steps, 1.0))  # the proxy's budget: the rule's first point
         plan = self.settings.ladder.planned_ladder(proxy_steps, len(self.ledger.contenders))
         self.log.info("ladder_planned", eta=self.settings.ladder.eta, rungs=steps,
                       ladder=describe_ladder(plan, proxy_steps, len(self.ledger.contenders)))
@@ -351,28 +360,38 @@ class Campaign:
         """The horizon rule from every record so far (the rungs below included)."""
         return horizon_rule(self.ledger.records, self.priors.calibration.horizon_fits)
 
+    def _family(self, steps: int, factor: float) -> list[RungJob]:
+        """The baseline at ``factor`` × its rate × {½, 2} at a budget of ``steps``: with its
+        run at ``factor``, a controlled family for the horizon rule. None once the rule is
+        tight, or when the rule is off."""
+        baseline = self.ledger.baseline
+        if baseline is None or not self.settings.ladder.horizon_rule or self._rule().tight:
+            return []
+        return [RungJob(baseline, steps, self.settings.seed, factor * m, family=m)
+                for m in LR_FAMILY]
+
     def _climb(self, steps: int, *, top: bool) -> None:
         """Train one rung: its climbers and the baseline at the rule's learning rate for
-        ``steps``; a middle rung's leader also at lr × {½, 2} while the rule is not tight."""
+        ``steps`` of the baseline's tokens, and the baseline's learning-rate family."""
         ledger, baseline = self.ledger, self.ledger.baseline
         climbers = ledger.climbing_to(steps, top=top)
         rule = self._rule()
         factor = rule.factor(self.baseline.steps, steps) if self.settings.ladder.horizon_rule else 1.0
         seeds = self._top_seeds() if top else [self.settings.seed]
-        family = not top and bool(climbers) and not rule.tight and self.settings.ladder.horizon_rule
-        self.log.info("rung_started", steps=steps, top=top, seeds=seeds,
-                      climbers=[c.trial_id for c in climbers], lr_factor=factor,
-                      rule=rule.describe(), rule_source=rule.source, lr_family=family)
+        kind = "stress" if top else "rung"
+        family = self._family(steps, factor)
+        self.log.info("rung_started", steps=steps, tokens=steps * self.baseline.tokens_per_step,
+                      top=top, seeds=seeds, climbers=[c.trial_id for c in climbers],
+                      lr_factor=factor, rule=rule.describe(), rule_source=rule.source,
+                      lr_family=bool(family))
         controls = [baseline] if baseline is not None else []
-        jobs = [RungJob(c, steps, seed, factor) for c in [*controls, *climbers] for seed in seeds]
+        jobs = [RungJob(c, steps, seed, factor, kind=kind)
+                for c in [*controls, *climbers] for seed in seeds]
         if top:
             taken = {c.trial_id for c in climbers}
-            jobs += [RungJob(c, steps, self.settings.seed, factor)
+            jobs += [RungJob(c, steps, self.settings.seed, factor, kind=kind)
                      for c in ledger.stress_candidates[len(climbers):] if c.trial_id not in taken]
-        if family:
-            jobs += [RungJob(climbers[0], steps, self.settings.seed, factor * m, family=m)
-                     for m in LR_FAMILY]
-        self._in_waves(jobs, "stress" if top else "rung")
+        self._in_waves([*jobs, *family])
 
     def _top_seeds(self) -> list[int]:
         """The top rung's seeds: the campaign's, then the baseline's other noise seeds, then
@@ -386,23 +405,23 @@ class Campaign:
                 seeds.append(seed)
         return seeds
 
-    def _in_waves(self, jobs: Sequence[RungJob], kind: str) -> None:
+    def _in_waves(self, jobs: Sequence[RungJob]) -> None:
         """Start each job, up to ``parallel`` at a time; one lost while running is started
         again (it resumes from its checkpoint)."""
         queue = list(jobs)
         while True:
             for record in self.book.poll(cancel=self.stops.cancel):
-                if (record.kind == kind and record.status == "interrupted"
-                        and not self.stops.cancel):
+                if record.status == "interrupted" and not self.stops.cancel:
                     queue += [j for j in jobs if j.made(record)]
             in_flight = self.settings.executor.trials_in_flight
             while queue and not self.stops.stop and len(self.book.inflight) < in_flight:
-                self._run_job(queue.pop(0), kind)
+                self._run_job(queue.pop(0))
             if not self.book.inflight and (not queue or self.stops.stop):
                 return
             time.sleep(POLL_INTERVAL_S)
 
-    def _run_job(self, job: RungJob, kind: str) -> None:
+    def _run_job(self, job: RungJob) -> None:
+        kind = job.kind
         runs = [r for r in self.ledger.of_kind(kind) if job.made(r)]
         interrupted = self._longer_run_due(job.candidate, runs, kind, job.steps)
         if interrupted is None:
@@ -417,7 +436,7 @@ class Campaign:
                       lr=lr * lr_factor, lr_factor=lr_factor, lr_family=job.family,
                       **noise_marks(job.candidate.val_bpb, self.ledger.noise,
                                     job.candidate.recipe.get("seed")))
-        self._launch_longer(job, trial_id, kind, interrupted, lr_factor=lr_factor,
+        self._launch_longer(job, trial_id, interrupted, lr_factor=lr_factor,
                             log_every=min(self.settings.ladder.stress_log_every,
                                           max(1, job.steps // STRESS_CURVE_POINTS)))
 
@@ -439,28 +458,27 @@ class Campaign:
             return None
         return interrupted
 
-    def _launch_longer(self, job: RungJob, trial_id: str, kind: str,
-                       interrupted: Sequence[TrialRecord], *, log_every: int,
-                       lr_factor: float) -> None:
-        """Launch ``job``'s recipe for its steps and seed, at ``lr_factor`` times its learning
-        rate, as a checkpointed run of ``kind`` that resumes an interrupted one from its
-        folder (``trials/<kind>-<steps>-<candidate id>-s<seed>[-lr<m>]``)."""
-        candidate = job.candidate
+    def _launch_longer(self, job: RungJob, trial_id: str, interrupted: Sequence[TrialRecord],
+                       *, log_every: int, lr_factor: float) -> None:
+        """Launch ``job``'s recipe for its budget's tokens and its seed, at ``lr_factor``
+        times its learning rate, as a checkpointed run of its kind that resumes an interrupted
+        one from its folder (``trials/<kind>-<steps>-<candidate id>-s<seed>[-lr<m>]``)."""
+        candidate, kind = job.candidate, job.kind
         recipe = Recipe.model_validate(candidate.recipe)
-        recipe = recipe.apply({"steps": job.steps, "seed": job.seed,
-                               "optimizer.lr": recipe.optimizer.lr * lr_factor})
+        recipe = recipe.apply({"seed": job.seed, "optimizer.lr": recipe.optimizer.lr * lr_factor}
+                              ).at_tokens(job.steps * self.baseline.tokens_per_step)
         edit = {**candidate.edit, **({"lr_family": job.family} if job.family else {})}
         record = TrialRecord(
             campaign=self.settings.name, trial_id=trial_id, iteration=candidate.iteration,
             kind=kind, status="queued", recipe=recipe.model_dump(mode="json"),
-            fingerprint=recipe.fingerprint(), parent=candidate.trial_id,
+            fingerprint=recipe.fingerprint(), parent=candidate.trial_id, budget=job.steps,
             proposer=LR_FAMILY_PROPOSER if job.family else candidate.proposer,
             hypothesis=candidate.hypothesis, edit=edit,
             retry_of=interrupted[0].trial_id if interrupted else None)
         self.book.launch(
             record, recipe, log_every=log_every,
             checkpoint_every=self.settings.ladder.stress_checkpoint_every, resume=True,
-            out_dir=self.directory / TRIALS_DIR / f"{kind}-{job.folder}",
+            out_dir=self.directory / TRIALS_DIR / job.folder,
             timeout_s=self.settings.window.trial_timeout_s * max(1.0, job.steps / self.baseline.steps))
 
     def _settle_close_finalists(self) -> None:

@@ -106,7 +106,8 @@ class LadderSettings(StrictModel):
         first = steps[0] if len(steps) > 1 else self.stress_steps * self.eta  # none in between
         return plan_ladder(candidates, proxy_steps=proxy_steps, stress_steps=self.stress_steps,
                            eta=self.eta, promote=self.promote, first_size=self.rung_size,
-                           first_steps=first, top_seeds=self.top_seeds)
+                           first_steps=first, top_seeds=self.top_seeds,
+                           family=self.horizon_rule)
 
     def rung_skip_reason(self, proxy_steps: int) -> str | None:
         """Why this campaign climbs no rung between the proxy and the top rung, or None.

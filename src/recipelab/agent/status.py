@@ -45,16 +45,19 @@ class StatusView:
 
 
 def ladder_line(ledger: Ledger) -> str | None:
-    """The rungs reached so far: ``ladder: 60 steps ×12 → 180 ×5 → 1000 ×4 at 2 seeds``
-    (the baseline counted at every rung); None before any run above the proxy."""
+    """The rungs reached so far: ``ladder: 60 steps (245,760 tokens) ×12 → 180 ×5 → 1000 ×4
+    at 2 seeds`` (the baseline counted at every rung; a rung's steps are the baseline's, its
+    budget their tokens); None before any run above the proxy."""
     levels = ledger.rung_levels
     if not levels:
         return None
-    parts = [f"{ledger.top_rung().steps if not ledger.proxies else ledger.proxies[0].recipe.get('steps')} "
-             f"steps ×{len(ledger.ranked)}"]
+    first = ledger.proxies[0] if ledger.proxies else None
+    proxy = (f"{first.budget_steps} steps ({first.tokens:,} tokens)" if first is not None
+             else f"{ledger.top_rung().steps} steps")
+    parts = [f"{proxy} ×{len(ledger.ranked)}"]
     for steps in levels:
         runs = [r for r in (*ledger.climbing, *ledger.stress)
-                if int(r.recipe.get("steps", 0)) == steps and r.trained]
+                if r.budget_steps == steps and r.trained]
         recipes = {r.parent for r in runs}
         seeds = {int(r.recipe.get("seed", 0)) for r in runs}
         parts.append(f"{steps} ×{len(recipes)}" + (f" at {len(seeds)} seeds" if len(seeds) > 1 else ""))

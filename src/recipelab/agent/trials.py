@@ -112,7 +112,8 @@ class TrialBook:
         record.status = "running"
         self.write(record)
         self.log.info("trial_started", trial_id=record.trial_id, kind=record.kind,
-                      proposer=record.proposer, edit=record.edit, hypothesis=record.hypothesis)
+                      steps=record.steps, tokens=record.tokens, proposer=record.proposer,
+                      edit=record.edit, hypothesis=record.hypothesis)
         started = time.monotonic()
         handle = self.executor.submit(spec, resume=resume, timeout_s=timeout_s)
         self.inflight[record.trial_id] = InFlight(record, recipe, handle, started)
@@ -162,6 +163,7 @@ class TrialBook:
             self.memory.model, self.memory.problem = learnt, None
         self.on_change()
         self.log.info("trial_finished", trial_id=final.trial_id, kind=final.kind,
-                      status=final.status, reason=final.reason, val_bpb=final.val_bpb,
+                      steps=final.steps, tokens=final.tokens, status=final.status,
+                      reason=final.reason, val_bpb=final.val_bpb,
                       message=final.message, wall_s=final.measured.wall_s)
         return final

@@ -3,7 +3,8 @@ the parameter budget and duplicates.
 
 Pydantic's bounds on :class:`~recipelab.recipe.Recipe` are static ("lr <= 1"); the bounds
 here are relative to the campaign, because what makes a proxy trial comparable to the
-others (same length, same evaluation slice, a batch geometry near the baseline's) depends on
+others (the same training tokens, the same evaluation slice, a batch geometry near the
+baseline's) depends on
 the baseline it is compared against.
 """
 
@@ -25,11 +26,13 @@ def check_ranges(recipe: Recipe, ctx: GuardContext) -> list[str]:
     """Reject knobs that would make the trial incomparable to the campaign or unbounded in cost."""
     base = ctx.baseline
     reasons: list[str] = []
-    if recipe.steps != base.steps:
+    budgeted = recipe.at_tokens(base.tokens).steps
+    if recipe.steps != budgeted:
         reasons.append(
-            f"steps {recipe.steps:,} differs from the baseline's {base.steps:,}: a proxy "
-            "candidate may not change its own training length (a longer run scores better "
-            f"without being a better recipe), so keep steps at {base.steps:,}."
+            f"steps {recipe.steps:,} train {recipe.tokens:,} tokens, not the baseline's "
+            f"{base.tokens:,}: a proxy candidate may not change its own training length (a "
+            "longer run scores better without being a better recipe), and a batch edit trades "
+            f"steps for batch, so keep steps at {budgeted:,} for this batch."
         )
     if recipe.eval_bytes != base.eval_bytes:
         reasons.append(

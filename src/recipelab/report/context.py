@@ -9,6 +9,7 @@ from pydantic import Field
 
 from recipelab import environment
 from recipelab.recipe import StrictModel, Target
+from recipelab.trajectory.horizon import HorizonFit
 
 H100_BF16_DENSE_FLOPS = 989e12  # H100 SXM, dense BF16 tensor-core peak
 
@@ -55,4 +56,4 @@ class ReportContext:
     target: Target
     preset: str
     rates: CloudRates = field(default_factory=CloudRates)
-    horizon_fits: tuple[float, ...] = ()
+    horizon_fits: tuple[HorizonFit, ...] = ()

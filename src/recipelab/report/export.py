@@ -58,7 +58,7 @@ from recipelab.report.micro_batch import (
 from recipelab.report.prediction import Prediction, bytes_per_token, predict
 from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_winner
 from recipelab.trajectory.attribution import result_json, result_of
-from recipelab.trajectory.horizon import horizon_rule
+from recipelab.trajectory.horizon import HorizonFit, horizon_rule
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 from recipelab.units import GIB, MIB
@@ -263,7 +263,7 @@ class Recommended:
 
 
 def recommended_export(records: Sequence[TrialRecord], target: Target, options: ExportOptions,
-                       prior_horizon_fits: Iterable[float] = ()) -> Recommended | None:
+                       prior_horizon_fits: Iterable[HorizonFit] = ()) -> Recommended | None:
     """The winner moved onto ``target``, or None without one: what ``recipelab export``
     writes and the report's recommendation shows. A horizon exponent left unset is the
     campaign's fitted horizon rule (with its calibration campaigns' fits)."""
@@ -340,7 +340,7 @@ def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, f
 
 def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
                  options: ExportOptions, out: Path,
-                 prior_horizon_fits: Iterable[float] = ()) -> list[Path]:
+                 prior_horizon_fits: Iterable[HorizonFit] = ()) -> list[Path]:
     """Write every export file into ``out``; returns the paths written. A winner that fits
     no GPU of ``options.gpu_memory_gib`` is an error naming the memory needed and the fix."""
     found = recommended_export(records, target, options, prior_horizon_fits)

@@ -139,7 +139,7 @@ def rung_runs(records: Sequence[TrialRecord]) -> Section:
     ranked them (``excluded``: the run did not score)."""
     title = "The ladder of fidelities"
     ledger = Ledger(records)
-    levels = sorted({int(r.recipe.get("steps", 0)) for r in (*ledger.climbing, *ledger.stress)
+    levels = sorted({r.budget_steps for r in (*ledger.climbing, *ledger.stress)
                      if r.is_terminal})
     if not levels:
         return Section(title, (Paragraph(
@@ -158,21 +158,26 @@ def rung_runs(records: Sequence[TrialRecord]) -> Section:
             is_base = base is not None and candidate.trial_id == base.trial_id
             gain = ("control" if is_base else "—" if not gains else
                     f"{statistics.fmean(gains.values()):+.4f}")
-            rows.append((str(steps), candidate.trial_id, str(len(scores)),
+            runs = ledger.runs_at(candidate.trial_id, steps)
+            rows.append((str(steps), f"{runs[0].steps} × {runs[0].tokens_per_step:,}",
+                         candidate.trial_id, str(len(scores)),
                          _fmt(statistics.fmean(scores.values()) if scores else None), gain,
                          "baseline" if is_base else str(rank.get(candidate.trial_id, "excluded"))))
     family = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal]
     blocks: list[Block] = [
-        Paragraph("Each rung trains the best of the rung below for more steps, and the baseline "
-                  "beside them as the control; a rung ranks by the paired gain over the baseline "
-                  "at the same steps and seed. The top rung trains each finalist and the baseline "
-                  "at two or more seeds. A run that did not complete, or whose loss ended above "
-                  "where it began, is excluded."),
-        Table(("steps", "trial", "seeds", "val_bpb", "gain vs baseline", "rank"), tuple(rows))]
+        Paragraph("Each rung trains the best of the rung below for more tokens, and the "
+                  "baseline beside them as the control; a rung ranks by the paired gain over the "
+                  "baseline at the same tokens and seed. A rung's budget is the tokens of the "
+                  "baseline's steps: a recipe with a larger batch trains fewer steps of it. The "
+                  "top rung trains each finalist and the baseline at two or more seeds. A run "
+                  "that did not complete, or whose loss ended above where it began, is "
+                  "excluded."),
+        Table(("rung (baseline steps)", "steps × tokens per step", "trial", "seeds", "val_bpb",
+               "gain vs baseline", "rank"), tuple(rows))]
     if family:
         blocks.append(Paragraph(
-            f"{len(family)} learning-rate family run(s) (a rung's leader at lr × ½ and × 2) fed "
-            "the horizon rule; they rank nothing."))
+            f"{len(family)} learning-rate family run(s) (the baseline at lr × ½ and × 2 at each "
+            "budget) fed the horizon rule; they rank nothing."))
     return Section(title, tuple(blocks))
 
 

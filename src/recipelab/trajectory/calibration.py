@@ -33,7 +33,7 @@ from recipelab.recipe import flatten
 from recipelab.text import clip, edit_json
 from recipelab.trajectory.analysis import knob_importance
 from recipelab.trajectory.attribution import RESULT_KIND, result_json
-from recipelab.trajectory.horizon import fit_alpha
+from recipelab.trajectory.horizon import HorizonFit, fit_alpha
 from recipelab.trajectory.noise import SEED_RERUN_PROPOSER, baseline_seed_trials
 from recipelab.trajectory.record import TrialRecord
 
@@ -108,7 +108,7 @@ class Calibration:
     trials: tuple[PriorTrial, ...] = ()
     problems: tuple[CalibrationProblem, ...] = ()
     campaigns: tuple[str, ...] = field(default=())
-    horizon_fits: tuple[float, ...] = ()  # each campaign's fitted alpha (trajectory.horizon)
+    horizon_fits: tuple[HorizonFit, ...] = ()  # each campaign's fit (trajectory.horizon)
     attributions: tuple[PriorAttribution, ...] = ()  # each attributed winner's edit
 
     def counts(self) -> dict[str, int]:
@@ -238,7 +238,7 @@ def load_calibration(paths: Iterable[str | Path]) -> Calibration:
     files, problems = trajectory_files(paths)
     trials: list[PriorTrial] = []
     campaigns: list[str] = []
-    horizon_fits: list[float] = []
+    horizon_fits: list[HorizonFit] = []
     attributions: list[PriorAttribution] = []
     for path in files:
         records, bad_lines = _read_records(path)

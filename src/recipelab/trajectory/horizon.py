@@ -1,127 +1,185 @@
 """The horizon rule: how a learning rate found at a short horizon moves to a longer one.
 
-Short runs favour larger learning rates than long ones: the optimal rate falls with the
-tokens trained, roughly as ``steps ** -alpha`` (Bjorck et al. 2024, arXiv 2409.19913). A
-campaign climbing the ladder measures recipes at several horizons, and each middle rung's
-leader also trains at lr × {½, 2} (the learning-rate family), so it fits ``alpha`` from its
-own trials: the best log learning rate at each horizon is the minimum of a quadratic fitted
-to (log lr, val_bpb) over the scored runs of that horizon, and ``alpha`` is minus the slope of
-those minima against log steps, clamped to [0, 1]. Earlier campaigns given with
-``--calibrate-from`` each contribute their own fit; the rule is the mean of every fit there is.
+Short runs favour larger learning rates than long ones: at a fixed batch the optimal rate
+falls with the tokens trained, roughly as ``tokens ** -alpha`` (Bjorck et al. 2024, arXiv
+2409.19913, about 0.32). The rule is the one knob the horizon moves, so it is fitted only
+from controlled runs: a **family** is one recipe trained at several learning rates at one
+budget and seed (the baseline at lr × {½, 1, 2} at every rung of the ladder). A family
+places the best log learning rate at its budget (the minimum of a quadratic in log lr), and
+one recipe's families at two or more budgets give ``alpha`` as minus the slope of those
+minima against log tokens. Runs of different recipes are never compared: their differences
+are not a learning-rate optimum.
 
-When nothing fits, the rule is a published prior, never silently "no correction":
-:data:`PRIOR_ALPHA` = 0.125, from the DeepSeek LLM hyperparameter scaling law (Bi et al.
-2024, arXiv 2401.02954, eq. 1: ``lr_opt = 0.3118 · C ** -0.125``): with the model and the
-batch fixed, compute C grows in proportion to the steps, so ``lr ∝ steps ** -0.125``.
-:attr:`HorizonRule.source` says which was used; the campaign logs it with every rung and the
-export carries it to the target.
-
-``bench/fidelity.py`` measured it on the ``tiny`` preset (60, 245 and 1,000 steps, two
-seeds): stress runs trained at the learning rate the rule gives ended with a better winner
-than stress runs at the proxy's learning rate, in both seeds.
+A three-point family places its minimum only to about half its step
+(:data:`VERTEX_SD`), so a fit over a short ladder is loose. The rule is the published prior
+(:data:`PRIOR_ALPHA` ± :data:`PRIOR_SD`) updated by every fit, this campaign's and its
+calibration campaigns', each weighted by the inverse of its variance, and bounded to
+:data:`ALPHA_BOUNDS`. :class:`HorizonRule` carries its interval and says where it came from.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
-from recipelab.trajectory.ledger import has_score, is_extra_seed
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, has_score
+from recipelab.trajectory.noise import CONFIDENCE
 from recipelab.trajectory.record import TrialRecord
 
 MIN_LEARNING_RATES = 3
-"""Distinct learning rates a horizon needs before a quadratic in log lr says anything."""
+"""Distinct learning rates a family needs before a quadratic in log lr says anything."""
+
+PRIOR_ALPHA = 0.32
+PRIOR_SD = 0.1
+PRIOR_SOURCE = "the published prior at fixed batch (Bjorck et al. 2024, arXiv 2409.19913)"
+ALPHA_BOUNDS = (0.1, 0.6)
+"""The exponents the rule may take: from DeepSeek LLM's 0.125 (arXiv 2401.02954, where the
+batch grows with compute) to about twice the fixed-batch prior. A fit beyond them is noise
+in a three-point family, not a property of the recipe."""
+
+VERTEX_SD = math.log(2) / 2
+"""The standard deviation of a family's best log lr when its minimum lies inside the family:
+half the family's step (× 2 in lr)."""
+EDGE_SD = math.log(2)
+"""The same when the minimum lies at the family's edge: the best rate is beyond it, by an
+unknown amount, so the point counts for a quarter as much."""
+
+TIGHT_SD = 0.06
+"""The rule is *tight* when its standard deviation is at most this: a rung then spends no
+runs on a learning-rate family."""
 
 
-PRIOR_ALPHA = 0.125
-PRIOR_SOURCE = "DeepSeek LLM prior (Bi et al. 2024, arXiv 2401.02954: lr_opt ∝ C^-0.125)"
-TIGHT_FITS = 2
-TIGHT_RANGE = 0.1
-"""The rule is *tight* with at least TIGHT_FITS fits whose alphas lie within TIGHT_RANGE of
-each other: a rung then spends no runs on a learning-rate family."""
+@dataclass(frozen=True)
+class HorizonFit:
+    """One recipe's ``alpha`` from its families at two or more budgets, and its standard
+    error."""
+
+    alpha: float
+    se: float
 
 
 @dataclass(frozen=True)
 class HorizonRule:
-    """``alpha`` of ``lr ∝ steps ** -alpha``, and the fits it is the mean of (none: the
-    published prior, :data:`PRIOR_ALPHA`)."""
+    """``alpha`` of ``lr ∝ tokens ** -alpha``: the prior updated by ``fits`` (none: the
+    prior alone), with its standard deviation."""
 
     alpha: float
-    fits: int  # campaigns whose trials gave a fit (0: the prior)
-    spread: float = math.inf  # max - min of the fits' alphas
+    sd: float = PRIOR_SD
+    fits: int = 0  # fits from controlled families (0: the published prior alone)
 
     @property
     def source(self) -> str:
-        """Where ``alpha`` came from: ``fitted`` from trials, or the published prior."""
+        """``fitted`` when controlled families moved the prior, else ``prior``."""
         return "fitted" if self.fits else "prior"
 
     @property
+    def interval(self) -> tuple[float, float]:
+        """The rule's central interval at :data:`CONFIDENCE`, within :data:`ALPHA_BOUNDS`."""
+        half = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2) * self.sd
+        low, high = ALPHA_BOUNDS
+        return max(low, self.alpha - half), min(high, self.alpha + half)
+
+    @property
     def tight(self) -> bool:
-        """Whether the fits agree well enough that no more learning-rate family runs pay."""
-        return self.fits >= TIGHT_FITS and self.spread <= TIGHT_RANGE
+        """Whether the rule is known well enough that more family runs do not pay."""
+        return self.sd <= TIGHT_SD
 
     def factor(self, from_steps: int, to_steps: int) -> float:
-        """What a learning rate found at ``from_steps`` is multiplied by at ``to_steps``."""
+        """What a learning rate found at a budget of ``from_steps`` of the baseline's steps
+        is multiplied by at ``to_steps`` (budgets are tokens, so the ratio is theirs)."""
         return float((to_steps / from_steps) ** -self.alpha)
 
     def describe(self) -> str:
+        low, high = self.interval
+        text = f"alpha {self.alpha:.3f} [{low:.3f}, {high:.3f}] ({round(100 * CONFIDENCE)}%)"
         if not self.fits:
-            return (f"alpha {self.alpha:.3f}, the {PRIOR_SOURCE}: no fit yet (one needs 3 or "
-                    "more learning rates with a best rate inside them at two horizons)")
-        return f"alpha {self.alpha:.3f}, the mean of {self.fits} campaign fit(s)"
+            return (f"{text}, {PRIOR_SOURCE}: no controlled learning-rate family at two "
+                    "budgets yet")
+        return (f"{text}: the prior {PRIOR_ALPHA} ± {PRIOR_SD} updated by {self.fits} fit(s) "
+                "of one recipe's learning-rate families at several budgets")
 
 
-PRIOR_RULE = HorizonRule(alpha=PRIOR_ALPHA, fits=0)
-NO_RULE = PRIOR_RULE  # the name older callers use: without a fit, the prior
+PRIOR_RULE = HorizonRule(alpha=PRIOR_ALPHA)
 
 
 def best_log_lr(points: Sequence[tuple[float, float]]) -> float | None:
     """The log learning rate at the minimum of a quadratic fitted to (log lr, val_bpb), kept
     within the measured range; None with fewer than 3 distinct rates or no minimum."""
+    placed = _vertex(points)
+    return None if placed is None else placed[0]
+
+
+def _vertex(points: Sequence[tuple[float, float]]) -> tuple[float, bool] | None:
+    """The best log lr of a family and whether it lies at the family's edge."""
     finite = [(math.log(lr), value) for lr, value in points if lr > 0 and math.isfinite(value)]
     if len({x for x, _ in finite}) < MIN_LEARNING_RATES:
         return None
     x, y = np.array([p[0] for p in finite]), np.array([p[1] for p in finite])
     curvature, slope, _ = np.polyfit(x, y, 2)
-    if curvature <= 0:
+    if curvature <= 0:  # no minimum: noise, or rates that straddle no optimum
         return None
-    return float(np.clip(-slope / (2 * curvature), x.min(), x.max()))
+    vertex = -slope / (2 * curvature)
+    clipped = float(np.clip(vertex, x.min(), x.max()))
+    return clipped, clipped != vertex
 
 
-def _by_horizon(records: Iterable[TrialRecord]) -> dict[int, list[tuple[float, float]]]:
-    """The scored ``records``' (lr, val_bpb) by their steps."""
-    found: dict[int, list[tuple[float, float]]] = {}
+def families(records: Iterable[TrialRecord]) -> dict[str, dict[int, list[tuple[float, float]]]]:
+    """Each recipe's learning-rate families: by the recipe's trial id, then by budget (in
+    the baseline's steps), the (lr, val_bpb) of its scored runs at its own seed. A recipe
+    with no family run has none."""
+    records = list(records)
+    heads = {r.parent for r in records if r.proposer == LR_FAMILY_PROPOSER and r.parent}
+    seed_of = {r.trial_id: r.recipe.get("seed") for r in records if r.trial_id in heads}
+    found: dict[str, dict[int, list[tuple[float, float]]]] = {}
     for r in records:
-        if has_score(r):
-            found.setdefault(int(r.recipe.get("steps", 0)), []).append(
+        head = r.trial_id if r.trial_id in heads else r.parent
+        if (head in heads and has_score(r) and r.kind in ("proxy", "rung", "stress")
+                and r.recipe.get("seed") == seed_of.get(head)):
+            found.setdefault(head, {}).setdefault(r.budget_steps, []).append(
                 (float(r.recipe["optimizer"]["lr"]), float(r.val_bpb)))  # type: ignore[arg-type]
     return found
 
 
-def fit_alpha(records: Sequence[TrialRecord]) -> float | None:
-    """``alpha`` from one campaign's proxies, rung runs and learning-rate family runs: minus
-    the least-squares slope of each horizon's best log lr against log steps; None when fewer
-    than two horizons place a best rate."""
-    points = _by_horizon(r for r in records if (r.kind == "proxy" and not is_extra_seed(r))
-                         or r.kind == "rung")
-    placed = [(math.log(steps), best) for steps, at in sorted(points.items())
-              if steps > 0 and (best := best_log_lr(at)) is not None]
+def fit_family(at: dict[int, list[tuple[float, float]]]) -> HorizonFit | None:
+    """``alpha`` from one recipe's families: minus the weighted least-squares slope of each
+    budget's best log lr against log budget; None when fewer than two budgets place one."""
+    placed = [(math.log(budget), *vertex) for budget, points in sorted(at.items())
+              if budget > 0 and (vertex := _vertex(points)) is not None]
     if len(placed) < 2:
         return None
-    x, y = np.array([p[0] for p in placed]), np.array([p[1] for p in placed])
-    slope = float(np.polyfit(x, y, 1)[0])
-    return min(1.0, max(0.0, -slope))
+    x = np.array([p[0] for p in placed])
+    y = np.array([p[1] for p in placed])
+    w = np.array([1 / (EDGE_SD if edge else VERTEX_SD) ** 2 for *_, edge in placed])
+    centre = float(np.average(x, weights=w))
+    spread = float(np.sum(w * (x - centre) ** 2))
+    slope = float(np.sum(w * (x - centre) * (y - np.average(y, weights=w)))) / spread
+    return HorizonFit(alpha=-slope, se=math.sqrt(1 / spread))
 
 
-def horizon_rule(records: Sequence[TrialRecord], prior_fits: Iterable[float] = ()) -> HorizonRule:
-    """The mean of this campaign's fit and the ``prior_fits`` of its calibration campaigns,
-    one vote each."""
+def fit_alpha(records: Sequence[TrialRecord]) -> HorizonFit | None:
+    """One campaign's fit: its recipes' family fits pooled by inverse variance; None when
+    no recipe has families at two budgets."""
+    fits = [f for at in families(records).values() if (f := fit_family(at)) is not None]
+    if not fits:
+        return None
+    precision = sum(1 / f.se ** 2 for f in fits)
+    return HorizonFit(sum(f.alpha / f.se ** 2 for f in fits) / precision, math.sqrt(1 / precision))
+
+
+def horizon_rule(records: Sequence[TrialRecord],
+                 prior_fits: Iterable[HorizonFit] = ()) -> HorizonRule:
+    """The prior updated by this campaign's fit and its calibration campaigns'
+    ``prior_fits``, each by the inverse of its variance, within :data:`ALPHA_BOUNDS`."""
     own = fit_alpha(records)
     fits = [*prior_fits, *([] if own is None else [own])]
     if not fits:
         return PRIOR_RULE
-    return HorizonRule(alpha=statistics.fmean(fits), fits=len(fits), spread=max(fits) - min(fits))
+    precision = 1 / PRIOR_SD ** 2 + sum(1 / f.se ** 2 for f in fits)
+    mean = (PRIOR_ALPHA / PRIOR_SD ** 2 + sum(f.alpha / f.se ** 2 for f in fits)) / precision
+    low, high = ALPHA_BOUNDS
+    return HorizonRule(alpha=min(high, max(low, mean)), sd=math.sqrt(1 / precision),
+                       fits=len(fits))

@@ -63,6 +63,11 @@ def climbers(entrants: int, eta: int, promote: int, cap: int | None = None) -> i
     return min(n, cap) if cap is not None else n
 
 
+LR_FAMILY = (0.5, 2.0)
+"""The baseline's learning-rate family at every budget (times the rule's rate): with its own
+run, three rates, what a quadratic in log lr needs to place the best one."""
+
+
 @dataclass(frozen=True)
 class RungPlan:
     """One rung of a planned ladder: its steps and how many runs it holds."""
@@ -70,28 +75,32 @@ class RungPlan:
     steps: int
     candidates: int  # climbing candidates, the baseline not counted
     seeds: int = 1
+    family: int = 0  # the baseline's learning-rate family runs at this rung
 
     @property
     def runs(self) -> int:
-        """Runs at this rung: every candidate and the baseline, at each seed."""
-        return (self.candidates + 1) * self.seeds
+        """Runs at this rung: every candidate and the baseline at each seed, and the family."""
+        return (self.candidates + 1) * self.seeds + self.family
 
 
 def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: int,
                 promote: int, first_size: int | None = None,
-                first_steps: int | None = None, top_seeds: int = TOP_SEEDS) -> list[RungPlan]:
+                first_steps: int | None = None, top_seeds: int = TOP_SEEDS,
+                family: bool = False) -> list[RungPlan]:
     """The rungs above the proxy for ``candidates`` proxy candidates (the baseline not
     counted): each takes the best :func:`climbers` of the one below (the first at most
-    ``first_size``); the top rung takes ``promote`` finalists at ``top_seeds`` seeds."""
+    ``first_size``); the top rung takes ``promote`` finalists at ``top_seeds`` seeds. With
+    ``family``, every rung also trains the baseline's learning-rate family."""
     if promote == 0:
         return []
     steps = rung_steps(proxy_steps, stress_steps, eta, first_steps)
+    extra = len(LR_FAMILY) if family else 0
     plan: list[RungPlan] = []
     entrants = candidates
     for i, at in enumerate(steps[:-1]):
         entrants = climbers(entrants, eta, promote, first_size if i == 0 else None)
-        plan.append(RungPlan(at, entrants))
-    plan.append(RungPlan(steps[-1], min(promote, entrants), top_seeds))
+        plan.append(RungPlan(at, entrants, family=extra))
+    plan.append(RungPlan(steps[-1], min(promote, entrants), top_seeds, family=extra))
     return plan
 
 
@@ -100,7 +109,8 @@ def describe_ladder(plan: Sequence[RungPlan], proxy_steps: int, candidates: int)
     parts = [f"{proxy_steps} steps ×{candidates}"]
     parts += [f"{r.steps} ×{r.candidates}" + (f" at {r.seeds} seeds" if r.seeds > 1 else "")
               for r in plan]
-    return " → ".join(parts) + " (+ the baseline at every rung)"
+    family = " and its learning-rate family" if any(r.family for r in plan) else ""
+    return " → ".join(parts) + f" (+ the baseline{family} at every rung)"
 
 
 @dataclass(frozen=True)

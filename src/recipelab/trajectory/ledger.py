@@ -156,11 +156,11 @@ class Winner:
             if self.stress.val_bpb is None:
                 return "the best proxy val_bpb among candidates whose stress run stayed stable"
             return (f"the lowest stress-run val_bpb ({self.stress.val_bpb:.4f} after "
-                    f"{self.stress.recipe.get('steps')} steps) among candidates whose stress run "
+                    f"{self.stress.budget_steps} steps) among candidates whose stress run "
                     "stayed stable")
         if self.evidence == "rung" and self.rung is not None:
             return (f"the best rung-run val_bpb ({self.rung.val_bpb:.4f} after "
-                    f"{self.rung.recipe.get('steps')} steps) among the rung's candidates; no "
+                    f"{self.rung.budget_steps} steps) among the rung's candidates; no "
                     "stress run has confirmed it as stable yet, so treat it as provisional")
         return ("the lowest proxy val_bpb over its seeds; no stress run has confirmed it as "
                 "stable yet, so treat it as provisional")
@@ -265,7 +265,7 @@ class Ledger:
     def runs_at(self, proxy_id: str, steps: int) -> list[TrialRecord]:
         """``proxy_id``'s rung or top-rung runs (not family runs) of ``steps``."""
         return [r for r in (*self.climbing, *self.stress)
-                if r.parent == proxy_id and int(r.recipe.get("steps", 0)) == steps]
+                if r.parent == proxy_id and r.budget_steps == steps]
 
     def best_rung_run(self, proxy_id: str) -> tuple[float, TrialRecord] | None:
         """The candidate's scored run at its highest rung below the top, with its score."""
@@ -273,7 +273,7 @@ class Ledger:
                   if (score := rung_score(r)) is not None]
         if not scored:
             return None
-        return min(scored, key=lambda sr: (-int(sr[1].recipe.get("steps", 0)), sr[0],
+        return min(scored, key=lambda sr: (-sr[1].budget_steps, sr[0],
                                            sr[1].trial_id))
 
     def scores_at(self, proxy_id: str, steps: int) -> dict[int, float]:
@@ -296,7 +296,7 @@ class Ledger:
     @cached_property
     def rung_levels(self) -> list[int]:
         """The steps of every rung with a scored run, lowest first (the top rung included)."""
-        steps = {int(r.recipe.get("steps", 0)) for r in (*self.climbing, *self.stress)
+        steps = {r.budget_steps for r in (*self.climbing, *self.stress)
                  if rung_score(r) is not None}
         return sorted(steps)
 
@@ -323,7 +323,7 @@ class Ledger:
     @cached_property
     def rung_ranked(self) -> list[TrialRecord]:
         """The contenders ranked by the highest rung below the top that has scored runs."""
-        levels = {int(r.recipe.get("steps", 0)) for r in self.climbing if rung_score(r) is not None}
+        levels = {r.budget_steps for r in self.climbing if rung_score(r) is not None}
         return self.level_ranked(max(levels)) if levels else []
 
     def top_rung(self) -> Rung:
@@ -332,18 +332,18 @@ class Ledger:
         if self.rung_levels:
             steps = self.rung_levels[-1]
             runs = [r for r in (*self.climbing, *self.stress)
-                    if int(r.recipe.get("steps", 0)) == steps and rung_score(r) is not None]
+                    if r.budget_steps == steps and rung_score(r) is not None]
             return Rung(steps, tuple(sorted({int(r.recipe.get("seed", 0)) for r in runs})),
                         runs[0].kind)
         seeds = tuple(sorted({int(r.recipe.get("seed", 0)) for r in self.proxies if has_score(r)}))
-        steps = int(self.proxies[0].recipe.get("steps", 0)) if self.proxies else 0
+        steps = self.proxies[0].budget_steps if self.proxies else 0
         return Rung(steps, seeds, "proxy")
 
     @property
     def stress_candidates(self) -> list[TrialRecord]:
         """The finalists that climb to the top rung (see :meth:`climbing_to`); then the
         ``fidelity`` mid-ranked trials of the proxy ranking not already chosen."""
-        top = [int(r.recipe.get("steps", 0)) for r in self.stress]
+        top = [r.budget_steps for r in self.stress]
         chosen = self.climbing_to(max(top) if top else math.inf, top=True)  # type: ignore[arg-type]
         taken = {r.trial_id for r in chosen}
         extras = mid_ranked(self.contenders[self.promote:], self.fidelity)
@@ -352,7 +352,7 @@ class Ledger:
     def recommendation(self) -> Recommendation | None:
         """The top rung's verdict (see the module), or None when no top-rung run of a
         finalist pairs with the baseline's at two or more seeds."""
-        steps = max((int(r.recipe.get("steps", 0)) for r in self.stress), default=0)
+        steps = max((r.budget_steps for r in self.stress), default=0)
         gains = {c.trial_id: g for c in self.contenders
                  if len(g := self.gains_at(c.trial_id, steps)) >= 2}
         if not gains:
@@ -397,9 +397,9 @@ class Ledger:
             return f"no winner: {self.no_winner_reason}"
         gain = paired_gain(winner.record, self.proxies, self.noise) if self.noise else None
         evidence = {"stress": winner.stress, "rung": winner.rung}.get(winner.evidence)
-        where = (f"{winner.evidence} at {evidence.recipe.get('steps')} steps"
+        where = (f"{winner.evidence} at {evidence.budget_steps} steps"
                  if evidence is not None else
-                 f"proxy at {winner.record.recipe.get('steps')} steps")
+                 f"proxy at {winner.record.budget_steps} steps")
         seeds = gain.seeds if gain is not None else winner.seeds
         gain_text = (f", proxy gain over the baseline {gain.interval_text()} val_bpb"
                      if gain is not None else "")

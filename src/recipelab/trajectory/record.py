@@ -82,6 +82,10 @@ class TrialRecord(SQLModel):
     proposer: str = ""
     hypothesis: str = ""
     retry_of: str | None = None
+    budget: int | None = None
+    """The rung the run trained at, in the baseline's steps: its budget is that many of the
+    baseline's steps' tokens, trained in the recipe's own ``steps``. None on records written
+    before budgets were tokens, whose recipe's steps were the budget."""
     val_bpb: float | None = None
     verdict: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
@@ -95,6 +99,28 @@ class TrialRecord(SQLModel):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def budget_steps(self) -> int:
+        """The rung the run belongs to, in the baseline's steps (see ``budget``): what a
+        ladder level, a horizon and a pairing with the baseline are keyed by."""
+        return self.budget if self.budget is not None else self.steps
+
+    @property
+    def steps(self) -> int:
+        """The run's own steps (its recipe's)."""
+        return int(self.recipe.get("steps", 0))
+
+    @property
+    def tokens_per_step(self) -> int:
+        recipe = self.recipe
+        return (int(recipe.get("batch_size", 0)) * int(recipe.get("seq_len", 0))
+                * int(recipe.get("grad_accum", 1)))
+
+    @property
+    def tokens(self) -> int:
+        """The training tokens the run's recipe reads: its steps × tokens per step."""
+        return self.steps * self.tokens_per_step
 
     @property
     def measured(self) -> TrialMetrics:

@@ -431,6 +431,8 @@ class TrajectoryStore:
                 f"cannot use the trajectory database {self.index_name}: {_one_line(err.orig)}. "
                 "Check that the server is up, the database exists and the user may create "
                 "tables in it (a password goes in PGPASSWORD or ~/.pgpass)") from None
+        if columns is not None and columns < set(_TABLE.columns.keys()):
+            columns = _add_columns(engine, columns)
         if columns is not None and columns != set(_TABLE.columns.keys()):
             engine.dispose()
             raise StoreError(
@@ -591,6 +593,21 @@ def _sqlite_file(db_url: str) -> Path:
     if not database or database == ":memory:":
         raise StoreError(f"{db_url!r} names no SQLite file; give sqlite:///PATH")
     return Path(database)
+
+
+def _add_columns(engine: Engine, columns: set[str]) -> set[str]:
+    """Add the nullable columns a newer recipelab gave the table and an older one's table
+    lacks (a record without them reads as one written before they existed); returns the
+    columns the table then has. Another difference is left for the caller to refuse."""
+    missing = [c for c in _TABLE.columns if c.name not in columns]
+    if not all(c.nullable for c in missing):
+        return columns
+    with engine.begin() as connection:
+        for column in missing:
+            kind = column.type.compile(dialect=engine.dialect)
+            connection.exec_driver_sql(
+                f'ALTER TABLE {_TABLE.name} ADD COLUMN IF NOT EXISTS "{column.name}" {kind}')
+    return columns | {c.name for c in missing}
 
 
 def _index_usable(engine: Engine, path: Path) -> bool:
