@@ -73,6 +73,23 @@ def test_a_table_of_another_schema_is_refused_and_left_alone(
     engine.dispose()
 
 
+def test_a_table_of_an_older_recipelab_gains_the_new_nullable_column_and_keeps_its_rows(
+        tmp_path: Path, postgres_database: str) -> None:
+    """A table from before records carried their rung's ``budget``: the column is added, and
+    the rows already there read as records without one."""
+    with TrajectoryStore(tmp_path / "old", "old", db_url=postgres_database) as store:
+        store.append(make("old", "p0000", val_bpb=1.5))
+    engine = create_engine(postgres_database)
+    with engine.begin() as connection:
+        connection.execute(text("ALTER TABLE trials DROP COLUMN budget"))
+    engine.dispose()
+    with TrajectoryStore(tmp_path / "new", "new", db_url=postgres_database) as store:
+        store.append(make("new", "p0000", budget=60))
+        assert [r.budget for r in store.records()] == [60]
+    with TrajectoryStore(tmp_path / "old", "old", db_url=postgres_database) as store:
+        assert [(r.trial_id, r.budget) for r in store.records()] == [("p0000", None)]
+
+
 def test_an_unreachable_server_is_named_without_its_password(
         tmp_path: Path, postgres_server: str) -> None:
     url = make_url(postgres_server).set(password=PASSWORD, port=1)  # nothing listens on port 1
