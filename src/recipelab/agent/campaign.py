@@ -362,7 +362,7 @@ class Campaign:
 
     def _family(self, steps: int, factor: float) -> list[RungJob]:
         """The baseline at ``factor`` × its rate × {½, 2} at a budget of ``steps``: with its
-        run at ``factor``, a controlled family for the horizon rule. None once the rule is
+        run at ``factor``, a controlled family for the horizon rule. Nothing once the rule is
         tight, or when the rule is off."""
         baseline = self.ledger.baseline
         if baseline is None or not self.settings.ladder.horizon_rule or self._rule().tight:
