@@ -163,7 +163,7 @@ def test_out_of_time_it_says_it_skipped_attribution(
 def test_a_real_tiny_campaign_ends_with_attribution_json(
         tiny_settings: CampaignSettings, tmp_path: Path) -> None:
     """The real trainer, in subprocesses: two baseline seeds, one edit of two groups (a
-    quarter of the batch, four times the steps for the same tokens, and a neutral eps), its
+    half the batch, twice the steps for the same tokens, and a neutral eps), its
     stress runs, then the winner without each of its groups at 2 seeds (the baseline and the
     winner at those seeds are the top rung's runs); the export writes attribution.json."""
     from typer.testing import CliRunner
@@ -178,7 +178,7 @@ def test_a_real_tiny_campaign_ends_with_attribution_json(
         "trial_timeout_s": 600})
     save(settings, tmp_path)
     Campaign(settings, tmp_path, proposer=ScriptedProposer(settings.baseline(), [
-        {"batch_size": 2, "optimizer.eps": 1e-10}])).run()
+        {"batch_size": 4, "optimizer.eps": 1e-10}])).run()
     runs = of_kind(tmp_path, ATTRIBUTION_KIND)
     assert len(runs) == 2 * 2 and all(r["status"] == "complete" for r in runs)
     [result] = of_kind(tmp_path, RESULT_KIND)
