@@ -51,7 +51,8 @@ def test_each_ended_trial_is_one_child_run_with_its_recipe_val_bpb_and_curve(
     assert "store.mlflow_uri" not in parents[0].data.params, "a URL that may hold credentials"
     by_trial = {c.data.tags[TRIAL_ID_TAG]: c for c in children}
     assert sorted(by_trial) == sorted(records) and len(children) == len(records)
-    assert {r["kind"] for r in records.values()} == {"proxy", "stress"}
+    # the rung runs are the baseline's learning-rate family, for the horizon rule
+    assert {r["kind"] for r in records.values()} == {"proxy", "rung", "stress"}
     client = MlflowClient(mlflow_store)
     for trial_id, record in records.items():
         child = by_trial[trial_id]

@@ -595,19 +595,24 @@ def _sqlite_file(db_url: str) -> Path:
     return Path(database)
 
 
+ADDED_COLUMNS = {
+    "budget": "ALTER TABLE trials ADD COLUMN IF NOT EXISTS budget INTEGER",
+}
+"""The nullable columns records gained after the table was first shipped, each with the one
+literal statement that adds it to an older table."""
+
+
 def _add_columns(engine: Engine, columns: set[str]) -> set[str]:
-    """Add the nullable columns a newer recipelab gave the table and an older one's table
-    lacks (a record without them reads as one written before they existed); returns the
-    columns the table then has. Another difference is left for the caller to refuse."""
-    missing = [c for c in _TABLE.columns if c.name not in columns]
-    if not all(c.nullable for c in missing):
+    """Add to an older recipelab's table the :data:`ADDED_COLUMNS` it lacks (a record without
+    them reads as one written before they existed); returns the columns the table then has.
+    Another difference is left for the caller to refuse."""
+    missing = set(_TABLE.columns.keys()) - columns
+    if not missing <= set(ADDED_COLUMNS):
         return columns
     with engine.begin() as connection:
-        for column in missing:
-            kind = column.type.compile(dialect=engine.dialect)
-            connection.exec_driver_sql(
-                f'ALTER TABLE {_TABLE.name} ADD COLUMN IF NOT EXISTS "{column.name}" {kind}')
-    return columns | {c.name for c in missing}
+        for name in sorted(missing):
+            connection.exec_driver_sql(ADDED_COLUMNS[name])
+    return columns | missing
 
 
 def _index_usable(engine: Engine, path: Path) -> bool:
