@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ from recipelab.trajectory.record import TrialRecord
 from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
 
 LRS = (0.04, 0.03, 0.02, 0.015, 0.007, 0.005)  # the tiny baseline's is 0.01
-EDITS = [{"optimizer.lr": lr} for lr in LRS]
+EDITS: list[dict[str, Any]] = [{"optimizer.lr": lr} for lr in LRS]
 
 
 def bowl(spec: TrialSpec) -> float:
@@ -54,10 +55,10 @@ def ladder_settings(tiny_settings: CampaignSettings) -> CampaignSettings:
         "stress_log_every": 40, "stress_checkpoint_every": 100})
 
 
-def run(settings: CampaignSettings, directory: Path, outcome: Callable[[TrialSpec], TrialResult] = scored
-        ) -> tuple[CampaignSummary, list[TrialRecord]]:
+def run(settings: CampaignSettings, directory: Path, outcome: Callable[[TrialSpec], TrialResult] = scored,
+        edits: list[dict[str, Any]] = EDITS) -> tuple[CampaignSummary, list[TrialRecord]]:
     summary = Campaign(settings, directory, executor=fake_executor(outcome=outcome),
-                       proposer=ScriptedProposer(settings.baseline(), EDITS)).run()
+                       proposer=ScriptedProposer(settings.baseline(), edits)).run()
     records = [TrialRecord.model_validate(r) for r in read_jsonl(directory / "trajectory.jsonl")]
     return summary, records
 
@@ -96,6 +97,21 @@ def test_the_night_climbs_by_successive_halving_with_the_baseline_at_every_rung(
     assert summary.winner is not None and summary.winner.record.edit == {"optimizer.lr": 0.02}
     assert summary.winner.evidence == "stress"
     assert ledger.top_rung() == Rung(400, (0, 1), "stress")
+
+
+def test_every_run_of_a_rung_trains_the_rungs_tokens_whatever_its_batch(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    """A batch edit trades steps for batch: twice the batch trains half the steps, at the
+    proxy and at every rung above it, so each run reads what the baseline reads there."""
+    batches: list[dict[str, Any]] = [{"batch_size": b} for b in (16, 4, 2)] + EDITS[:3]
+    _, records = run(ladder_settings, tmp_path, edits=batches)
+    per_step = ladder_settings.baseline().tokens_per_step  # 8 sequences of 64 tokens
+    trained = [r for r in records if r.trained]
+    assert {r.budget_steps for r in trained} == {20, 60, 180, 400}
+    assert all(r.tokens == r.budget_steps * per_step for r in trained)
+    assert all(r.steps == r.budget_steps * 8 // r.recipe["batch_size"] for r in trained)
+    assert {r.recipe["batch_size"] for r in trained if r.budget_steps > 20} - {8}, (
+        "no batch edit climbed: the rungs above the proxy were not put to the test")
 
 
 def test_each_rung_trains_at_the_rule_rate_and_the_baseline_also_at_half_and_twice_it(
