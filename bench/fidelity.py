@@ -149,11 +149,12 @@ def fidelity(names: list[str], short: list[float], long: list[float]) -> Fidelit
                     regret=long[pick] - long[best], pick=names[pick], best=names[best])
 
 
-def trial(recipe: Recipe, steps: int, out: Path, trial_id: str,
-          threads: int, corpus: CorpusSpec | None = None) -> TrialResult | None:
-    """The cached result of ``recipe`` trained for ``steps``, or a fresh trainer run; None
-    when the trial did not complete (it then scores ``inf``)."""
-    recipe = recipe.model_copy(update={"steps": steps})
+def trial(recipe: Recipe, steps: int, out: Path, trial_id: str, threads: int,
+          corpus: CorpusSpec | None = None, tokens_per_step: int | None = None) -> TrialResult | None:
+    """The cached result of ``recipe`` trained for ``steps`` of the baseline's tokens (whose
+    tokens per step are ``tokens_per_step``, by default the recipe's own), or a fresh trainer
+    run; None when the trial did not complete (it then scores ``inf``)."""
+    recipe = recipe.at_tokens(steps * (tokens_per_step or recipe.tokens_per_step))
     path, spec = out / trial_id / "result.json", out / trial_id / "spec.json"
     if path.is_file() and spec.is_file():
         cached = TrialResult.model_validate_json(path.read_text())

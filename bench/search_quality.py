@@ -19,8 +19,9 @@ left out and the table says so. Trials run in this process, one thread, one afte
 is the recipe the campaign named worth training? It runs N whole campaigns (campaign seeds
 0 to N-1: each seeds its sampler and its baseline) with ``--trials`` iterations and the
 default ladder up to ``--long-steps``, then trains every candidate each one measured at
-``--long-steps`` (its recipe and seed, at the learning rate the campaign's horizon rule gave
-the top rung) and prints, per campaign, the named winner's long val_bpb against the best of
+``--long-steps`` of the baseline's tokens (its recipe and seed, in as many of its own steps
+as its batch allows, at the learning rate the campaign's horizon rule gave the top rung) and
+prints, per campaign, the named winner's long val_bpb against the best of
 all its candidates (the regret of the pick) and against the baseline's (the gain); where no
 winner is named the recommendation is the baseline. Campaigns and long trials are cached in
 ``--out``, so an interrupted run resumes.
@@ -200,7 +201,7 @@ def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutc
         recipe = recipe.apply({"optimizer.lr": recipe.optimizer.lr * factor})
         long[candidate.trial_id] = fidelity.score(fidelity.trial(
             recipe, args.long_steps, directory / "long", f"l{args.long_steps}-{candidate.trial_id}",
-            threads=1, corpus=settings.corpus))
+            threads=1, corpus=settings.corpus, tokens_per_step=baseline.tokens_per_step))
     winner = ledger.winner
     pick = winner.record.trial_id if winner is not None else baseline.trial_id
     best = min(long, key=lambda i: (long[i], i))
