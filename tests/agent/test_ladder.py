@@ -150,6 +150,7 @@ def test_the_winner_line_is_the_same_on_the_console_in_status_the_report_and_exp
     report = (tmp_path / "report" / "report.md").read_text()
     assert line in report
     assert "## The ladder of fidelities" in report
+    assert "the horizon rule: alpha " in report and "(90%)" in report
     out = tmp_path / "export"
     write_export(records, "tiny", get_target("toy"), ExportOptions(device="cpu"), out)
     manifest = json.loads((out / "manifest.json").read_text())

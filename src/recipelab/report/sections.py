@@ -24,6 +24,7 @@ from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommen
 from recipelab.report.why import baseline_knobs, why_this_recipe
 from recipelab.text import compact_edit
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
+from recipelab.trajectory.horizon import HorizonFit, horizon_rule
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
 from recipelab.trajectory.noise import NoiseFloor, noise_floor, paired_gain
 from recipelab.trajectory.record import TrialRecord
@@ -133,7 +134,7 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
     return Section("Top 10 proxy trials", tuple(blocks))
 
 
-def rung_runs(records: Sequence[TrialRecord]) -> Section:
+def rung_runs(records: Sequence[TrialRecord], horizon_fits: Sequence[HorizonFit] = ()) -> Section:
     """The ladder: for each rung (steps), the recipes that climbed to it, each run's val_bpb
     and its paired gain over the baseline at the same steps and seed, ranked as the rung
     ranked them (``excluded``: the run did not score)."""
@@ -174,10 +175,11 @@ def rung_runs(records: Sequence[TrialRecord]) -> Section:
                   "excluded."),
         Table(("rung (baseline steps)", "steps × tokens per step", "trial", "seeds", "val_bpb",
                "gain vs baseline", "rank"), tuple(rows))]
-    if family:
-        blocks.append(Paragraph(
-            f"{len(family)} learning-rate family run(s) (the baseline at lr × ½ and × 2 at each "
-            "budget) fed the horizon rule; they rank nothing."))
+    rule = horizon_rule(records, horizon_fits)
+    blocks.append(Paragraph(
+        f"Each rung trains at the proxy's learning rate × (rung tokens / proxy tokens)^-alpha, "
+        f"the horizon rule: {rule.describe()}. {len(family)} learning-rate family run(s) (the "
+        "baseline at lr × ½ and × 2 at each budget) fed it; they rank nothing."))
     return Section(title, tuple(blocks))
 
 
@@ -213,8 +215,7 @@ def stress_runs(records: Sequence[TrialRecord]) -> Section:
     if scaled:
         blocks.append(Paragraph(
             "A stress run marked 'proxy's x' trained at its proxy's learning rate scaled by the "
-            "campaign's horizon rule, (stress steps / proxy steps)^-alpha, fitted from how the "
-            "best rate fell between the proxies and the middle rung (turn it off with "
+            "campaign's horizon rule (see the ladder above; turn it off with "
             "--no-horizon-rule)."))
     return Section("Stress runs", (
         *blocks,
@@ -409,7 +410,7 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
 def build_document(records: Sequence[TrialRecord], ctx: ReportContext) -> Document:
     noise = noise_floor(records)
     sections = [why_this_recipe(records), summary(records, ctx, noise), progress(records, noise),
-                top_trials(records, noise), rung_runs(records), stress_runs(records),
+                top_trials(records, noise), rung_runs(records, ctx.horizon_fits), stress_runs(records),
                 importance(records), *reasons(records),
                 resources(records), energy(records), rank_agreement(records),
                 recommendation(records, ctx, noise)]
