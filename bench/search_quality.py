@@ -20,10 +20,12 @@ is the recipe the campaign named worth training? It runs N whole campaigns (camp
 0 to N-1: each seeds its sampler and its baseline) with ``--trials`` iterations and the
 default ladder up to ``--long-steps``, then trains every candidate each one measured at
 ``--long-steps`` of the baseline's tokens (its recipe and seed, in as many of its own steps
-as its batch allows, at the learning rate the campaign's horizon rule gave the top rung) and
-prints, per campaign, the named winner's long val_bpb against the best of
-all its candidates (the regret of the pick) and against the baseline's (the gain); where no
-winner is named the recommendation is the baseline. Campaigns and long trials are cached in
+as its batch allows) at its proxy learning rate × 1 and × 1/3, and keeps the better: a truth
+that owes nothing to the campaign's own horizon rule. It prints, per campaign, the named
+pick's truth against the best candidate's (the regret) and against the **tuned baseline**'s
+(the baseline at the better of those rates: what a user gets for free by lowering the rate),
+beside the paired noise floor (the pick and the baseline again at a second seed); where no
+winner is named the pick is the baseline. Campaigns and long trials are cached in
 ``--out``, so an interrupted run resumes.
 
     python bench/search_quality.py [--preset cpu] [--trials 16] [--seeds 3]
@@ -55,7 +57,6 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fidelity
-from recipelab.agent.attribution import rung_lr_factor
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings, save
 from recipelab.agent.settings_components import ProposerSettings
@@ -77,6 +78,7 @@ from recipelab.recipe import (
 from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 from recipelab.trajectory.ledger import Ledger
+from recipelab.trajectory.record import TrialRecord
 
 CHECKS = ("ranges", "stability", "divisibility", "shape_invariants", "param_budget",
           "duplicate", "hardware")
@@ -154,18 +156,25 @@ def make_proposer(name: str, baseline: Recipe, space: SearchSpace, seed: int,
     return HybridProposer(classical, llm, llm_share=0.3)
 
 
+TRUTH_RATES = (1.0, 1 / 3)
+"""The learning-rate multiples each candidate trains at the long horizon; its truth is the
+better of the two, measured independently of the campaign's own horizon rule."""
+
+
 @dataclasses.dataclass(frozen=True)
 class CampaignOutcome:
-    """One campaign judged at the long horizon."""
+    """One campaign judged at the long horizon: every figure is a candidate's truth, the
+    better of its runs at :data:`TRUTH_RATES` times its proxy rate."""
 
     seed: int
     pick: str  # the named winner's trial id, or the baseline's when none was named
     named: bool
     pick_long: float
-    best: str  # the candidate with the best long val_bpb
+    best: str  # the candidate with the best truth
     best_long: float
-    baseline_long: float
+    baseline_long: float  # the tuned baseline: the baseline at the better rate
     candidates: int
+    floor: float  # the paired noise floor: |(tuned baseline - pick) at two seeds' difference|
 
     @property
     def regret(self) -> float:
@@ -173,19 +182,22 @@ class CampaignOutcome:
 
     @property
     def gain(self) -> float:
+        """The pick's gain over the tuned baseline: what a night adds to lowering the rate."""
         return self.baseline_long - self.pick_long
 
 
 def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutcome:
     """A whole campaign at ``seed`` (resumed when ``out`` holds one), then every candidate it
-    measured trained at ``--long-steps``."""
+    measured trained at ``--long-steps`` of the baseline's tokens at each of
+    :data:`TRUTH_RATES`, and the pick and the baseline again at a second seed."""
     directory = out / f"campaign-seed{seed}"
     settings = CampaignSettings.model_validate({  # flat keys, as a settings file may hold them
         "name": f"search-quality-{seed}", "preset": args.preset, "seed": seed,
         "precision": "fp32", "iterations": args.trials, "stress_steps": args.long_steps,
         "attribution": False, "parallel": 1, "proposer": args.campaign_proposer,
         "sampler": args.steer, "llm_base_url": args.llm_base_url,
-        "llm_structured_output": args.llm_structured_output})
+        "llm_structured_output": args.llm_structured_output,
+        "corpus": {"source": args.corpus}})
     directory.mkdir(parents=True, exist_ok=True)
     save(settings, directory)
     Campaign(settings, directory).run()
@@ -194,45 +206,64 @@ def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutc
                     eta=settings.ladder.eta)
     baseline = ledger.baseline
     assert baseline is not None, f"campaign {directory} trained no baseline"
-    factor = rung_lr_factor(records, baseline, args.long_steps)
-    long: dict[str, float] = {}
-    for candidate in ledger.ranked:
+
+    def long_run(candidate: TrialRecord, rate: float, extra_seed: int = 0) -> float:
         recipe = Recipe.model_validate(candidate.recipe)
-        recipe = recipe.apply({"optimizer.lr": recipe.optimizer.lr * factor})
-        long[candidate.trial_id] = fidelity.score(fidelity.trial(
-            recipe, args.long_steps, directory / "long", f"l{args.long_steps}-{candidate.trial_id}",
+        recipe = recipe.apply({"optimizer.lr": recipe.optimizer.lr * rate,
+                               "seed": recipe.seed + extra_seed})
+        return fidelity.score(fidelity.trial(
+            recipe, args.long_steps, directory / "long",
+            f"l{args.long_steps}-{candidate.trial_id}-x{rate:.3g}-s{recipe.seed}",
             threads=1, corpus=settings.corpus, tokens_per_step=baseline.tokens_per_step))
+
+    truth: dict[str, float] = {}
+    rate_of: dict[str, float] = {}
+    for candidate in ledger.ranked:
+        at = {rate: long_run(candidate, rate) for rate in TRUTH_RATES}
+        rate_of[candidate.trial_id] = min(at, key=lambda r: at[r])
+        truth[candidate.trial_id] = at[rate_of[candidate.trial_id]]
     winner = ledger.winner
     pick = winner.record.trial_id if winner is not None else baseline.trial_id
-    best = min(long, key=lambda i: (long[i], i))
-    return CampaignOutcome(seed, pick, winner is not None, long[pick], best, long[best],
-                           long[baseline.trial_id], len(long))
+    best = min(truth, key=lambda i: (truth[i], i))
+    by_id = {r.trial_id: r for r in ledger.ranked}
+    second = {i: long_run(by_id[i], rate_of[i], extra_seed=1) for i in {pick, baseline.trial_id}}
+    floor = abs((truth[baseline.trial_id] - truth[pick])
+                - (second[baseline.trial_id] - second[pick]))
+    return CampaignOutcome(seed, pick, winner is not None, truth[pick], best, truth[best],
+                           truth[baseline.trial_id], len(truth), floor)
 
 
 def campaign_table(args: argparse.Namespace, console: Console) -> None:
     """The campaign-level row: see the module's docstring."""
-    out = args.out / f"{args.preset}-{args.campaign_proposer}-{args.steer}-{args.trials}"
+    out = (args.out / f"{args.preset}-{args.campaign_proposer}-{args.steer}-{args.trials}-"
+           f"{args.corpus}")
     outcomes = []
     for seed in range(args.campaigns):
         outcome = run_campaign(args, seed, out)
         outcomes.append(outcome)
         console.print(f"campaign seed {seed}: pick {outcome.pick} {outcome.pick_long:.4f}, best "
-                      f"{outcome.best} {outcome.best_long:.4f}, baseline "
-                      f"{outcome.baseline_long:.4f} at {args.long_steps} steps")
-    table = Table(title=f"the named winner at {args.long_steps} steps, {args.preset} preset, "
-                        f"{args.trials} iterations per campaign (lower val_bpb is better)")
+                      f"{outcome.best} {outcome.best_long:.4f}, tuned baseline "
+                      f"{outcome.baseline_long:.4f} at {args.long_steps} steps' tokens")
+    table = Table(title=f"the named pick at {args.long_steps} steps' tokens, {args.preset} "
+                        f"preset, {args.corpus}, {args.trials} iterations per campaign; each "
+                        "val_bpb the better of lr x 1 and x 1/3 (lower is better)")
     for column in ("campaign seed", "pick", "its val_bpb", "best candidate", "regret",
-                   "baseline", "gain"):
+                   "tuned baseline", "gain", "paired floor", "regret within it"):
         table.add_column(column)
     for o in outcomes:
         table.add_row(str(o.seed), o.pick if o.named else f"{o.pick} (no winner named)",
                       f"{o.pick_long:.4f}", f"{o.best} {o.best_long:.4f} of {o.candidates}",
-                      f"{o.regret:+.4f}", f"{o.baseline_long:.4f}", f"{o.gain:+.4f}")
+                      f"{o.regret:+.4f}", f"{o.baseline_long:.4f}", f"{o.gain:+.4f}",
+                      f"{o.floor:.4f}", "yes" if o.regret <= o.floor else "no")
+    gains = [o.gain for o in outcomes]
+    low, high = interval(gains) if len(gains) > 1 else (gains[0], gains[0])
     table.add_row("mean", "", f"{statistics.fmean(o.pick_long for o in outcomes):.4f}",
                   f"{statistics.fmean(o.best_long for o in outcomes):.4f}",
                   f"{statistics.fmean(o.regret for o in outcomes):+.4f}",
                   f"{statistics.fmean(o.baseline_long for o in outcomes):.4f}",
-                  f"{statistics.fmean(o.gain for o in outcomes):+.4f}")
+                  f"{statistics.fmean(gains):+.4f} [{low:+.4f}, {high:+.4f}]",
+                  f"{statistics.fmean(o.floor for o in outcomes):.4f}",
+                  f"{sum(o.regret <= o.floor for o in outcomes)} of {len(outcomes)}")
     console.print(table)
 
 
@@ -258,6 +289,8 @@ def main() -> None:
                         help="the campaigns' proposer (an LLM one needs --llm-base-url)")
     parser.add_argument("--long-steps", type=int, default=1000,
                         help="the campaigns' stress horizon, where their picks are judged")
+    parser.add_argument("--corpus", default="python-docs",
+                        help="the campaigns' corpus (python-source: the longest run reads it once)")
     parser.add_argument("--out", type=Path,
                         default=Path(tempfile.gettempdir()) / "recipelab-search-quality",
                         help="where the campaigns and their long trials run and are cached")
@@ -265,7 +298,7 @@ def main() -> None:
     if args.campaigns < 0:
         parser.error(f"--campaigns must be 0 (off) or a number of campaigns, not {args.campaigns}")
     torch.set_num_threads(1)
-    console = Console()
+    console = Console(width=200)  # the row is one wide table, read from a log as often as a terminal
     if args.campaigns:
         campaign_table(args, console)
         return
