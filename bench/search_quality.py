@@ -75,6 +75,7 @@ from recipelab.recipe import (
     get_target,
     proxy_recipe,
 )
+from recipelab.trainer.data import BUILTIN_CORPORA
 from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 from recipelab.trajectory.ledger import Ledger
@@ -297,6 +298,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.campaigns < 0:
         parser.error(f"--campaigns must be 0 (off) or a number of campaigns, not {args.campaigns}")
+    if args.corpus not in BUILTIN_CORPORA and not Path(args.corpus).exists():
+        parser.error(f"--corpus {args.corpus!r} is neither a built-in corpus "
+                     f"({', '.join(BUILTIN_CORPORA)}) nor an existing path")
     torch.set_num_threads(1)
     console = Console(width=200)  # the row is one wide table, read from a log as often as a terminal
     if args.campaigns:
