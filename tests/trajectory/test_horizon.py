@@ -4,6 +4,7 @@ one recipe's learning-rate families and shrunk toward the published prior."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,32 @@ def test_runs_of_different_recipes_make_no_fit() -> None:
     rungs = [trial("c", f"r{i:04d}", lr, RUNG_STEPS, bowl(lr, 5e-3), kind="rung",
                    parent=f"p{i:04d}") for i, lr in enumerate(LRS)]
     assert fit_alpha(proxies + rungs) is None
+
+
+def test_proxies_parented_on_the_baseline_are_not_in_its_family() -> None:
+    """A campaign parents every proposal on the baseline: those proxies share its budget and
+    seed but are other recipes, so they leave its family's best rate where it is."""
+    records = baseline_family("c", {PROXY_STEPS: 1e-2, RUNG_STEPS: 1e-2 / math.sqrt(2)})
+    proposals = [trial("c", f"p{i + 1:04d}", lr, PROXY_STEPS, bowl(lr, 1e-3), parent="p0000")
+                 for i, lr in enumerate(LRS)]
+    assert fit_alpha(records + proposals) == fit_alpha(records)
+
+
+def test_a_family_without_a_minimum_places_its_best_rate_at_its_edge() -> None:
+    """Three rates falling toward the lowest say the best rate is there or beyond: a point at
+    the edge, weighted as one."""
+    records = baseline_family("c", {PROXY_STEPS: 1e-2, RUNG_STEPS: 1e-2 / math.sqrt(2)})
+    inside = fit_alpha(records)
+    assert inside is not None
+    curves: dict[str, Callable[[float], float]] = {
+        "convex": lambda lr: 3.0 + 10 * lr ** 0.5,  # a minimum below the rates
+        "concave": lambda lr: 3.0 - 0.1 * math.log(0.02 / lr) ** 2}  # no minimum
+    for name, curve in curves.items():
+        falling = [r.model_copy(update={"val_bpb": curve(r.recipe["optimizer"]["lr"])})
+                   if r.budget_steps == RUNG_STEPS else r for r in records]
+        fit = fit_alpha(falling)
+        assert fit is not None and fit.alpha == pytest.approx(0.5), name  # 5e-3 over 4x
+        assert fit.se > inside.se, name
 
 
 def test_one_budget_makes_no_fit() -> None:

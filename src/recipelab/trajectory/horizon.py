@@ -110,34 +110,50 @@ def best_log_lr(points: Sequence[tuple[float, float]]) -> float | None:
     """The log learning rate at the minimum of a quadratic fitted to (log lr, val_bpb), kept
     within the measured range; None with fewer than 3 distinct rates or no minimum."""
     placed = _vertex(points)
-    return None if placed is None else placed[0]
+    return placed.log_lr if placed is not None and placed.minimum else None
 
 
-def _vertex(points: Sequence[tuple[float, float]]) -> tuple[float, bool] | None:
-    """The best log lr of a family and whether it lies at the family's edge."""
+@dataclass(frozen=True)
+class _Placed:
+    """Where a family places its best log lr: ``edge`` when the best rate lies at or beyond
+    the family's edge, ``minimum`` when the quadratic has one."""
+
+    log_lr: float
+    edge: bool
+    minimum: bool
+
+
+def _vertex(points: Sequence[tuple[float, float]]) -> _Placed | None:
+    """The best log lr of a family: the quadratic's minimum kept within the rates measured,
+    or, without a minimum, the best measured rate (at an edge: three rates without a minimum
+    fall toward one side)."""
     finite = [(math.log(lr), value) for lr, value in points if lr > 0 and math.isfinite(value)]
     if len({x for x, _ in finite}) < MIN_LEARNING_RATES:
         return None
     x, y = np.array([p[0] for p in finite]), np.array([p[1] for p in finite])
     curvature, slope, _ = np.polyfit(x, y, 2)
-    if curvature <= 0:  # no minimum: noise, or rates that straddle no optimum
-        return None
+    if curvature <= 0:
+        best = float(x[int(np.argmin(y))])
+        return _Placed(best, best in (float(x.min()), float(x.max())), minimum=False)
     vertex = -slope / (2 * curvature)
     clipped = float(np.clip(vertex, x.min(), x.max()))
-    return clipped, clipped != vertex
+    return _Placed(clipped, clipped != vertex, minimum=True)
 
 
 def families(records: Iterable[TrialRecord]) -> dict[str, dict[int, list[tuple[float, float]]]]:
     """Each recipe's learning-rate families: by the recipe's trial id, then by budget (in
-    the baseline's steps), the (lr, val_bpb) of its scored runs at its own seed. A recipe
-    with no family run has none."""
+    the baseline's steps), the (lr, val_bpb) of its scored runs at its own seed: the trial
+    itself and its ladder runs (rung and stress runs train the recipe, and family runs only
+    its rate, differently). Proxies parented on it are other recipes. A recipe with no family
+    run has none."""
     records = list(records)
     heads = {r.parent for r in records if r.proposer == LR_FAMILY_PROPOSER and r.parent}
     seed_of = {r.trial_id: r.recipe.get("seed") for r in records if r.trial_id in heads}
     found: dict[str, dict[int, list[tuple[float, float]]]] = {}
     for r in records:
         head = r.trial_id if r.trial_id in heads else r.parent
-        if (head in heads and has_score(r) and r.kind in ("proxy", "rung", "stress")
+        ladder_run = r.trial_id == head or r.kind in ("rung", "stress")
+        if (head in heads and ladder_run and has_score(r)
                 and r.recipe.get("seed") == seed_of.get(head)):
             found.setdefault(head, {}).setdefault(r.budget_steps, []).append(
                 (float(r.recipe["optimizer"]["lr"]), float(r.val_bpb)))  # type: ignore[arg-type]
@@ -147,13 +163,13 @@ def families(records: Iterable[TrialRecord]) -> dict[str, dict[int, list[tuple[f
 def fit_family(at: dict[int, list[tuple[float, float]]]) -> HorizonFit | None:
     """``alpha`` from one recipe's families: minus the weighted least-squares slope of each
     budget's best log lr against log budget; None when fewer than two budgets place one."""
-    placed = [(math.log(budget), *vertex) for budget, points in sorted(at.items())
+    placed = [(math.log(budget), vertex) for budget, points in sorted(at.items())
               if budget > 0 and (vertex := _vertex(points)) is not None]
     if len(placed) < 2:
         return None
-    x = np.array([p[0] for p in placed])
-    y = np.array([p[1] for p in placed])
-    w = np.array([1 / (EDGE_SD if edge else VERTEX_SD) ** 2 for *_, edge in placed])
+    x = np.array([budget for budget, _ in placed])
+    y = np.array([vertex.log_lr for _, vertex in placed])
+    w = np.array([1 / (EDGE_SD if vertex.edge else VERTEX_SD) ** 2 for _, vertex in placed])
     centre = float(np.average(x, weights=w))
     spread = float(np.sum(w * (x - centre) ** 2))
     slope = float(np.sum(w * (x - centre) * (y - np.average(y, weights=w)))) / spread
