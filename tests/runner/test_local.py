@@ -84,13 +84,25 @@ def test_a_worker_capped_below_its_needs_fails_as_oom_not_crash(
     assert (result.status, result.reason) == ("failed", "oom"), result.message
 
 
+def spawned_environ(pid: int, timeout_s: float = 10.0) -> list[bytes]:
+    """A just-started process's environment. It reads empty while the kernel is still
+    executing the new program (a window a loaded machine makes long), so read until it is
+    not, for at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        if environ or time.monotonic() > deadline:
+            return environ.split(b"\0")
+        time.sleep(0.01)
+
+
 def test_trials_sharing_the_gpu_are_told_how_many_share_it() -> None:
     """--parallel 2 on one machine: each trainer's telemetry divides the GPU's power by 2."""
     executor = LocalExecutor(gpu_sharers=2)
     executor.prestart()
     try:
         assert executor._spare is not None
-        environ = Path(f"/proc/{executor._spare.pid}/environ").read_bytes().split(b"\0")
+        environ = spawned_environ(executor._spare.pid)
     finally:
         executor.close()
     assert b"RECIPELAB_GPU_SHARERS=2" in environ
