@@ -180,8 +180,11 @@ def fit_alpha(records: Sequence[TrialRecord]) -> HorizonFit | None:
     """One campaign's fit: its recipes' family fits pooled by inverse variance; None when
     no recipe has families at two budgets."""
     fits = [f for at in families(records).values() if (f := fit_family(at)) is not None]
-    if not fits:
-        return None
+    return pooled(fits) if fits else None
+
+
+def pooled(fits: Sequence[HorizonFit]) -> HorizonFit:
+    """The inverse-variance weighted mean of independent ``fits``, and its standard error."""
     precision = sum(1 / f.se ** 2 for f in fits)
     return HorizonFit(sum(f.alpha / f.se ** 2 for f in fits) / precision, math.sqrt(1 / precision))
 
@@ -194,8 +197,6 @@ def horizon_rule(records: Sequence[TrialRecord],
     fits = [*prior_fits, *([] if own is None else [own])]
     if not fits:
         return PRIOR_RULE
-    precision = 1 / PRIOR_SD ** 2 + sum(1 / f.se ** 2 for f in fits)
-    mean = (PRIOR_ALPHA / PRIOR_SD ** 2 + sum(f.alpha / f.se ** 2 for f in fits)) / precision
+    rule = pooled([HorizonFit(PRIOR_ALPHA, PRIOR_SD), *fits])
     low, high = ALPHA_BOUNDS
-    return HorizonRule(alpha=min(high, max(low, mean)), sd=math.sqrt(1 / precision),
-                       fits=len(fits))
+    return HorizonRule(alpha=min(high, max(low, rule.alpha)), sd=rule.se, fits=len(fits))
