@@ -345,7 +345,7 @@ class Campaign:
             steps = steps[-1:]
         if reason is not None:
             self.log.info("rung_skipped", reason=reason)
-        self._in_waves(self._family(proxy_steps, 1.0))  # the proxy's budget: the rule's first point
+        self._in_waves(self._family(proxy_steps, 1.0, self._rule()))  # the rule's first point
         plan = self.settings.ladder.planned_ladder(proxy_steps, len(self.ledger.contenders))
         self.log.info("ladder_planned", eta=self.settings.ladder.eta, rungs=steps,
                       ladder=describe_ladder(plan, proxy_steps, len(self.ledger.contenders)))
@@ -360,12 +360,12 @@ class Campaign:
         """The horizon rule from every record so far (the rungs below included)."""
         return horizon_rule(self.ledger.records, self.priors.calibration.horizon_fits)
 
-    def _family(self, steps: int, factor: float) -> list[RungJob]:
+    def _family(self, steps: int, factor: float, rule: HorizonRule) -> list[RungJob]:
         """The baseline at ``factor`` × its rate × {½, 2} at a budget of ``steps``: with its
         run at ``factor``, a controlled family for the horizon rule. Nothing once the rule is
         tight, or when the rule is off."""
         baseline = self.ledger.baseline
-        if baseline is None or not self.settings.ladder.horizon_rule or self._rule().tight:
+        if baseline is None or not self.settings.ladder.horizon_rule or rule.tight:
             return []
         return [RungJob(baseline, steps, self.settings.seed, factor * m, family=m)
                 for m in LR_FAMILY]
@@ -379,7 +379,7 @@ class Campaign:
         factor = rule.factor(self.baseline.steps, steps) if self.settings.ladder.horizon_rule else 1.0
         seeds = self._top_seeds() if top else [self.settings.seed]
         kind = "stress" if top else "rung"
-        family = self._family(steps, factor)
+        family = self._family(steps, factor, rule)
         self.log.info("rung_started", steps=steps, tokens=steps * self.baseline.tokens_per_step,
                       top=top, seeds=seeds, climbers=[c.trial_id for c in climbers],
                       lr_factor=factor, rule=rule.describe(), rule_source=rule.source,
