@@ -153,7 +153,9 @@ def page_faults_after_ten_steps(keep_freed_memory: str) -> int:
 def test_a_cpu_trainer_process_reuses_the_memory_its_steps_free() -> None:
     kept = page_faults_after_ten_steps("1")
     default = page_faults_after_ten_steps("0")
-    assert default > 20_000, "with glibc's defaults the steps fault their activations in again"
+    # 50 steps of 12 MiB activations: here about 160,000 faults, 16,800 on a CI machine whose
+    # kernel faults larger pages in; either way far more than one page per step.
+    assert default > 5_000, "with glibc's defaults the steps fault their activations in again"
     assert kept * 10 < default, f"{kept:,} page faults with freed memory kept, {default:,} without"
 
 
