@@ -15,47 +15,44 @@ from recipelab.recipe import Recipe, Shape, Target, get_target, proxy_recipe
 from recipelab.report.context import ReportContext
 from recipelab.report.document import Table
 from recipelab.report.export import (
-    BATCH_COEFFICIENT,
-    BATCH_EXPONENT,
     MAX_WARMUP_FRACTION,
     ExportOptions,
-    global_batch_tokens,
-    non_embedding_flops_per_token,
     pick_runner_up,
     pick_winner,
     transfer,
 )
 from recipelab.report.prediction import predict
 from recipelab.report.sections import recommendation
+from recipelab.report.steplaw import Anchored, Scale, non_embedding_params
 from recipelab.trajectory import TrajectoryStore
-from recipelab.trajectory.horizon import horizon_rule
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 PROXY = proxy_recipe("cpu", "llama2-7b")
 
 
-def test_a_bpe_target_gets_its_tokenizer_batch_rule_width_scaled_lr_and_warmup_in_tokens() -> None:
+def test_a_bpe_target_gets_its_tokenizer_the_laws_batch_and_rate_and_warmup_in_tokens() -> None:
     target = get_target("llama2-7b")
-    winner = PROXY.apply({"optimizer.lr": 0.004, "schedule.warmup_steps": 6})
+    winner = PROXY.apply({"optimizer.lr": 0.004, "schedule.warmup_steps": 6, "steps": 1000})
     exported = transfer(winner, {}, target, ExportOptions(gpu_memory_gib=192))  # 8 B200s
     recipe = exported.recipe
     assert recipe.tokenizer == "bpe" and recipe.shape.vocab_size == 32000
     assert recipe.shape == target.shape and recipe.seq_len == 4096
-    compute = float(non_embedding_flops_per_token(recipe.shape, 4096)) * exported.tokens
-    rule = BATCH_COEFFICIENT * compute ** BATCH_EXPONENT
-    assert recipe.batch_size % 8 == 0 and abs(recipe.tokens_per_step - rule) <= 8 * 4096
-    assert 2e6 < recipe.tokens_per_step < 8e6  # what Llama-scale runs use: millions of tokens
-    assert math.isclose(recipe.optimizer.lr, 0.004 * PROXY.shape.d_model / 4096)
+    law = Anchored.at(winner, target.shape, exported.tokens)
+    assert exported.law == law
+    assert recipe.batch_size % 8 == 0 and abs(recipe.tokens_per_step - law.batch_tokens) <= 8 * 4096
+    assert 1e6 < recipe.tokens_per_step < 8e6  # what Llama-scale runs use: millions of tokens
+    assert math.isclose(recipe.optimizer.lr, law.target.learning_rate * 0.004 / law.proxy.learning_rate)
+    assert 1e-4 < recipe.optimizer.lr < 1e-3  # what 7B runs train at
     assert exported.tokens == math.ceil(20 * exported.params)
     assert recipe.steps == math.ceil(exported.tokens / recipe.tokens_per_step)
     assert recipe.schedule.warmup_steps * recipe.tokens_per_step <= (
         MAX_WARMUP_FRACTION * exported.tokens + recipe.tokens_per_step)
     assert recipe.eval_bytes >= 8 << 20
     rules = {t.knob: t for t in exported.transfers}
-    assert rules["optimizer.lr"].proxy == "0.004" and "muP" in rules["optimizer.lr"].rule
-    assert "2401.02954" in rules["global batch (tokens)"].rule
-    horizon = transfer(winner, {}, target, ExportOptions(lr_horizon_exponent=0.1)).recipe
-    assert horizon.optimizer.lr < recipe.optimizer.lr  # a longer run trains at a lower rate
+    assert rules["optimizer.lr"].proxy == "0.004" and "2503.04715" in rules["optimizer.lr"].rule
+    assert "anchored" in rules["optimizer.lr"].rule and "2503.04715" in rules[
+        "global batch (tokens)"].rule
 
 
 GPT2_SMALL = Target("gpt2-small", "GPT-2 small's shape", Shape(
@@ -64,20 +61,28 @@ GPT2_SMALL = Target("gpt2-small", "GPT-2 small's shape", Shape(
     vocab_size=50304), 1024)
 
 
-def test_the_batch_rule_reads_compute_as_deepseek_llm_defines_it() -> None:
-    """C = M·D with M = 72·n_layer·d_model² + 6·n_layer·d_model·l_seq (arXiv 2401.02954,
-    eq. 2), not the recipe's own training FLOPs (which count the vocabulary's matmuls)."""
+def test_the_law_counts_parameters_without_the_embeddings_as_step_law_does() -> None:
     shape = GPT2_SMALL.shape
-    m = non_embedding_flops_per_token(shape, 1024)
-    assert m == 72 * 12 * 768**2 + 6 * 12 * 768 * 1024 == 566_231_040
-    assert math.isclose(global_batch_tokens(m * 1e10), 397_637.27, rel_tol=1e-6)
-    exported = transfer(PROXY, {}, GPT2_SMALL, ExportOptions(gpus=1))
-    recipe = exported.recipe
-    assert Recipe(shape=shape, seq_len=1024).flops_per_token() != m  # another definition
-    sequences = round(0.2920 * (m * exported.tokens) ** 0.3271 / 1024)
-    assert recipe.batch_size * recipe.grad_accum == sequences
-    assert "72·n_layer·d_model²" in {t.knob: t for t in exported.transfers}[
-        "global batch (tokens)"].rule
+    assert non_embedding_params(shape) == 12 * (4 * 768**2 + 2 * 4 * 768**2 + 4 * 768) == 84_971_520
+    assert Recipe(shape=shape, seq_len=1024).param_count() > 120_000_000  # with its tables
+
+
+def test_a_proxy_at_the_laws_values_exports_the_laws_and_one_off_them_moves_the_target_as_far() -> None:
+    tokens = 20 * 124_000_000
+    law = Scale(non_embedding_params(GPT2_SMALL.shape), tokens)
+    at_law = Scale(non_embedding_params(PROXY.shape), PROXY.tokens)
+    measured = PROXY.apply({"optimizer.lr": at_law.learning_rate})
+    anchored = Anchored.at(measured, GPT2_SMALL.shape, tokens)
+    assert math.isclose(anchored.learning_rate, law.learning_rate)
+    halved = Anchored.at(measured.apply({"optimizer.lr": at_law.learning_rate / 2}),
+                         GPT2_SMALL.shape, tokens)
+    assert math.isclose(halved.learning_rate, law.learning_rate / 2)
+    assert math.isclose(law.learning_rate, 1.79 * law.params ** -0.713 * tokens ** 0.307)
+    assert math.isclose(law.batch_tokens, 0.58 * tokens ** 0.571)
+    bigger = Scale(16 * law.params, tokens)
+    longer = Scale(law.params, 16 * tokens)
+    assert bigger.learning_rate < law.learning_rate < longer.learning_rate  # the law's directions
+    assert longer.batch_tokens > law.batch_tokens == bigger.batch_tokens
 
 
 def test_a_cuda_target_trains_in_bf16_with_torch_compile_unless_the_winner_chose_otherwise() -> None:
@@ -196,27 +201,31 @@ def test_export_of_a_campaign_without_a_completed_trial_says_what_to_do(tmp_path
     assert result.exit_code == 2 and "no proxy trial has completed yet" in result.output
 
 
-def test_export_moves_the_learning_rate_by_the_campaigns_fitted_horizon_rule(
+def test_export_anchors_the_law_at_the_winners_measured_rate_and_names_both(
         finished_campaign: Path, tmp_path: Path) -> None:
-    """Without --lr-horizon-exponent the rule fitted from the baseline's learning-rate
-    families applies (here the rung's best rate is below the proxy's)."""
-    directory = tmp_path / "nightly"
-    shutil.copytree(finished_campaign, directory)
-    add_horizon_trials(directory)
-
-    def exported_lr(*options: str) -> float:
-        out = tmp_path / f"cloud{len(options)}"
-        result = CliRunner().invoke(app, ["export", str(directory), "--out", str(out), *options])
-        assert result.exit_code == 0, result.output
-        return Recipe.model_validate_json((out / "recipe.json").read_text()).optimizer.lr
-
-    with TrajectoryStore(directory, "nightly", readonly=True) as store:
-        rule = horizon_rule(store.records())
-    alpha = rule.alpha
-    assert rule.source == "fitted" and alpha > 0
-    fitted, none = exported_lr(), exported_lr("--lr-horizon-exponent", "0")
-    assert fitted < none
-    assert f"^-{alpha:g} " in (tmp_path / "cloud0" / "transfer.md").read_text()
+    """The winner's rate in its longest run on the proxy sets the level; the law sets the
+    ratio. The deprecated
+    --lr-horizon-exponent warns and changes nothing."""
+    out, old = tmp_path / "cloud", tmp_path / "old"
+    result = CliRunner().invoke(app, ["export", str(finished_campaign), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    deprecated = CliRunner().invoke(app, ["export", str(finished_campaign), "--out", str(old),
+                                          "--lr-horizon-exponent", "0.5"])
+    assert deprecated.exit_code == 0 and "deprecated and ignored" in deprecated.output
+    assert (old / "recipe.json").read_text() == (out / "recipe.json").read_text()
+    with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
+        records = store.records()
+    winner = pick_winner(records)[0]  # type: ignore[index]
+    longest = Ledger(records).longest_run(winner)
+    assert longest.kind == "stress" and longest.tokens > winner.tokens
+    measured = Recipe.model_validate(longest.recipe)
+    law = json.loads((out / "manifest.json").read_text())["law"]
+    assert law["proxy"]["measured_lr"] == measured.optimizer.lr
+    assert law["proxy"]["tokens"] == measured.tokens
+    exported = Recipe.model_validate_json((out / "recipe.json").read_text())
+    assert math.isclose(exported.optimizer.lr, law["target"]["law_lr"] * law["lr_anchor"])
+    table = (out / "transfer.md").read_text()
+    assert "Step Law" in table and f"anchored × {law['lr_anchor']:.3g}" in table
 
 
 def add_horizon_trials(directory: Path) -> None:
@@ -240,7 +249,7 @@ def add_horizon_trials(directory: Path) -> None:
 
 def test_the_report_and_the_export_recommend_the_same_learning_rate(
         finished_campaign: Path, tmp_path: Path) -> None:
-    """With a fitted horizon rule, the report's recommendation and recipe.json carry one rate."""
+    """The report's recommendation and recipe.json carry one rate."""
     directory = tmp_path / "nightly"
     shutil.copytree(finished_campaign, directory)
     add_horizon_trials(directory)
@@ -254,9 +263,6 @@ def test_the_report_and_the_export_recommend_the_same_learning_rate(
     table = next(b for b in section.blocks if isinstance(b, Table))
     shown = {row[0]: row[2] for row in table.rows}["optimizer.lr"]
     assert shown == f"{exported:.4g}"
-    unfitted = transfer(Recipe.model_validate(pick_winner(records)[0].recipe),  # type: ignore[index]
-                        {}, get_target("toy"), ExportOptions(lr_horizon_exponent=0)).recipe
-    assert f"{unfitted.optimizer.lr:.4g}" != shown  # the horizon rule moved it
 
 
 def test_export_recommends_the_minimal_edit_and_writes_the_full_one_and_attribution_json(

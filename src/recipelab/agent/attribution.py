@@ -237,7 +237,7 @@ class AttributionPhase:
                 measured.setdefault(key, {}).update(by_seed)
             decision = attribute(groups, measured, seeds, self.ledger.noise)
             if isinstance(decision, Attribution):
-                self._write(winner, decision, rung)
+                self._write(winner, decision, rung, lr_factor)
                 return
             if isinstance(decision, Abandoned):
                 c.log.warning("attribution_abandoned", trial_id=winner_id, reason=decision.reason)
@@ -309,10 +309,12 @@ class AttributionPhase:
                       timeout_s=c.settings.window.trial_timeout_s * max(1.0, steps / c.baseline.steps))
         return trial_id
 
-    def _write(self, winner: Winner, decision: Attribution, rung: Rung) -> None:
+    def _write(self, winner: Winner, decision: Attribution, rung: Rung, lr_factor: float) -> None:
+        """The result record. Its recipe is the minimal edit as its variant trained (the rung's
+        tokens and learning rate), the measurement the export anchors its law at."""
         c = self.c
-        recipe = c.baseline.apply({**decision.minimal_edit,
-                                   "seed": int(winner.record.recipe.get("seed", 0))})
+        recipe = variant_recipe(c.baseline, decision.minimal_edit,
+                                int(winner.record.recipe.get("seed", 0)), rung[1], lr_factor)
         data = {**decision.to_json(), "rung": rung[0], "steps": rung[1],
                 "winner": winner.record.trial_id, "full_edit": winner_edit(winner.record, c.baseline)}
         record = TrialRecord(

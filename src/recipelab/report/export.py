@@ -9,21 +9,14 @@ is written next to the proxy's value and the rule (``transfer.md``, ``transfer.j
 - precision: bf16 on a CUDA target (the default: a multi-GPU cloud run), unless the winner
   trained in fp8 or its edit chose its precision, and ``torch.compile`` except under fp8
   (TransformerEngine's delayed scaling refuses it); a CPU target keeps the winner's;
-- global batch in tokens: the compute-optimal batch of the DeepSeek LLM scaling study
-  (Bi et al. 2024, arXiv 2401.02954), ``B = 0.2920 · C^0.3271`` tokens for a compute budget
-  ``C = M · D``, where ``D`` is the training tokens and ``M`` the paper's non-embedding FLOPs
-  per token, ``72 · n_layer · d_model² + 6 · n_layer · d_model · l_seq`` (its eq. 2, exactly:
-  not the recipe's own FLOP count, which adds the vocabulary's matmuls and counts attention
-  as PaLM does), in whole sequences of the target's context, rounded up to a multiple of
-  the GPUs so that every GPU gets the same rows;
+- global batch in tokens and learning rate: Step Law (:mod:`recipelab.report.steplaw`,
+  arXiv 2503.04715), ``B ∝ D^0.571`` and ``η ∝ N^-0.713 · D^0.307``, anchored at what the
+  winner trained at on the proxy (measured / the law there), so the law carries the ratio
+  between the two scales and the campaign sets the level; the batch in whole sequences of the
+  target's context, rounded up to a multiple of the GPUs so that every GPU gets the same rows;
 - micro-batch: that global batch split into the largest per-GPU micro-batch the memory model
   fits in ``gpu_memory_gib`` (:mod:`recipelab.report.micro_batch`), with ``grad_accum`` making
   up the rest, so the global batch is unchanged;
-- learning rate (:func:`target_learning_rate`): muP's rule for Adam (Yang et al. 2022), the
-  hidden matrices' rate scaled by ``d_model(proxy) / d_model(target)``, times a horizon
-  factor ``(tokens(target) / tokens(proxy))^-β`` (Bjorck et al. 2024) whose exponent is an
-  input, by default the campaign's fitted horizon rule (:func:`recommended_export`, which
-  the report's recommendation calls too, so both show one rate);
 - warm-up: the proxy's fraction of its run, capped at :data:`MAX_WARMUP_FRACTION` of the
   target's run, and stated in tokens;
 - evaluation slice: at least ``eval_bytes`` (default 8 MiB, about two million BPE tokens).
@@ -47,7 +40,7 @@ from typing import Any
 from pydantic import Field
 
 from recipelab.fsutil import atomic_write_text
-from recipelab.recipe import BYTE_VOCAB, Precision, Recipe, Shape, StrictModel, Target
+from recipelab.recipe import BYTE_VOCAB, Precision, Recipe, StrictModel, Target
 from recipelab.report.micro_batch import (
     DEFAULT_GPU_MEMORY_GIB,
     BatchFitError,
@@ -57,14 +50,13 @@ from recipelab.report.micro_batch import (
 )
 from recipelab.report.prediction import Prediction, bytes_per_token, predict
 from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_winner
+from recipelab.report.steplaw import SOURCE, Anchored
 from recipelab.trajectory.attribution import result_json, result_of
 from recipelab.trajectory.horizon import HorizonFit, horizon_rule
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 from recipelab.units import GIB, MIB
 
-BATCH_COEFFICIENT = 0.2920
-BATCH_EXPONENT = 0.3271
 MAX_WARMUP_FRACTION = 0.02
 PREDICTION_POINTS = 10
 LIBRARIES = ("torch", "numpy", "safetensors", "tokenizers", "pydantic", "structlog")
@@ -76,9 +68,6 @@ class ExportOptions(StrictModel):
     tokens_per_param: float = Field(default=20.0, gt=0)
     gpus: int = Field(default=8, ge=1)
     eval_bytes: int = Field(default=8 * MIB, ge=256)
-    lr_horizon_exponent: float | None = Field(default=None, ge=0.0, le=1.0)
-    """β of the horizon rule; None: the campaign's fitted rule under :func:`recommended_export`
-    (and no correction under a bare :func:`transfer`)."""
     gpu_memory_gib: float = Field(default=DEFAULT_GPU_MEMORY_GIB, gt=0.0, le=100_000.0)
     device: DeviceKind = "cuda"
 
@@ -102,6 +91,7 @@ class Exported:
     transfers: tuple[Transfer, ...]
     params: int
     tokens: int
+    law: Anchored
     precision_rule: str = ""
     compile: bool = False
     split: BatchSplit | None = None
@@ -119,29 +109,6 @@ def pick_runner_up(records: Sequence[TrialRecord], winner: TrialRecord) -> Trial
         return {k: v for k, v in record.recipe.items() if k != "seed"}
 
     return next((r for r in Ledger(records).ranked if unseeded(r) != unseeded(winner)), None)
-
-
-def non_embedding_flops_per_token(shape: Shape, seq_len: int) -> int:
-    """DeepSeek LLM's model scale ``M`` (arXiv 2401.02954, eq. 2): non-embedding FLOPs per
-    token, ``72 · n_layer · d_model² + 6 · n_layer · d_model · l_seq``, the FLOP count its
-    batch and learning-rate laws were fitted against."""
-    return 72 * shape.n_layer * shape.d_model ** 2 + 6 * shape.n_layer * shape.d_model * seq_len
-
-
-def global_batch_tokens(compute: float) -> float:
-    """The DeepSeek LLM compute-optimal batch in tokens for a compute budget ``compute`` =
-    ``M · D`` (:func:`non_embedding_flops_per_token` × training tokens)."""
-    return float(BATCH_COEFFICIENT * compute ** BATCH_EXPONENT)
-
-
-def target_learning_rate(winner: Recipe, target_d_model: int, tokens: int,
-                         horizon_exponent: float) -> tuple[float, float, float]:
-    """The recommended learning rate on the target, with the width and horizon factors that
-    make it: muP for Adam (× ``d_model(proxy) / d_model(target)``), then ``(tokens /
-    proxy tokens)^-β``; capped at 1. The one definition the report and the export read."""
-    width = winner.shape.d_model / target_d_model
-    horizon = (tokens / (winner.steps * winner.tokens_per_step)) ** -horizon_exponent
-    return min(1.0, winner.optimizer.lr * width * horizon), width, horizon
 
 
 def target_precision(winner: Recipe, edit: dict[str, object], device: DeviceKind
@@ -168,16 +135,12 @@ def transfer(winner: Recipe, edit: dict[str, object], target: Target,
     context = target.context
     params = winner.model_copy(update={"shape": shape, "seq_len": context}).param_count()
     tokens = math.ceil(options.tokens_per_param * params)
-    model_scale = non_embedding_flops_per_token(shape, context)
-    compute = float(model_scale) * tokens
-    batch_tokens = global_batch_tokens(compute)
-    sequences = max(1, round(batch_tokens / context))
+    law = Anchored.at(winner, shape, tokens)
+    sequences = max(1, round(law.batch_tokens / context))
     sequences = options.gpus * math.ceil(sequences / options.gpus)
     tokens_per_step = sequences * context
     steps = max(1, math.ceil(tokens / tokens_per_step))
-    proxy_tokens = winner.steps * winner.tokens_per_step
-    exponent = options.lr_horizon_exponent or 0.0
-    lr, width, horizon = target_learning_rate(winner, shape.d_model, tokens, exponent)
+    lr = law.learning_rate
     proxy_fraction = winner.schedule.warmup_steps / winner.steps
     fraction = min(proxy_fraction, MAX_WARMUP_FRACTION)
     warmup = min(steps - 1, math.ceil(fraction * tokens / tokens_per_step)) if steps > 1 else 0
@@ -214,20 +177,15 @@ def transfer(winner: Recipe, edit: dict[str, object], target: Target,
         Transfer("precision", winner.precision, f"{precision}, {compiled}",
                  f"{precision_rule}; {options.device.upper()} target"),
         Transfer("global batch (tokens)", f"{winner.tokens_per_step:,}", f"{tokens_per_step:,}",
-                 f"B = {BATCH_COEFFICIENT}·C^{BATCH_EXPONENT} tokens for C = M·D = "
-                 f"{model_scale:,} non-embedding FLOPs per token (72·n_layer·d_model² + "
-                 f"6·n_layer·d_model·l_seq) × {tokens:,} tokens = {compute:.3e} (DeepSeek LLM, "
-                 f"arXiv 2401.02954) = {batch_tokens:,.0f}, in sequences of {context}, rounded "
-                 f"up to a multiple of {options.gpus} GPUs"),
+                 f"{law.describe_batch()} = {law.batch_tokens:,.0f}, in sequences of {context}, "
+                 f"rounded up to a multiple of {options.gpus} GPUs"),
         Transfer("batch_size × grad_accum (sequences)", f"{winner.batch_size} × {winner.grad_accum}",
                  f"{recipe.batch_size} × {recipe.grad_accum}",
                  (f"the global batch of {sequences} sequences as {split.describe()}, by the "
                   f"memory model at {options.gpu_memory_gib:g} GiB per GPU" if split is not None
                   else f"does not fit: {problem}")),
         Transfer("optimizer.lr", f"{winner.optimizer.lr:.4g}", f"{lr:.4g}",
-                 f"muP for Adam: × d_model ratio {winner.shape.d_model}/{shape.d_model} = {width:.4g}; "
-                 f"horizon: × (tokens {tokens:,} / {proxy_tokens:,})^-{exponent:g} "
-                 f"= {horizon:.4g}; one rate for every parameter (the recipe has one)"),
+                 f"{law.describe_lr()}; one rate for every parameter (the recipe has one)"),
         Transfer("warm-up (tokens)", f"{winner.schedule.warmup_steps * winner.tokens_per_step:,} "
                  f"({proxy_fraction:.1%} of the run)", f"{warmup * tokens_per_step:,} "
                  f"({warmup} steps)", f"the proxy's fraction of the run, at most "
@@ -238,7 +196,7 @@ def transfer(winner: Recipe, edit: dict[str, object], target: Target,
         Transfer("eval_bytes", f"{winner.eval_bytes:,}", f"{eval_bytes:,}",
                  f"at least {options.eval_bytes:,} bytes of held-out text"),
     )
-    return Exported(recipe, transfers, params, tokens, precision_rule, compile_model, split,
+    return Exported(recipe, transfers, params, tokens, law, precision_rule, compile_model, split,
                     problem)
 
 
@@ -262,19 +220,16 @@ class Recommended:
         return self.full is not None
 
 
-def recommended_export(records: Sequence[TrialRecord], target: Target, options: ExportOptions,
-                       prior_horizon_fits: Iterable[HorizonFit] = ()) -> Recommended | None:
+def recommended_export(records: Sequence[TrialRecord], target: Target,
+                       options: ExportOptions) -> Recommended | None:
     """The winner moved onto ``target``, or None without one: what ``recipelab export``
-    writes and the report's recommendation shows. A horizon exponent left unset is the
-    campaign's fitted horizon rule (with its calibration campaigns' fits)."""
+    writes and the report's recommendation shows."""
     chosen = pick_winner(records)
     if chosen is None:
         return None
-    if options.lr_horizon_exponent is None:
-        alpha = horizon_rule(records, prior_horizon_fits).alpha
-        options = options.model_copy(update={"lr_horizon_exponent": alpha})
     winner, because = chosen
-    exported = transfer(Recipe.model_validate(winner.recipe), winner.edit, target, options)
+    measured = Recipe.model_validate(Ledger(records).longest_run(winner).recipe)
+    exported = transfer(measured, winner.edit, target, options)
     result = result_of(records, winner.trial_id)
     attribution = result_json(result) if result is not None else None
     if result is None or attribution is None or not attribution.get("recommends_minimal"):
@@ -343,7 +298,7 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
                  prior_horizon_fits: Iterable[HorizonFit] = ()) -> list[Path]:
     """Write every export file into ``out``; returns the paths written. A winner that fits
     no GPU of ``options.gpu_memory_gib`` is an error naming the memory needed and the fix."""
-    found = recommended_export(records, target, options, prior_horizon_fits)
+    found = recommended_export(records, target, options)
     if found is None:
         raise ValueError(f"campaign {campaign} has nothing to export: "
                          f"{Ledger(records).no_winner_reason} (run it with 'recipelab run')")
@@ -365,7 +320,8 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
                  else pick_runner_up(records, winner))
     fallback_problem = None
     if runner_up is not None:
-        fallback = transfer(Recipe.model_validate(runner_up.recipe), runner_up.edit, target, options)
+        fallback = transfer(Recipe.model_validate(ledger.longest_run(runner_up).recipe),
+                            runner_up.edit, target, options)
         fallback_problem = fallback.memory_problem
         if fallback_problem is None:
             _write_json(out / "fallback-recipe.json", fallback.recipe.model_dump(mode="json"))
@@ -381,8 +337,8 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
         "chosen_because": because, "winner_val_bpb": winner.val_bpb,
         "winner_line": ledger.winner_line(),
         "horizon_rule": {"alpha": rule.alpha, "source": rule.source, "fits": rule.fits,
-                         "rule": rule.describe(),
-                         "lr_horizon_exponent": options.lr_horizon_exponent},
+                         "rule": rule.describe()},
+        "law": exported.law.to_json(),
         "runner_up": runner_up.trial_id if runner_up else None,
         "fallback_problem": fallback_problem,
         "code_version": winner.provenance.get("code_version"),
@@ -433,6 +389,23 @@ def _write_attribution(out: Path, found: Recommended) -> list[Path]:
     return written
 
 
+def law_lines(law: Anchored) -> list[str]:
+    """The learning rate and batch at both scales, by the law and as exported, in a table."""
+    return [f"The learning rate and global batch follow {SOURCE}, anchored at the winner's "
+            f"longest run on the proxy ({law.proxy.tokens:,} tokens): the law sets the ratio "
+            "between the scales, the campaign's measurement the level.", "",
+            "| | non-embedding parameters | tokens | learning rate | batch (tokens) |",
+            "|---|---|---|---|---|",
+            f"| law at the proxy | {law.proxy.params:,} | {law.proxy.tokens:,} | "
+            f"{law.proxy.learning_rate:.4g} | {law.proxy.batch_tokens:,.0f} |",
+            f"| measured on the proxy | | | {law.proxy_lr:.4g} | {law.proxy_batch_tokens:,} |",
+            f"| anchor (measured / law) | | | × {law.lr_anchor:.3g} | × {law.batch_anchor:.3g} |",
+            f"| law at the target | {law.target.params:,} | {law.target.tokens:,} | "
+            f"{law.target.learning_rate:.4g} | {law.target.batch_tokens:,.0f} |",
+            f"| exported | | | {law.learning_rate:.4g} | {law.batch_tokens:,.0f} "
+            "(before rounding to whole sequences) |"]
+
+
 def render_transfer(campaign: str, target: Target, winner: TrialRecord, because: str,
                     exported: Exported, prediction: Prediction,
                     points: list[dict[str, float | int]], runner_up: TrialRecord | None,
@@ -445,6 +418,7 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
              f"parameter = {exported.tokens:,} tokens = {exported.recipe.steps:,} steps.", "",
              "| knob | proxy | target | rule |", "|---|---|---|---|"]
     lines += [f"| {t.knob} | {t.proxy} | {t.target} | {t.rule} |" for t in exported.transfers]
+    lines += ["", "## The law and its anchor", "", *law_lines(exported.law)]
     lines += ["", "## Predicted validation curve (val_bpb)", "",
               "| step | tokens | bytes of text | predicted val_bpb | band |",
               "|---|---|---|---|---|"]

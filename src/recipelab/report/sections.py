@@ -345,7 +345,7 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
     rec, rates = found, ctx.rates
     recommended = recommended_export(
         records, ctx.target, ExportOptions(tokens_per_param=rates.tokens_per_param,
-                                           gpus=rates.gpus), ctx.horizon_fits)
+                                           gpus=rates.gpus))
     assert recommended is not None, "recommend() and recommended_export() name one winner"
     exported = recommended.exported
     recipe = exported.recipe

@@ -267,6 +267,15 @@ class Ledger:
         return [r for r in (*self.climbing, *self.stress)
                 if r.parent == proxy_id and r.budget_steps == steps]
 
+    def longest_run(self, record: TrialRecord) -> TrialRecord:
+        """``record``'s recipe as it trained the most tokens at its own seed: its completed
+        top-rung or rung run, else the trial itself. Its rate and batch are what the campaign
+        measured at the largest scale, where the export anchors its law."""
+        seed = record.recipe.get("seed")
+        runs = [r for r in (*self.climbing, *self.stress) if r.parent == record.trial_id
+                and r.status == "complete" and r.recipe.get("seed") == seed]
+        return max(runs, key=lambda r: (r.tokens, r.trial_id), default=record)
+
     def best_rung_run(self, proxy_id: str) -> tuple[float, TrialRecord] | None:
         """The candidate's scored run at its highest rung below the top, with its score."""
         scored = [(score, r) for r in self.rung_runs_of(proxy_id)
