@@ -28,7 +28,7 @@ $(VENV)/.llm-test-deps: scripts/install-llm-test-deps | $(VENV)/.installed
 setup: $(VENV)/.installed
 
 demo: setup
-	$(BIN)/recipelab run --name demo --preset cpu --iterations 12 --promote 2 --top-seeds 3 --stress-steps 200 --eta 2 --rung-size 6 --parallel auto --precision auto
+	$(BIN)/recipelab run --name demo --preset cpu --corpus python-source --iterations 12 --promote 2 --top-seeds 3 --stress-steps 200 --eta 2 --rung-size 6 --parallel auto --precision auto
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -193,26 +193,31 @@ def test_check_on_a_good_setup_exits_0_and_writes_no_campaign(tmp_path: Path) ->
     assert list((cache / "datasets").glob("*/meta.json")), "the first trial finds the cache warm"
 
 
-def test_an_llm_endpoint_that_is_down_is_a_warning_and_the_night_runs_classical(
+def test_an_llm_endpoint_that_is_down_is_a_warning_and_every_llm_turn_asks_it_again(
         tmp_path: Path) -> None:
+    """The preflight's probe is no verdict on the night: the campaign keeps the hybrid, the
+    sampler takes each turn the LLM cannot, and the night says how many were the LLM's."""
     cache = tmp_path / "cache"
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    result = recipelab("run", "--name", "c", "--preset", "tiny", "--iterations", "3",
-                       "--promote", "0", "--noise-seeds", "1", cwd=tmp_path,
+    result = recipelab("run", "--name", "c", "--preset", "tiny", "--iterations", "4",
+                       "--promote", "0", "--noise-seeds", "1", "--llm-share", "0.5", cwd=tmp_path,
                        env={"RECIPELAB_CACHE": str(cache), "RECIPELAB_LLM_BASE_URL": url})
 
     assert result.returncode == 0, result.stderr
-    assert "warning llm" in result.stderr and "classical-only tonight" in result.stderr
+    assert "warning llm" in result.stderr and "the sampler proposes until the LLM answers" in result.stderr
+    assert "classical-only" not in result.stderr
     campaign = tmp_path / "campaigns" / "c"
     events = [json.loads(line) for line in (campaign / "events.jsonl").read_text().splitlines()]
-    assert [e for e in events if e["event"] == "classical_only"]
     assert {e["check"] for e in events if e["event"] == "preflight"} >= {"llm", "trial"}
     records = [json.loads(line) for line in (campaign / "trajectory.jsonl").read_text().splitlines()]
-    assert len(records) == 3
-    assert all(r["proposer"] == "baseline" or r["proposer"].startswith("classical")
-               for r in records), [r["proposer"] for r in records]
-    assert not [e for e in events if e["event"] == "llm_fallback"], "the LLM was never asked"
-    # the saved settings keep the hybrid default, so a resume tries the LLM again
+    assert len(records) == 4
+    fallbacks = [e for e in events if e["event"] == "llm_fallback"]
+    assert fallbacks, "the LLM was asked on its turn"
+    assert len([e for e in events if e["event"] == "llm_down"]) == 1
+    [finished] = [e for e in events if e["event"] == "campaign_finished"]
+    assert finished["llm_trials"] == 0 and finished["search_trials"] == 4
+    status = recipelab("status", str(campaign), cwd=tmp_path, env={"RECIPELAB_LLM_BASE_URL": url})
+    assert "the LLM proposed 0 of 4" in status.stdout, status.stdout
     assert json.loads((campaign / "settings.json").read_text())["proposer"]["kind"] is None
 
 
@@ -231,7 +236,7 @@ def test_run_help_names_the_ladder_and_its_successors_of_the_middle_rung() -> No
     for option in ("--eta", "--rung-size", "--rung-steps", "--stress-steps", "--promote"):
         assert option in text
     assert "successive halving, ASHA-style" in text and "the baseline climbs every rung" in text
-    assert "DeepSeek LLM prior" in text
+    assert "the published 0.32" in text and "--repeat-text" in text
 
 
 def test_check_takes_the_options_of_run_with_their_help() -> None:

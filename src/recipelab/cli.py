@@ -596,8 +596,12 @@ def run(
     horizon_rule: Annotated[bool | None, typer.Option(
         "--horizon-rule/--no-horizon-rule", help=with_default(
             "horizon_rule", "train every rung at the learning rate the horizon rule gives for "
-            "its steps, fitted from the rungs' learning-rate family (lr × ½, × 2) or, without a "
-            "fit, the DeepSeek LLM prior lr ∝ steps^-0.125"))] = None,
+            "its tokens, lr ∝ tokens^-alpha, alpha fitted from the baseline's learning-rate "
+            "family (lr × ½, × 2) and shrunk toward the published 0.32"))] = None,
+    repeat_text: Annotated[bool | None, typer.Option(
+        "--repeat-text/--no-repeat-text", help=with_default(
+            "repeat_text", "let the longest run read the training text more than once; without "
+            "it the preflight refuses a corpus smaller than the longest run"))] = None,
     attribution: Annotated[bool | None, typer.Option(
         "--attribution/--no-attribution", help=with_default(
             "attribution", "after the winner is named, measure which groups of its edit carry "
@@ -728,18 +732,14 @@ def log_preflight(settings: CampaignSettings, directory: Path, report: Preflight
             method = {"ok": log.info, "warning": log.warning, "error": log.error}[result.status]
             method("preflight", check=result.name, status=result.status, what=result.what,
                    fix=result.fix or None)
-        if report.classical_only:
-            log.warning("classical_only", proposer="classical", reason=report.classical_only,
-                        hint="the LLM will not propose tonight; every trial is classical")
     finally:
         sink.close()
 
 
 def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: bool,
                    preflight: Preflight | None = None) -> None:
-    """Run the campaign. ``settings`` are saved; the preflight's settings for tonight (a
-    classical proposer when the LLM is down) are what runs, so the next resume tries the
-    LLM again."""
+    """Run the campaign. ``settings`` are saved; the preflight's (``auto`` resolved where
+    its checks ran) are what runs."""
     from recipelab.agent.campaign import Campaign
 
     tonight = preflight.settings if preflight and preflight.settings else settings
@@ -754,9 +754,6 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
         settings_store.save(settings, directory)
         if preflight is not None and preflight.results:
             log_preflight(settings, directory, preflight)
-        if preflight is not None and preflight.classical_only:
-            errors.print("the campaign runs classical-only tonight: the LLM endpoint is not "
-                         "usable (see the preflight above)", markup=False, soft_wrap=True)
         summary = campaign.run(stress_only=stress_only)
     except RecipelabError as error:
         fail(str(error), error.fix)
@@ -877,9 +874,7 @@ def export(
         help="cuda (bf16 and torch.compile unless the winner says otherwise) or cpu")] = "cuda",
     eval_bytes: Annotated[int, typer.Option(help="least held-out bytes to evaluate on")] = 8 << 20,
     lr_horizon_exponent: Annotated[float | None, typer.Option(
-        help="β of the learning-rate horizon rule lr × (tokens ratio)^-β (0: no correction; "
-        "default: the rule fitted from the campaign's proxies and rung runs, and its "
-        "calibration campaigns)")] = None,
+        hidden=True, help="deprecated and ignored: the rate follows Step Law")] = None,
 ) -> None:
     """Write the winner at the target's full shape (recipe.json for 'recipelab pretrain'),
     the runner-up, the transfer table, the predicted val_bpb curve and a manifest."""
@@ -887,12 +882,16 @@ def export(
     from recipelab.report.export import ExportOptions, write_export
     from recipelab.trajectory.calibration import load_calibration
 
+    if lr_horizon_exponent is not None:
+        errors.print("warning: --lr-horizon-exponent is deprecated and ignored: the exported "
+                     "learning rate and batch follow Step Law anchored at the winner's measured "
+                     "rate (transfer.md shows both); the option goes in the next release",
+                     highlight=False, soft_wrap=True)
     settings, records = read_campaign(campaign)
     try:
         options = ExportOptions.model_validate({
             "tokens_per_param": tokens_per_param, "gpus": gpus, "gpu_memory_gib": gpu_memory_gib,
-            "device": device, "eval_bytes": eval_bytes,
-            "lr_horizon_exponent": lr_horizon_exponent})
+            "device": device, "eval_bytes": eval_bytes})
         written = write_export(records, settings.name, get_target(settings.target or ""),
                                options, out, load_calibration(settings.search.calibrate_from).horizon_fits)
     except ValidationError as error:

@@ -6,17 +6,20 @@ proposes plenty of nonsense: the point is that its proposals reach the loop only
 validation and the guardrails, that what it gets wrong is recorded with reasons, that the
 campaign completes whatever it says, and that its turn (pick one of the sampler's candidates,
 change a few knobs) is small enough for it to answer: at least 80% of the search trials are
-its own, not fallbacks.
+its own, not fallbacks. The campaign starts as a user starts it, ``recipelab run`` with its
+preflight, whose probe is one such turn and no verdict on the night.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
 from tests import llm_server
 
@@ -29,14 +32,18 @@ smollm_server = llm_server.smollm_server
 def test_a_campaign_with_the_llm_proposer_completes_on_a_real_local_model(
         tmp_path: Path, tiny_settings: CampaignSettings, smollm_server: llm_server.LlmServer,
 ) -> None:
-    settings = tiny_settings.model_copy(update={
-        "iterations": 9, "promote": 0, "proposer": "llm",
-        "llm_base_url": smollm_server.base_url, "llm_model": smollm_server.model,
-        "llm_structured_output": "json_object"})
+    run = subprocess.run(
+        [sys.executable, "-m", "recipelab", "run", "--dir", str(tmp_path), "--preset", "tiny",
+         "--corpus", tiny_settings.corpus.source, "--precision", "fp32", "--parallel", "1",
+         "--iterations", "9", "--promote", "0", "--noise-seeds", "1", "--proposer", "llm",
+         "--llm-base-url", smollm_server.base_url, "--llm-model", smollm_server.model,
+         "--llm-structured-output", "json_object"],
+        capture_output=True, text=True, timeout=840, check=False,
+        env={**os.environ, "RECIPELAB_CACHE": str(tiny_settings.corpus.cache_dir)})
 
-    summary = Campaign(settings, tmp_path).run()
-
-    assert summary.proxy_trials == 9
+    assert run.returncode == 0, run.stderr[-3000:]
+    [finished] = events(tmp_path, "campaign_finished")
+    assert finished["proxy_trials"] == 9
     lines = read_jsonl(tmp_path / "trajectory.jsonl")
     from_model = [r for r in lines if r["proposer"].startswith("llm:")]
     fallbacks = events(tmp_path, "llm_fallback")
@@ -45,7 +52,9 @@ def test_a_campaign_with_the_llm_proposer_completes_on_a_real_local_model(
     own = [r for r in searched if r["proposer"].startswith("llm:")]
     assert len(own) >= 0.8 * len(searched), (
         f"the model proposed {len(own)} of {len(searched)} search trials (at least 80% must be "
-        f"its own); fallbacks: {fallbacks}")
+        f"its own); fallbacks: {fallbacks}; preflight: {events(tmp_path, 'preflight')}")
+    assert finished["llm_trials"] == len([r for r in lines if r["proposer"].startswith("llm:")
+                                          and r["status"] != "rejected"])
     for record in from_model:
         exchange = json.loads((tmp_path / record["artifacts"]["llm_exchange.json"]).read_text())
         assert exchange["messages"] and exchange["asks"]

@@ -17,7 +17,7 @@ from recipelab.proposer import (
     Proposer,
     default_space,
 )
-from recipelab.proposer.hybrid import FALLBACK_ARTIFACT
+from recipelab.proposer.hybrid import FALLBACK_ARTIFACT, MAX_RETRY_PAUSE
 from recipelab.proposer.llm import LLMProposer, LLMUnavailable
 from recipelab.recipe import proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
@@ -148,6 +148,29 @@ def test_after_a_fallback_the_llm_sits_out_then_is_tried_again(classical: Record
     # 7 would be the LLM's; it sits out 6, 7, 8 and is asked again on 9 and 11
     assert who == ["classical", "classical", "classical", "llm", "classical", "llm"]
     assert len(llm.calls) == 3
+
+
+def test_each_failure_in_a_row_doubles_the_pause_and_a_valid_reply_resets_it(
+        classical: Recording, llm: Recording) -> None:
+    """A circuit breaker: the LLM is never dropped for the night, only asked less often while
+    it keeps failing, and it gets its full share back at its first valid reply."""
+    hybrid = HybridProposer(classical, llm, llm_share=1.0, retry_after=2)
+    llm.down = True
+    asked = []
+    history: list[Observation] = []
+    for k in range(40):
+        calls = len(llm.calls)
+        hybrid.propose(list(history), 1)
+        if len(llm.calls) > calls:
+            asked.append(k)
+        history.append(trial(k))
+    # paused 2, 4, 8, 16, then 24 (the cap) iterations after each failure
+    assert asked == [0, 3, 8, 17, 34]
+    assert not hybrid.llm_up and hybrid.pause() == MAX_RETRY_PAUSE
+    llm.down = False
+    k = hybrid._llm_paused_until
+    proposal = hybrid.propose([trial(i) for i in range(k)], 1)[0]
+    assert proposal.proposer == "llm" and hybrid.llm_up and hybrid.pause() == 2
 
 
 def test_prefetch_starts_the_llm_only_before_its_turn(classical: Recording,

@@ -60,7 +60,7 @@ from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.attribution import recommendation_line, result_of
 from recipelab.trajectory.horizon import HorizonRule, horizon_rule
 from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder
-from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger, Winner
+from recipelab.trajectory.ledger import LLM_PROPOSER_PREFIX, LR_FAMILY_PROPOSER, Ledger, Winner
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord, utc_now
 from recipelab.units import GIB
@@ -128,6 +128,7 @@ class Campaign:
             settings, self.device, executor_slots=executor.slots() if executor else None)
         self.settings = settings
         self.directory = directory
+        self._llm_down = False  # since the LLM's last fallback, until its next valid reply
         self.baseline = settings.baseline()
         self.target = get_target(settings.target or PROXY_PRESETS[settings.preset].default_target)
         self.param_budget = settings.budget or PROXY_PRESETS[settings.preset].budget
@@ -316,10 +317,22 @@ class Campaign:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             saved[name] = str(path.relative_to(self.directory))
+        self._note_llm_state(trial_id, proposal)
+        return saved
+
+    def _note_llm_state(self, trial_id: str, proposal: Proposal) -> None:
+        """Log each fallback, and each change of the LLM's seat: ``llm_down`` at the first
+        fallback after a valid reply, ``llm_up`` at its first valid reply after one."""
         if proposal.fallback is not None:
             self.log.warning("llm_fallback", trial_id=trial_id, cause=proposal.fallback,
                              proposer=proposal.proposer)
-        return saved
+            if not self._llm_down:
+                self.log.warning("llm_down", trial_id=trial_id, cause=proposal.fallback,
+                                 hint="the sampler proposes; the LLM's turns keep asking it")
+            self._llm_down = True
+        elif proposal.proposer.startswith(LLM_PROPOSER_PREFIX) and self._llm_down:
+            self.log.info("llm_up", trial_id=trial_id, proposer=proposal.proposer)
+            self._llm_down = False
 
     # -- Phase 2: seed re-runs, then the ladder of fidelities ---------------------------------
 
@@ -571,6 +584,7 @@ class Campaign:
         if not self.stops.stop and self.failures.failing is None:
             self.promote()
         summary = self.summary(stopped_early=self.stops.stop)
+        counts = self.ledger.counts()
         self.log.info("campaign_finished", proxy_trials=summary.proxy_trials,
                       rejected=summary.rejected, rung_runs=summary.rung_runs,
                       stress_runs=summary.stress_runs,
@@ -583,7 +597,8 @@ class Campaign:
                       noise_spread=summary.noise.spread if summary.noise else None,
                       winner_line=summary.winner_line,
                       recommendation_line=summary.recommendation_line,
-                      stopped_early=summary.stopped_early, failing=summary.failing)
+                      stopped_early=summary.stopped_early, failing=summary.failing,
+                      llm_trials=counts.llm, search_trials=counts.trained)
         try:  # the report is a by-product: one that cannot be written never fails the campaign
             write_report(self.directory, self.ledger.records, ReportContext(
                 self.settings.name, self.target, self.settings.preset, CloudRates.from_environment(),

@@ -42,7 +42,13 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from recipelab import environment
-from recipelab.agent.proposers import LLM_ENV, llm_configured, proposer_name
+from recipelab.agent.proposers import (
+    LLM_ENV,
+    classical_proposer,
+    llm_configured,
+    llm_proposer,
+    proposer_name,
+)
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB, until_problem
 from recipelab.errors import RecipelabError
@@ -62,6 +68,10 @@ BUILTIN_CORPORA = ("python-docs", "python-source")
 CORPUS_MARGIN = 1.25
 """Read 25% more text than the longest run's tokens: the BPE estimate below may be short,
 and a little more text than one pass costs nothing."""
+
+SPLIT_SLACK_BYTES = 64 * 1024
+"""Validation text beyond the eval slice: the split moves to the next newline, which in a
+corpus of long documents (FineWeb's rows are a few KiB) can cost the validation text one."""
 
 BYTES_PER_TOKEN = {"byte": 1.0, "bpe": 4.0}
 """UTF-8 bytes behind one token: exactly 1 for the byte tokenizer; about 4 for a byte-level
@@ -102,12 +112,10 @@ class CheckResult:
 
 @dataclass
 class Preflight:
-    """Every check's result, and the settings the campaign should run with tonight (the
-    proposer becomes classical when the LLM endpoint is not usable)."""
+    """Every check's result, and the settings they ran with (``auto`` resolved)."""
 
     results: list[CheckResult] = field(default_factory=list)
     settings: CampaignSettings | None = None
-    classical_only: str | None = None  # why the LLM will not propose tonight
 
     @property
     def errors(self) -> list[CheckResult]:
@@ -163,9 +171,11 @@ def check_input(*, preset: str | None, target: str | None, until: str | None,
 
 
 def longest_run_tokens(settings: CampaignSettings) -> int:
-    """Training tokens of the campaign's longest run: a stress run at the baseline's shape."""
+    """Training tokens of the campaign's longest run: the top rung's (the proxy's without a
+    ladder, ``promote`` 0)."""
     baseline = settings.baseline()
-    return max(settings.ladder.stress_steps, baseline.steps) * baseline.tokens_per_step
+    top = settings.ladder.stress_steps if settings.ladder.promote else baseline.steps
+    return max(top, baseline.steps) * baseline.tokens_per_step
 
 
 def corpus_bytes_needed(settings: CampaignSettings, baseline: Recipe | None = None) -> int:
@@ -176,7 +186,7 @@ def corpus_bytes_needed(settings: CampaignSettings, baseline: Recipe | None = No
     corpus = settings.corpus
     train = longest_run_tokens(settings) * CORPUS_MARGIN * BYTES_PER_TOKEN[baseline.tokenizer]
     total = max(train / (1.0 - corpus.val_fraction),
-                baseline.eval_bytes * CORPUS_MARGIN / corpus.val_fraction)
+                (baseline.eval_bytes * CORPUS_MARGIN + SPLIT_SLACK_BYTES) / corpus.val_fraction)
     return max(1024, math.ceil(total))
 
 
@@ -300,11 +310,19 @@ def check_corpus(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
             f"{data.eval_bytes:,} bytes, tokenized cache ready ({seconds:.1f} s){capped}")
     longest = longest_run_tokens(settings)
     if len(data.train) < longest:
+        once = len(data.train) // baseline.tokens_per_step
+        shorter = f"--stress-steps {once} (one pass), " if once > baseline.steps else ""
+        repeated = (f"{what}; the {settings.ladder.stress_steps}-step top rung reads "
+                    f"{longest:,} tokens, {longest / len(data.train):.1f} passes over the text")
+        if settings.ladder.repeat_text:
+            return CheckResult("corpus", "warning", f"{repeated} (--repeat-text): the ranking "
+                               "may reward regularization a cloud run reading each token once "
+                               "does not need", "use a bigger corpus to rank on fresh text")
         return CheckResult(
-            "corpus", "warning",
-            f"{what}; a {settings.ladder.stress_steps}-step stress run reads {longest:,} tokens, so it "
-            f"sees the text about {longest / len(data.train):.1f} times",
-            "use a bigger corpus (or a larger --corpus-max-bytes) for stress runs on fresh text")
+            "corpus", "error", f"{repeated}; a ranking on repeated text rewards regularization, "
+            "not the recipe a cloud run reading each token once should train",
+            f"use --corpus python-source or a bigger corpus, or {shorter}or --repeat-text to "
+            "rank on repeated text knowingly")
     return CheckResult("corpus", "ok", what)
 
 
@@ -485,46 +503,50 @@ def check_calibration(settings: CampaignSettings, baseline: Recipe) -> CheckResu
     return CheckResult("calibrate", "warning", what, "calibrate from" + fix)
 
 
+LLM_DOWN_TONIGHT = ("the sampler proposes until the LLM answers: its turns keep asking it, "
+                    "backing off, and give it the seat back at its first valid reply")
+
+
 def check_llm(settings: CampaignSettings, baseline: Recipe) -> CheckResult | None:
-    """The LLM endpoint answers one schema-valid proposal; None when no LLM is configured."""
+    """The LLM endpoint answers one turn as the campaign asks it (steering the sampler);
+    None when no LLM is configured. A failure is a warning, never a verdict on the night:
+    the campaign keeps asking the LLM on its turns."""
     if not llm_configured(settings) or proposer_name(settings) == "classical":
         return None
     from recipelab.proposer import default_space
-    from recipelab.proposer.llm import LLMConfig, LLMProposer, LLMUnavailable
+    from recipelab.proposer.llm import LLMConfig, LLMUnavailable
 
-    overrides = {key: value for key, value in {
-        "base_url": settings.proposer.llm_base_url, "model": settings.proposer.llm_model,
-        "structured_output": settings.proposer.llm_structured_output}.items() if value is not None}
-    fix = ("start the LLM server (or fix its URL) and run again; --proposer classical runs "
-           "without it and silences this")
+    fix = ("start the LLM server (or fix its URL); --proposer classical runs without it and "
+           "silences this")
     try:
-        config = LLMConfig.from_env(**overrides, readiness_timeout_s=LLM_READINESS_TIMEOUT_S,
-                                    max_retries=1)
+        base_url = LLMConfig.from_env(**({"base_url": settings.proposer.llm_base_url}
+                                         if settings.proposer.llm_base_url else {})).base_url
     except ValueError as error:
-        return CheckResult("llm", "warning", f"no usable LLM configuration ({error}); the "
-                           "campaign runs classical-only tonight", fix)
-    down = _refuses_connections(config.base_url)
+        return CheckResult("llm", "warning", f"no usable LLM configuration ({error})", fix)
+    down = _refuses_connections(base_url)
     if down:
-        return CheckResult("llm", "warning", f"LLM endpoint {config.base_url}: {down}; the "
-                           "campaign runs classical-only tonight", fix)
-    preset = PROXY_PRESETS[settings.preset]
-    target = get_target(settings.target or preset.default_target)
+        return CheckResult("llm", "warning", f"LLM endpoint {base_url}: {down}; "
+                           f"{LLM_DOWN_TONIGHT}", fix)
+    target = get_target(settings.target or PROXY_PRESETS[settings.preset].default_target)
+    space = default_space(baseline, settings.searchable)
     started = time.monotonic()
-    proposer = LLMProposer(config, baseline, None, default_space(baseline, settings.searchable),
-                           f"{target.name}: {target.description}")
+    try:
+        proposer = llm_proposer(settings, baseline, space, target,
+                                classical_proposer(settings, baseline, space),
+                                readiness_timeout_s=LLM_READINESS_TIMEOUT_S, max_retries=1)
+    except ValueError as error:
+        return CheckResult("llm", "warning", f"no usable LLM configuration ({error})", fix)
     try:
         proposals = proposer.propose([], 1)
     except (LLMUnavailable, ValueError) as error:
-        return CheckResult("llm", "warning", f"{error}; the campaign runs classical-only "
-                           "tonight", fix)
+        return CheckResult("llm", "warning", f"{error}; {LLM_DOWN_TONIGHT}", fix)
     finally:
         proposer.close()
     if not proposals:
-        return CheckResult("llm", "warning", f"LLM endpoint {config.base_url} returned no "
-                           "proposal; the campaign runs classical-only tonight", fix)
-    return CheckResult("llm", "ok", f"{config.base_url} ({proposals[0].proposer}, "
-                       f"{proposer.mode}) returned a schema-valid proposal in "
-                       f"{time.monotonic() - started:.1f} s")
+        return CheckResult("llm", "warning", f"LLM endpoint {base_url} returned no proposal; "
+                           f"{LLM_DOWN_TONIGHT}", fix)
+    return CheckResult("llm", "ok", f"{base_url} ({proposals[0].proposer}) answered a "
+                       f"campaign turn in {time.monotonic() - started:.1f} s")
 
 
 def _refuses_connections(url: str) -> str | None:
@@ -610,10 +632,6 @@ def _run_checks(settings: CampaignSettings, directory: Path, baseline: Recipe,
     else:
         add(CheckResult("trial", "warning", "not run: the errors above would make it fail",
                         "fix them, then run 'recipelab check' again"))
-    llm = check_llm(settings, baseline)
-    add(llm)
-    if llm is not None and llm.status != "ok":
-        report.classical_only = llm.what
-        report.settings = settings.model_copy(update={"proposer": "classical"})
+    add(check_llm(settings, baseline))
     return report
 

@@ -20,13 +20,11 @@ LLM_ENV = environment.LLM_BASE_URL
 
 
 def llm_configured(settings: CampaignSettings) -> bool:
-    return bool(settings.proposer.llm_base_url or environment.read(LLM_ENV))
+    return settings.proposer.llm_configured()
 
 
 def proposer_name(settings: CampaignSettings) -> str:
-    if settings.proposer.kind is not None:
-        return settings.proposer.kind
-    return "hybrid" if llm_configured(settings) else "classical"
+    return settings.proposer.name()
 
 
 def classical_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSpace,
@@ -77,17 +75,25 @@ def build_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSp
             raise SettingsError(
                 f"--proposer {name} needs an LLM endpoint: set {LLM_ENV} (for example "
                 "http://localhost:8000/v1 for a NIM) or pass --llm-base-url")
-        from recipelab.proposer.llm import LLMConfig, LLMProposer
-
-        overrides = {key: value for key, value in {
-            "base_url": settings.proposer.llm_base_url, "model": settings.proposer.llm_model,
-            "structured_output": settings.proposer.llm_structured_output}.items() if value is not None}
-        # The LLM steers the campaign's sampler: it picks among its candidates, adjusts one.
-        return LLMProposer(LLMConfig.from_env(**overrides), baseline, None, space,
-                           f"{target.name}: {target.description}", calibration,
-                           sampler=classical)
+        return llm_proposer(settings, baseline, space, target, classical, calibration)
 
     return PROPOSER_BUILDERS[name](settings, classical, llm)
+
+
+def llm_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSpace,
+                 target: Target, sampler: ClassicalProposer, calibration: str | None = None,
+                 **config: Any) -> Proposer:
+    """The LLM proposer as the campaign asks it, steering ``sampler`` (it picks among the
+    sampler's candidates and adjusts one); ``config`` overrides :class:`LLMConfig` fields
+    (the preflight's shorter timeouts). The preflight's probe is built here too, so it is one
+    ordinary turn."""
+    from recipelab.proposer.llm import LLMConfig, LLMProposer
+
+    overrides = {key: value for key, value in {
+        "base_url": settings.proposer.llm_base_url, "model": settings.proposer.llm_model,
+        "structured_output": settings.proposer.llm_structured_output}.items() if value is not None}
+    return LLMProposer(LLMConfig.from_env(**overrides, **config), baseline, None, space,
+                       f"{target.name}: {target.description}", calibration, sampler=sampler)
 
 
 ERROR_TEXT_LIMIT = 500

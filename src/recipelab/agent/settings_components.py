@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from recipelab import environment
 from recipelab.errors import RecipelabError
 from recipelab.recipe import StrictModel
 from recipelab.trajectory.ladder import TOP_SEEDS, RungPlan, plan_ladder, rung_steps
@@ -86,6 +87,9 @@ class LadderSettings(StrictModel):
     attribution: bool = True
     # torch.compile stress runs: they run long enough to win back the compile time
     compile_stress: bool = False
+    # let the longest run read its training text more than once (the preflight refuses it
+    # otherwise: a ranking on repeated text ranks regularization, not what a cloud run reads)
+    repeat_text: bool = False
 
     def compiles(self, kind: str) -> bool:
         """Whether a trial of ``kind`` is compiled: stress runs when ``compile_stress`` is
@@ -150,6 +154,16 @@ class ProposerSettings(StrictModel):
     llm_structured_output: Literal["auto", "json_schema", "json_object", "guided_json", "nvext",
                                    "prompt"] | None = None
     sampler: Literal["tpe", "cmaes", "random"] = "tpe"
+
+    def llm_configured(self) -> bool:
+        """An LLM endpoint is set here or in ``RECIPELAB_LLM_BASE_URL``."""
+        return bool(self.llm_base_url or environment.read(environment.LLM_BASE_URL))
+
+    def name(self) -> str:
+        """The proposer the campaign builds: ``kind``, else the hybrid with an LLM."""
+        if self.kind is not None:
+            return self.kind
+        return "hybrid" if self.llm_configured() else "classical"
 
 
 UNIFIED_MEMORY_RESERVE_GIB = 24.0

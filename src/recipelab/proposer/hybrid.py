@@ -9,9 +9,12 @@ full history, so the LLM sees every trial the sampler ran.
 
 When the LLM is unavailable (or fails in any other way) the classical proposer takes the
 turn, the proposal says why in its ``fallback`` field and its ``fallback.txt`` artifact (the
-agent logs an ``llm_fallback`` event), and the LLM sits out the next ``retry_after`` iterations before it
-is tried again. That pause lives in memory only: a restarted campaign simply tries the LLM
-again.
+agent logs an ``llm_fallback`` event), and the LLM sits out the next ``retry_after``
+iterations before it is tried again: a circuit breaker, not a verdict. Each failure in a row
+doubles the pause, up to :data:`MAX_RETRY_PAUSE` iterations; its first valid reply gives the
+LLM its seat back and resets the pause. A server still loading its model, or busy with
+another client for a while, so loses a few turns, not the night. The pause lives in memory
+only: a restarted campaign simply tries the LLM again.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from recipelab.proposer.llm import TERMINAL_STATUSES, LLMUnavailable, iteration,
 
 FALLBACK_ARTIFACT = "fallback.txt"
 SHARE_DENOMINATOR = 10_000  # the share is exact to 1/10,000, so 0.3 is 30 turns in 100
+MAX_RETRY_PAUSE = 24  # iterations: the longest the backed-off LLM sits out
 
 
 def first_free_iteration(history: list[Observation]) -> int:
@@ -51,6 +55,17 @@ class HybridProposer(Proposer):
         self.retry_after = retry_after
         self._share = Fraction(llm_share).limit_denominator(SHARE_DENOMINATOR)
         self._llm_paused_until = 0  # the first iteration the LLM may take after a fallback
+        self.failures = 0  # the LLM's failed calls in a row; 0 while it is up
+
+    @property
+    def llm_up(self) -> bool:
+        """Whether the LLM's last call gave valid proposals (or none has failed yet)."""
+        return self.failures == 0
+
+    def pause(self) -> int:
+        """Iterations the LLM sits out after its latest failure: ``retry_after``, doubled for
+        each failure before it in a row, at most :data:`MAX_RETRY_PAUSE`."""
+        return min(MAX_RETRY_PAUSE, self.retry_after << max(0, self.failures - 1))
 
     def scheduled_for_llm(self, k: int) -> bool:
         """Whether iteration ``k`` belongs to the LLM in the even spread of its share."""
@@ -70,11 +85,13 @@ class HybridProposer(Proposer):
         try:
             llm = self.llm.propose(history, sum(turns))
         except Exception as exc:  # LLMUnavailable above all; anything else must not stop us
-            self._llm_paused_until = k + turns.index(True) + self.retry_after + 1
+            self.failures += 1
+            self._llm_paused_until = k + turns.index(True) + self.pause() + 1
             cause = str(exc) if isinstance(exc, LLMUnavailable) else f"{type(exc).__name__}: {exc}"
             return [dataclasses.replace(p, fallback=cause,
                                         artifacts={**p.artifacts, FALLBACK_ARTIFACT: cause})
                     for p in self.classical.propose(history, n)]
+        self.failures = 0
         classical = self.classical.propose(history, n - sum(turns)) if not all(turns) else []
         llm_left, classical_left = iter(llm), iter(classical)
         merged = [next(llm_left if turn else classical_left, None) for turn in turns]

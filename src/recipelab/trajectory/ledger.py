@@ -166,6 +166,9 @@ class Winner:
                 "stable yet, so treat it as provisional")
 
 
+LLM_PROPOSER_PREFIX = "llm:"  # an LLM's proposals carry ``llm:MODEL`` as their proposer
+
+
 @dataclass(frozen=True)
 class Counts:
     """How many trials are where, each counted once (what ``status`` prints)."""
@@ -180,6 +183,7 @@ class Counts:
     stress_total: int
     running: int
     rung_trained: int = 0
+    llm: int = 0  # search trials the LLM proposed (its own, not a sampler's fallback)
 
 
 class Ledger:
@@ -518,4 +522,5 @@ class Ledger:
             rejected=sum(r.status == "rejected" for r in self.proxies),
             stress_trained=sum(r.trained for r in self.stress), stress_total=len(self.stress),
             running=sum(r.status == "running" for r in self.records),
-            rung_trained=sum(r.trained for r in self.rung))
+            rung_trained=sum(r.trained for r in self.rung),
+            llm=sum(r.proposer.startswith(LLM_PROPOSER_PREFIX) for r in self.search_trials))
