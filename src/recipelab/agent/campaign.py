@@ -598,7 +598,7 @@ class Campaign:
                       winner_line=summary.winner_line,
                       recommendation_line=summary.recommendation_line,
                       stopped_early=summary.stopped_early, failing=summary.failing,
-                      llm_trials=counts.llm, search_trials=counts.trained)
+                      llm_trials=counts.llm, search_trials=counts.proposed)
         try:  # the report is a by-product: one that cannot be written never fails the campaign
             write_report(self.directory, self.ledger.records, ReportContext(
                 self.settings.name, self.target, self.settings.preset, CloudRates.from_environment(),

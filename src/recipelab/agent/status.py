@@ -86,7 +86,7 @@ def progress_line(settings: CampaignSettings, ledger: Ledger) -> str:
              if c.stress_total else "")
     line += f", {c.running} running" if c.running else ""
     if c.llm or settings.proposer.name() != "classical":
-        line += f"; the LLM proposed {c.llm} of {c.trained}"
+        line += f"; the LLM proposed {c.llm} of {c.proposed}"
     return line
 
 

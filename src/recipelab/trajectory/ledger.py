@@ -183,7 +183,8 @@ class Counts:
     stress_total: int
     running: int
     rung_trained: int = 0
-    llm: int = 0  # search trials the LLM proposed (its own, not a sampler's fallback)
+    proposed: int = 0  # search trials a proposer made (not the baseline's seeds)
+    llm: int = 0  # of those, the LLM's own (not a sampler's fallback)
 
 
 class Ledger:
@@ -523,4 +524,5 @@ class Ledger:
             stress_trained=sum(r.trained for r in self.stress), stress_total=len(self.stress),
             running=sum(r.status == "running" for r in self.records),
             rung_trained=sum(r.trained for r in self.rung),
+            proposed=sum(r.proposer != BASELINE_PROPOSER for r in self.search_trials),
             llm=sum(r.proposer.startswith(LLM_PROPOSER_PREFIX) for r in self.search_trials))
