@@ -45,7 +45,6 @@ from tests.proposer.fake_openai import (
     NOT_A_COMPLETION,
     FakeOpenAI,
     error,
-    good,
     steered,
     text,
 )
@@ -201,8 +200,9 @@ def hostile_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSpe
     """
     server = FakeOpenAI().start()
     server.script(
-        good({"optimizer.lr": 0.003}, hypothesis=HOSTILE),  # the preflight's one proposal
-        # The campaign's LLM steers the sampler: it answers with a pick and changes.
+        # The LLM steers the sampler: it answers with a pick and changes, the preflight's
+        # probe first (one campaign turn), then the campaign's turns.
+        steered(pick=1, changes=[], hypothesis=HOSTILE),
         steered(pick=1, changes=[], hypothesis=HOSTILE),
         text(json.dumps({"pick": 1, "changes": [
             {"knob": "schedule.kind", "value": "../../outside"},
