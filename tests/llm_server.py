@@ -39,7 +39,8 @@ from typing import NoReturn
 
 import pytest
 
-__all__ = ["GGUF_ENV", "MODEL_ALIAS", "LlmServer", "find_smollm_gguf", "smollm_server"]
+__all__ = ["GGUF_ENV", "MODEL_ALIAS", "LlmServer", "find_smollm_gguf", "require_smollm",
+           "smollm_server", "start_server", "stop_server"]
 
 GGUF_ENV = "RECIPELAB_SMOLLM_GGUF"
 """An explicit path to a SmolLM2 GGUF, taking precedence over the installed package."""
@@ -141,7 +142,7 @@ def _is_ready(base_url: str) -> bool:
         return False
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop_server(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is not None:
         return
     process.terminate()
@@ -152,14 +153,15 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=STOP_TIMEOUT_S)
 
 
-def start_server(gguf: Path, log_path: Path, *, timeout_s: float = READY_TIMEOUT_S) -> tuple[
-        subprocess.Popen[bytes], LlmServer]:
-    """Start ``llama_cpp.server`` on a free loopback port; return once ``/v1/models`` is 200.
+def start_server(gguf: Path, log_path: Path, *, timeout_s: float = READY_TIMEOUT_S,
+                 port: int | None = None) -> tuple[subprocess.Popen[bytes], LlmServer]:
+    """Start ``llama_cpp.server`` on ``port`` (a free loopback port by default); return once
+    ``/v1/models`` is 200.
 
     Fails the test (with the tail of the server's log) when the server exits early or is not
     ready within ``timeout_s``; the process is stopped in both cases.
     """
-    port = free_port()
+    port = port or free_port()
     command = [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(gguf), "--model_alias", MODEL_ALIAS,
@@ -175,16 +177,15 @@ def start_server(gguf: Path, log_path: Path, *, timeout_s: float = READY_TIMEOUT
             pytest.fail(f"llama_cpp.server exited with code {process.returncode} before it was ready; "
                         f"last lines of {log_path}:\n{log_tail(log_path)}", pytrace=False)
         if time.monotonic() > deadline:
-            _stop(process)
+            stop_server(process)
             pytest.fail(f"llama_cpp.server was not ready within {timeout_s:.0f} s; "
                         f"last lines of {log_path}:\n{log_tail(log_path)}", pytrace=False)
         time.sleep(0.25)
     return process, server
 
 
-@pytest.fixture(scope="session")
-def smollm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmServer]:
-    """SmolLM2-135M-Instruct behind llama-cpp-python's OpenAI-compatible server, per session."""
+def require_smollm() -> Path:
+    """The SmolLM2 GGUF, with the server's modules installed; else skip (in CI, fail)."""
     missing = missing_server_modules()
     if missing:
         skip_or_fail(f"llama-cpp-python[server] is not installed (missing: {', '.join(missing)})")
@@ -192,9 +193,16 @@ def smollm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmServe
     if gguf is None:
         skip_or_fail(f"the SmolLM2 GGUF is not installed (package {_GGUF_DISTRIBUTION}, "
                      f"or set ${GGUF_ENV})")
+    return gguf
+
+
+@pytest.fixture(scope="session")
+def smollm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmServer]:
+    """SmolLM2-135M-Instruct behind llama-cpp-python's OpenAI-compatible server, per session."""
+    gguf = require_smollm()
     log_path = tmp_path_factory.mktemp("llm-server") / "llama_cpp_server.log"
     process, server = start_server(gguf, log_path)
     try:
         yield server
     finally:
-        _stop(process)
+        stop_server(process)

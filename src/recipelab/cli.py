@@ -616,6 +616,9 @@ def run(
         "llm_model", "model id", f"${environment.LLM_MODEL}, else the server's first"))] = None,
     llm_share: Annotated[float | None, typer.Option(help=with_default(
         "llm_share", "share of trials the LLM proposes in hybrid mode"))] = None,
+    llm_ready_timeout_s: Annotated[float | None, typer.Option(help=with_default(
+        "llm_ready_timeout_s", "seconds the LLM's first turn waits for a server still loading "
+        "its model; later turns look once"))] = None,
     llm_structured_output: Annotated[str | None, typer.Option(
         help="auto, json_schema (OpenAI, vLLM), json_object (llama.cpp), guided_json "
         "(NIM 1.x), nvext or prompt")] = None,

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,46 @@ def test_a_campaign_with_the_llm_proposer_completes_on_a_real_local_model(
             assert record["reasons"]
     with_status = {r["status"] for r in lines}
     assert with_status <= {"complete", "failed", "rejected"}
+
+
+@pytest.mark.timeout(900)
+def test_a_server_started_after_the_campaign_takes_the_llms_seat_at_its_first_answer(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    """The LLM server is down when ``recipelab run`` starts (a server still loading, or
+    started late): the preflight warns, the sampler takes the LLM's turns, and from the
+    first turn after the server answers the LLM proposes again, the same night."""
+    gguf = llm_server.require_smollm()
+    port = llm_server.free_port()
+    directory = tmp_path / "late"
+    campaign = subprocess.Popen(
+        [sys.executable, "-m", "recipelab", "run", "--dir", str(directory), "--preset", "tiny",
+         "--corpus", tiny_settings.corpus.source, "--precision", "fp32", "--parallel", "1",
+         "--iterations", "12", "--promote", "0", "--noise-seeds", "1", "--proposer", "llm",
+         "--llm-base-url", f"http://127.0.0.1:{port}/v1", "--llm-model", llm_server.MODEL_ALIAS,
+         "--llm-structured-output", "json_object", "--llm-ready-timeout-s", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "RECIPELAB_CACHE": str(tiny_settings.corpus.cache_dir)})
+    try:
+        deadline = time.monotonic() + 300
+        while not events(directory, "llm_down"):
+            assert campaign.poll() is None, campaign.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the LLM's first turn never fell back"
+            time.sleep(0.5)
+        server, _ = llm_server.start_server(gguf, tmp_path / "server.log", port=port)
+        try:
+            _, stderr = campaign.communicate(timeout=840)
+        finally:
+            llm_server.stop_server(server)
+    finally:
+        if campaign.poll() is None:
+            campaign.kill()
+    assert campaign.returncode == 0, stderr[-3000:]
+    assert "warning llm" in stderr  # the preflight found nothing listening
+    downs, ups = events(directory, "llm_down"), events(directory, "llm_up")
+    assert ups, f"the LLM never got its seat back: {events(directory, 'llm_fallback')}"
+    assert downs[0]["trial_id"] < ups[0]["trial_id"]
+    assert "Connection refused" in downs[0]["cause"]
+    by_id = {r["trial_id"]: r for r in read_jsonl(directory / "trajectory.jsonl")}
+    assert by_id[ups[0]["trial_id"]]["proposer"].startswith("llm:")
+    [finished] = events(directory, "campaign_finished")
+    assert 0 < finished["llm_trials"] < finished["search_trials"]

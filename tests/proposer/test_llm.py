@@ -295,6 +295,23 @@ def test_a_server_that_never_gets_ready_is_unavailable(fake: FakeOpenAI,
     assert fake.chat_requests() == []
 
 
+def test_only_the_first_call_waits_for_readiness_and_a_later_one_looks_once(
+        fake: FakeOpenAI, make_llm: MakeLLM) -> None:
+    """A server loading its model is waited for once; after that the campaign's circuit
+    breaker spaces the retries, so a later turn costs one round of probes, not the wait."""
+    fake.health = {"/health": 503}
+    llm = make_llm(readiness_timeout_s=1.0, readiness_poll_s=0.1)
+    with pytest.raises(LLMUnavailable, match="not ready after 1 s"):
+        llm.propose([], 1)
+    waited = len(fake.requests_to("/health"))
+    assert waited >= 5
+    with pytest.raises(LLMUnavailable, match="not ready at a second look"):
+        llm.propose([], 1)
+    assert len(fake.requests_to("/health")) == waited + 1
+    fake.health = {}
+    assert llm.propose([], 1), "the seat comes back at the first look that finds it ready"
+
+
 def test_a_refused_connection_is_unavailable_and_names_the_endpoint(make_llm: MakeLLM) -> None:
     url = unused_url()
     with pytest.raises(LLMUnavailable, match="Connection refused") as caught:

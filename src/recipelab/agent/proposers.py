@@ -91,8 +91,9 @@ def llm_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSpac
 
     overrides = {key: value for key, value in {
         "base_url": settings.proposer.llm_base_url, "model": settings.proposer.llm_model,
-        "structured_output": settings.proposer.llm_structured_output}.items() if value is not None}
-    return LLMProposer(LLMConfig.from_env(**overrides, **config), baseline, None, space,
+        "structured_output": settings.proposer.llm_structured_output,
+        "readiness_timeout_s": settings.proposer.llm_ready_timeout_s}.items() if value is not None}
+    return LLMProposer(LLMConfig.from_env(**{**overrides, **config}), baseline, None, space,
                        f"{target.name}: {target.description}", calibration, sampler=sampler)
 
 

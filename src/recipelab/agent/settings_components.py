@@ -154,6 +154,9 @@ class ProposerSettings(StrictModel):
     llm_structured_output: Literal["auto", "json_schema", "json_object", "guided_json", "nvext",
                                    "prompt"] | None = None
     sampler: Literal["tpe", "cmaes", "random"] = "tpe"
+    # how long the LLM's first turn waits for a server still loading its model; later turns
+    # look once, and the hybrid's circuit breaker spaces them
+    llm_ready_timeout_s: float = Field(default=120.0, ge=0.0)
 
     def llm_configured(self) -> bool:
         """An LLM endpoint is set here or in ``RECIPELAB_LLM_BASE_URL``."""

@@ -413,6 +413,7 @@ class _Endpoint:
         self._jitter = wait_random_exponential(multiplier=config.backoff_base_s,
                                                max=config.backoff_max_s)
         self._model: str | None = None
+        self._waited = False  # the first call waits for a loading server; later ones probe
 
     def redact(self, text: str) -> str:
         """``text`` without the API key or the base URL's credentials."""
@@ -422,9 +423,12 @@ class _Endpoint:
         return LLMUnavailable(self.redact(f"LLM endpoint {self.shown_url}: {cause}"))
 
     def model(self) -> str:
-        """The served model's id; the first call waits for the server to be ready."""
+        """The served model's id. The first call waits up to ``readiness_timeout_s`` for a
+        server still loading its model; a later call (after a failure) probes it once: the
+        campaign's circuit breaker, not this call, waits out a server that stays down."""
         if self._model is None:
-            self._wait_ready()
+            first, self._waited = not self._waited, True
+            self._wait_ready(self.config.readiness_timeout_s if first else 0.0)
             self._model = self.config.model or self._first_model()
         return self._model
 
@@ -491,18 +495,19 @@ class _Endpoint:
             cause += f"; check {ENV_API_KEYS[0]}"
         return self.unavailable(f"{what} failed: {cause}")
 
-    def _wait_ready(self) -> None:
-        """Poll the readiness routes until one says ready, within the readiness timeout."""
-        deadline = time.monotonic() + self.config.readiness_timeout_s
+    def _wait_ready(self, timeout_s: float) -> None:
+        """Poll the readiness routes until one says ready, within ``timeout_s`` (0: one round
+        of probes, each allowed :data:`PROBE_TIMEOUT_S`)."""
+        deadline = time.monotonic() + (timeout_s or PROBE_TIMEOUT_S)
         with httpx2.Client(headers={"Authorization": f"Bearer {self._key}"}) as http:
             while True:
                 ready, seen = self._probe_round(http, deadline)
                 remaining = deadline - time.monotonic()
                 if ready:
                     return
-                if remaining <= 0:
-                    raise self.unavailable(f"not ready after {self.config.readiness_timeout_s:g} "
-                                           f"s ({'; '.join(seen)})")
+                if remaining <= 0 or timeout_s == 0:
+                    waited = f"after {timeout_s:g} s" if timeout_s else "at a second look"
+                    raise self.unavailable(f"not ready {waited} ({'; '.join(seen)})")
                 time.sleep(min(self.config.readiness_poll_s, remaining))
 
     def _probe_round(self, http: httpx2.Client, deadline: float) -> tuple[bool, list[str]]:
