@@ -42,6 +42,12 @@ BASELINE_PROPOSER = "baseline"
 first (with several seeds, which measure the noise floor) as what every edit is judged
 against. Here, below the proposer, the trajectory and the agent, so all three read one name."""
 
+LLM_PROPOSER_PREFIX = "llm:"
+"""An LLM's proposals carry ``llm:MODEL`` as their proposer (read by the ledger's LLM share)."""
+
+FALLBACK_ARTIFACT = "fallback.txt"
+"""The artifact of an LLM turn the sampler took instead, saying why."""
+
 FP8_WIDTH_MULTIPLE = 16
 """TransformerEngine runs a GEMM in FP8 only when the last dimension of each operand is
 divisible by 16 (``assert_dim_for_fp8_exec`` in the forward pass; cuBLASLt's leading-dimension

@@ -17,9 +17,9 @@ from recipelab.proposer import (
     Proposer,
     default_space,
 )
-from recipelab.proposer.hybrid import FALLBACK_ARTIFACT, MAX_RETRY_PAUSE
+from recipelab.proposer.hybrid import MAX_RETRY_PAUSE
 from recipelab.proposer.llm import LLMProposer, LLMUnavailable
-from recipelab.recipe import proxy_recipe
+from recipelab.recipe import FALLBACK_ARTIFACT, proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
 from tests.proposer.fake_openai import (
     NOT_A_COMPLETION,

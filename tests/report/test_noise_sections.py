@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recipelab.recipe import get_target
+from recipelab.recipe import FALLBACK_ARTIFACT, get_target
 from recipelab.report import ReportContext
 from recipelab.report.document import Document, Section
 from recipelab.report.render import to_markdown
@@ -90,3 +90,15 @@ def test_records_without_the_slice_error_say_it_was_not_recorded() -> None:
     records = [r.model_copy(update={"metrics": {}}) for r in campaign(paired=False)]
     text = markdown(summary(records, context(), noise_floor(records)))
     assert "its sampling error of val_bpb was not recorded" in text
+
+
+def test_the_summary_says_how_many_search_trials_were_the_llms_and_how_many_fell_back() -> None:
+    records = campaign(paired=False)
+    plain = markdown(summary(records, context(), noise_floor(records)))
+    assert "LLM" not in plain, "a night without an LLM says nothing about one"
+    records += [record("p0005", 2.47, proposer="llm:smollm2", lr=0.005),
+                record("p0006", 2.48, proposer="tpe", lr=0.006,
+                       artifacts={FALLBACK_ARTIFACT: "trials/p0006/fallback.txt"})]
+    text = markdown(summary(records, context(), noise_floor(records)))
+    assert ("the LLM proposed 1 of 4 search trials; the sampler took 1 of its turns when it "
+            "failed") in text

@@ -53,14 +53,14 @@ from recipelab.guardrails.hardware import resolve_device, supported_precisions
 from recipelab.guardrails.memory_fit import MemoryModel
 from recipelab.guardrails.schema import parse_candidate
 from recipelab.proposer import Observation, Proposal, Proposer, default_space
-from recipelab.recipe import PROXY_PRESETS, Recipe, get_target
+from recipelab.recipe import LLM_PROPOSER_PREFIX, PROXY_PRESETS, Recipe, get_target
 from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.runner import Executor, build_executor
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.attribution import recommendation_line, result_of
 from recipelab.trajectory.horizon import HorizonRule, horizon_rule
 from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder
-from recipelab.trajectory.ledger import LLM_PROPOSER_PREFIX, LR_FAMILY_PROPOSER, Ledger, Winner
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger, Winner
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord, utc_now
 from recipelab.units import GIB

@@ -85,8 +85,8 @@ def progress_line(settings: CampaignSettings, ledger: Ledger) -> str:
     line += (f", {c.stress_trained} stress run{'s' if c.stress_trained != 1 else ''}"
              if c.stress_total else "")
     line += f", {c.running} running" if c.running else ""
-    if c.llm or settings.proposer.name() != "classical":
-        line += f"; the LLM proposed {c.llm} of {c.proposed}"
+    if c.llm_asked or settings.proposer.name() != "classical":
+        line += f"; {c.llm_line()}"
     return line
 
 

@@ -26,8 +26,8 @@ from fractions import Fraction
 
 from recipelab.proposer.base import Observation, Proposal, Proposer
 from recipelab.proposer.llm import TERMINAL_STATUSES, LLMUnavailable, iteration, next_iteration
+from recipelab.recipe import FALLBACK_ARTIFACT
 
-FALLBACK_ARTIFACT = "fallback.txt"
 SHARE_DENOMINATOR = 10_000  # the share is exact to 1/10,000, so 0.3 is 30 turns in 100
 MAX_RETRY_PAUSE = 24  # iterations: the longest the backed-off LLM sits out
 

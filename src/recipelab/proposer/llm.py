@@ -81,7 +81,7 @@ from recipelab.proposer.steer import (
     steer_line,
     steer_model,
 )
-from recipelab.recipe import BASELINE_PROPOSER, Recipe, flatten
+from recipelab.recipe import BASELINE_PROPOSER, LLM_PROPOSER_PREFIX, Recipe, flatten
 from recipelab.redaction import MIN_SECRET_CHARS, redact_text, redact_url, url_secrets
 from recipelab.text import clip
 
@@ -752,7 +752,7 @@ class LLMProposer(Proposer):
             edit, hypothesis = self._ask(parent.knobs(), exchange, validate=self._validated)
         # A server that echoes the key into its reply must not get it into the trajectory.
         hypothesis = clip(self._endpoint.redact(hypothesis), HYPOTHESIS_CHARS)
-        proposal = Proposal.from_edit(parent, parent_id, edit, hypothesis, f"llm:{model}")
+        proposal = Proposal.from_edit(parent, parent_id, edit, hypothesis, f"{LLM_PROPOSER_PREFIX}{model}")
         artifact = self._endpoint.redact(exchange.to_json())
         return dataclasses.replace(proposal, artifacts={EXCHANGE_ARTIFACT: artifact})
 
@@ -786,7 +786,7 @@ class LLMProposer(Proposer):
         return [dataclasses.replace(
             Proposal.from_edit(parent, parent_id, edit,
                                clip(self._endpoint.redact(hypothesis), HYPOTHESIS_CHARS),
-                               f"llm:{model}"),
+                               f"{LLM_PROPOSER_PREFIX}{model}"),
             artifacts={EXCHANGE_ARTIFACT: artifact}) for edit, hypothesis in edits]
 
     def _steer_one(self, history: list[Observation], sampler: ClassicalProposer) -> Proposal:
@@ -816,7 +816,7 @@ class LLMProposer(Proposer):
         line = clip(steer_line(suggestion.sampler, pick, len(suggestion.points), changes,
                                hypothesis), HYPOTHESIS_CHARS)
         proposal = Proposal.from_edit(self.baseline, self.baseline_id, edit, line,
-                                      f"llm:{model}")
+                                      f"{LLM_PROPOSER_PREFIX}{model}")
         record = self._endpoint.redact(json.dumps({
             "sampler": suggestion.sampler,
             "candidates": [p.edit for p in suggestion.proposals],

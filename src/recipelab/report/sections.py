@@ -70,6 +70,9 @@ def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloo
     else:
         items.append("noise floor: not measured (the baseline has fewer than two seeds)")
     items.append(eval_error(records, noise))
+    trials = Ledger(records).counts()
+    if trials.llm_asked:
+        items.append(trials.llm_line())
     return Section("Summary", (Bullets(tuple(items)),))
 
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, TypeVar
 
-from recipelab.recipe import BASELINE_PROPOSER
+from recipelab.recipe import BASELINE_PROPOSER, FALLBACK_ARTIFACT, LLM_PROPOSER_PREFIX
 from recipelab.trajectory.ladder import (
     DEFAULT_ETA,
     PairedGain,
@@ -166,9 +166,6 @@ class Winner:
                 "stable yet, so treat it as provisional")
 
 
-LLM_PROPOSER_PREFIX = "llm:"  # an LLM's proposals carry ``llm:MODEL`` as their proposer
-
-
 @dataclass(frozen=True)
 class Counts:
     """How many trials are where, each counted once (what ``status`` prints)."""
@@ -184,7 +181,21 @@ class Counts:
     running: int
     rung_trained: int = 0
     proposed: int = 0  # search trials a proposer made (not the baseline's seeds)
-    llm: int = 0  # of those, the LLM's own (not a sampler's fallback)
+    llm: int = 0  # of those, the LLM's own
+    fell_back: int = 0  # of those, LLM turns the sampler took (the LLM failed)
+
+    @property
+    def llm_asked(self) -> bool:
+        """Whether the LLM was asked for any search trial (it proposed or fell back)."""
+        return bool(self.llm or self.fell_back)
+
+    def llm_line(self) -> str:
+        """The LLM's share of the night in words (status and the report)."""
+        line = f"the LLM proposed {self.llm} of {self.proposed} search trials"
+        if self.fell_back:
+            line += (f"; the sampler took {self.fell_back} of its turns when it failed "
+                     "(each trial's fallback.txt says why)")
+        return line
 
 
 class Ledger:
@@ -525,4 +536,5 @@ class Ledger:
             running=sum(r.status == "running" for r in self.records),
             rung_trained=sum(r.trained for r in self.rung),
             proposed=sum(r.proposer != BASELINE_PROPOSER for r in self.search_trials),
-            llm=sum(r.proposer.startswith(LLM_PROPOSER_PREFIX) for r in self.search_trials))
+            llm=sum(r.proposer.startswith(LLM_PROPOSER_PREFIX) for r in self.search_trials),
+            fell_back=sum(FALLBACK_ARTIFACT in r.artifacts for r in self.search_trials))
