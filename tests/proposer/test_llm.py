@@ -26,6 +26,7 @@ from recipelab.proposer.llm import (
     extract_json_object,
     iteration,
     next_iteration,
+    read_reply_object,
 )
 from recipelab.recipe import Recipe, proxy_recipe
 from recipelab.redaction import redact_url
@@ -158,6 +159,16 @@ def test_a_json_object_is_found_inside_fences_and_prose(reply: str) -> None:
 def test_braces_and_escaped_quotes_inside_strings_do_not_end_the_object() -> None:
     obj = r'{"edit": {}, "hypothesis": "a \"}\" brace {"}'
     assert extract_json_object(f"{obj} trailing }}") == obj
+
+
+def test_a_steering_reply_with_raw_line_breaks_in_its_strings_is_read_as_written() -> None:
+    """Small models put a real line break or tab inside a JSON string; strict JSON refuses
+    it, and three such replies in a row used to cost the LLM its turn."""
+    raw = '{"pick": 1, "changes": [], "hypothesis": "lower the lr\n\tfor a\r\nlonger run"}'
+    with pytest.raises(ValueError):
+        json.loads(raw)
+    assert read_reply_object(raw) == {"pick": 1, "changes": [],
+                                      "hypothesis": "lower the lr \tfor a longer run"}
 
 
 @pytest.mark.parametrize("reply", ["", "no json here", '{"edit": {"unclosed": 1}'])

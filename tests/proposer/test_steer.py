@@ -102,6 +102,16 @@ def test_a_number_outside_a_range_is_clamped_into_it_and_says_so() -> None:
     assert knob_value(warmup, -4) == (0, "clamped into [0, 6]")
 
 
+def test_a_number_in_quotes_is_read_as_that_number_and_a_word_is_not() -> None:
+    """A small model quotes its numbers ("rope_base": "10000"); that is still a number."""
+    lr = SPACE.knob("optimizer.lr")
+    assert knob_value(lr, "0.004") == (0.004, "")
+    assert knob_value(lr, " 5 ") == (lr.high, f"clamped into [{lr.low:g}, {lr.high:g}]")
+    for word in ("high", "nan", ""):
+        with pytest.raises(ValueError, match="takes a number"):
+            knob_value(lr, word)
+
+
 def test_a_number_for_a_numeric_choice_snaps_to_the_nearest_choice() -> None:
     assert knob_value(SPACE.knob("batch_size"), 7) == (8, "nearest choice to 7")
     assert knob_value(SPACE.knob("batch_size"), 16) == (16, "")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -111,6 +112,7 @@ CAUSE_CHARS = 300
 INPUT_CHARS = 60
 
 T = TypeVar("T")
+LINE_BREAKS = re.compile(r"[\r\n]+")
 
 Hypothesis = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
                                               max_length=HYPOTHESIS_CHARS,
@@ -226,6 +228,16 @@ def extract_json_object(text: str) -> str:
     if end is None:
         raise ValueError("the reply holds no complete JSON object; reply with one JSON object only")
     return text[start:end]
+
+
+def read_reply_object(reply: str) -> Any:
+    """The reply's JSON object, read as a small model writes it: a raw line break or tab
+    inside a string is taken as written (``strict=False``), and line breaks in the one-line
+    hypothesis become spaces. Anything else malformed is a ValueError, quoted back."""
+    data = json.loads(extract_json_object(reply), strict=False)
+    if isinstance(data, dict) and isinstance(data.get("hypothesis"), str):
+        data["hypothesis"] = LINE_BREAKS.sub(" ", data["hypothesis"])
+    return data
 
 
 def _balanced_end(text: str, start: int) -> int | None:
@@ -833,7 +845,7 @@ class LLMProposer(Proposer):
                          suggestion: Suggestion) -> tuple[int, dict[str, Any], list[Change], str]:
         """The pick, the point it makes with the changes applied, the changes as made and
         the hypothesis; ValueError (quoted back to the model) when the reply cannot be used."""
-        data = reply_model.model_validate_json(extract_json_object(reply)).model_dump()
+        data = reply_model.model_validate(read_reply_object(reply)).model_dump()
         pick: int = data["pick"]
         point, changes = apply_changes(self.space, suggestion.points[pick], parent,
                                        data["changes"])

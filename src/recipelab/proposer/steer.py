@@ -9,12 +9,14 @@ line. The schema is that small on purpose: a 135M model fills an integer and a s
 validly where twenty bounded numbers defeat it. Everything the grammar can pin is pinned
 (``pick`` and ``knob`` are enums, the list is bounded); what it cannot, the value, is checked
 here against the knob: a number outside a range is clamped into it (integers rounded), a
-number for a numeric choice snaps to the nearest choice, and anything else (a word for a
-number, a choice the knob lacks) is an error quoted back to the model by the re-ask.
+number in quotes for a range is read as that number, a number for a numeric choice snaps to
+the nearest choice, and anything else (a word for a number, a choice the knob lacks) is an
+error quoted back to the model by the re-ask.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -72,6 +74,9 @@ def knob_value(knob: Knob, asked: Any) -> tuple[Any, str]:
             return nearest, f"nearest choice to {asked!r}"
         raise ValueError(f"{knob.name} takes {knob.range_text()}; got {asked!r}")
     assert knob.low is not None and knob.high is not None  # a range, by Knob's own check
+    if isinstance(asked, str):
+        with contextlib.suppress(ValueError):
+            asked, numeric = float(asked), True  # "10000": a small model quotes its numbers
     if not numeric or not math.isfinite(asked):
         raise ValueError(f"{knob.name} takes a number ({knob.range_text()}); got {asked!r}")
     value: float | int = min(max(asked, knob.low), knob.high)
