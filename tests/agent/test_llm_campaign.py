@@ -111,3 +111,6 @@ def test_a_server_started_after_the_campaign_takes_the_llms_seat_at_its_first_an
         f"after its first answer the model proposed {len(own)} of {len(after)} search trials")
     [finished] = events(directory, "campaign_finished")
     assert 0 < finished["llm_trials"] < finished["search_trials"]
+    proxies = [r["trial_id"] for r in lines if r["kind"] == "proxy"]
+    assert finished["proxy_trials"] == len(proxies) == len(set(proxies)) == 12, (
+        "no trial lost or duplicated while the LLM went down and came back")

@@ -102,3 +102,13 @@ def test_the_summary_says_how_many_search_trials_were_the_llms_and_how_many_fell
     text = markdown(summary(records, context(), noise_floor(records)))
     assert ("the LLM proposed 1 of 4 search trials; the sampler took 1 of its turns when it "
             "failed") in text
+
+
+def test_the_summary_sets_the_pick_against_the_baseline_at_its_best_rate() -> None:
+    from tests.trajectory.test_ladder import PROXIES, family, top
+
+    records = [*PROXIES, *top({"p0001": (0.20, 0.22)}), *family(1.20)]
+    text = " ".join(markdown(summary(records, context(), noise_floor(records))).split())
+    assert ("yardstick: at the top rung (1000 steps, seed 0) the baseline at 0.5× its rate "
+            "scored 1.2000 and p0001 1.3000: the night does not beat lowering the learning "
+            "rate") in text

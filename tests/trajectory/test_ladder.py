@@ -111,6 +111,32 @@ def test_the_winner_is_named_at_the_top_rung_when_its_paired_gain_is_outside_the
     assert ledger.top_rung() == Rung(1000, (0, 1), "stress")
 
 
+def family(base: float, steps: int = 1000) -> list[TrialRecord]:
+    """The baseline's learning-rate family at the top rung, seed 0: × ½ scores ``base``."""
+    runs = []
+    for i, (factor, val_bpb) in enumerate(((0.5, base), (2.0, base + 0.5))):
+        record = run(f"rf{i}", "p0000", steps, val_bpb)
+        runs.append(record.model_copy(update={"proposer": "lr-family",
+                                               "edit": {"lr_family": factor}}))
+    return runs
+
+
+def test_the_yardstick_sets_the_pick_against_the_baseline_at_its_best_rate() -> None:
+    """What a user gets for free: the baseline at the family's best rate, at the family's
+    seed. A night whose pick loses to it says so."""
+    records = [*PROXIES, *top({"p0001": (0.20, 0.22), "p0002": (0.05, 0.07)})]
+    assert Ledger(records).yardstick() is None, "no family at the top rung, no yardstick"
+    beaten = Ledger([*records, *family(1.40)]).yardstick()
+    assert beaten is not None and beaten.pick.trial_id == "p0001" and beaten.factor == 0.5
+    assert beaten.baseline == 1.40 and beaten.value == pytest.approx(1.30)
+    assert beaten.gain == pytest.approx(0.10) and "the night beats lowering" in beaten.line()
+    lost = Ledger([*records, *family(1.20)]).yardstick()
+    assert lost is not None and lost.gain == pytest.approx(-0.10)
+    assert "does not beat lowering the learning rate" in lost.line()
+    own = Ledger([*records, *family(1.55)]).yardstick()
+    assert own is not None and own.factor == 1.0 and own.baseline == 1.50
+
+
 def test_a_lead_inside_the_interval_recommends_both_primary_and_fallback() -> None:
     records = [*PROXIES, *top({"p0001": (0.20, 0.26), "p0002": (0.21, 0.23)})]
     verdict = Ledger(records).recommendation()

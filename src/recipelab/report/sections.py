@@ -61,6 +61,9 @@ def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloo
              f"top-rung (stress) runs: {sum(r.kind == 'stress' and r.is_terminal for r in records)}"]
     if scored:
         items.insert(0, Ledger(records).winner_line())  # the same line as the console and status
+        yardstick = Ledger(records).yardstick()
+        if yardstick is not None:
+            items.insert(1, yardstick.line())
     if scored:
         best = scored[0]
         items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "

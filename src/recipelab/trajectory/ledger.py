@@ -167,6 +167,32 @@ class Winner:
 
 
 @dataclass(frozen=True)
+class Yardstick:
+    """The top rung's pick against the baseline at its best learning rate there (its own rate
+    or its family's × ½ or × 2), at the seed the family trained: what a user gets for free by
+    lowering the learning rate, the cheapest alternative to the night."""
+
+    steps: int
+    seed: int
+    factor: float  # the baseline's best rate there, as a multiple of its own
+    baseline: float  # its val_bpb at that rate
+    pick: TrialRecord  # the proxy trial of the winner (or of the best finalist)
+    value: float  # the pick's val_bpb at the top rung, same seed
+
+    @property
+    def gain(self) -> float:
+        return self.baseline - self.value
+
+    def line(self) -> str:
+        verdict = ("beats lowering the learning rate" if self.gain > 0 else
+                   "does not beat lowering the learning rate: train the baseline at the lower "
+                   "rate, or search longer")
+        return (f"yardstick: at the top rung ({self.steps} steps, seed {self.seed}) the baseline "
+                f"at {self.factor:g}× its rate scored {self.baseline:.4f} and {self.pick.trial_id} "
+                f"{self.value:.4f}: the night {verdict} ({self.gain:+.4f}, one seed)")
+
+
+@dataclass(frozen=True)
 class Counts:
     """How many trials are where, each counted once (what ``status`` prints)."""
 
@@ -282,6 +308,31 @@ class Ledger:
         """``proxy_id``'s rung or top-rung runs (not family runs) of ``steps``."""
         return [r for r in (*self.climbing, *self.stress)
                 if r.parent == proxy_id and r.budget_steps == steps]
+
+    def yardstick(self) -> Yardstick | None:
+        """The top rung's pick against the tuned baseline (see :class:`Yardstick`); None
+        before the top rung has both, or when its family was not trained (a tight rule)."""
+        top, base = self.recommendation(), self.baseline
+        pick = top.primary or top.best if top is not None else None
+        if top is None or base is None or pick is None:
+            return None
+        family = [r for r in self.rung if r.proposer == LR_FAMILY_PROPOSER and has_score(r)
+                  and r.parent == base.trial_id and r.budget_steps == top.steps]
+        if not family:
+            return None
+        seed = family[0].recipe.get("seed")
+
+        def at_seed(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+            return [r for r in records if has_score(r) and r.recipe.get("seed") == seed]
+
+        picked = at_seed(self.runs_at(pick.trial_id, top.steps))
+        if not picked:
+            return None
+        best = min(at_seed(family) + at_seed(self.runs_at(base.trial_id, top.steps)),
+                   key=lambda r: (r.val_bpb, r.trial_id))
+        factor = float(best.edit.get("lr_family", 1.0)) if best.proposer == LR_FAMILY_PROPOSER else 1.0
+        assert best.val_bpb is not None and picked[0].val_bpb is not None
+        return Yardstick(top.steps, int(seed or 0), factor, best.val_bpb, pick, picked[0].val_bpb)
 
     def longest_run(self, record: TrialRecord) -> TrialRecord:
         """``record``'s recipe as it trained the most tokens at its own seed: its completed
