@@ -114,6 +114,7 @@ def test_a_number_in_quotes_is_read_as_that_number_and_a_word_is_not() -> None:
 
 def test_a_number_for_a_numeric_choice_snaps_to_the_nearest_choice() -> None:
     assert knob_value(SPACE.knob("batch_size"), 7) == (8, "nearest choice to 7")
+    assert knob_value(SPACE.knob("batch_size"), "7") == (8, "nearest choice to 7.0")
     assert knob_value(SPACE.knob("batch_size"), 16) == (16, "")
 
 

@@ -67,6 +67,7 @@ def knob_value(knob: Knob, asked: Any) -> tuple[Any, str]:
         for choice in knob.choices:
             if same_choice(asked, choice):
                 return choice, ""
+        asked, numeric = _quoted_number(asked, numeric)
         numbers = [c for c in knob.choices
                    if isinstance(c, (int, float)) and not isinstance(c, bool)]
         if numeric and math.isfinite(asked) and numbers:
@@ -74,9 +75,7 @@ def knob_value(knob: Knob, asked: Any) -> tuple[Any, str]:
             return nearest, f"nearest choice to {asked!r}"
         raise ValueError(f"{knob.name} takes {knob.range_text()}; got {asked!r}")
     assert knob.low is not None and knob.high is not None  # a range, by Knob's own check
-    if isinstance(asked, str):
-        with contextlib.suppress(ValueError):
-            asked, numeric = float(asked), True  # "10000": a small model quotes its numbers
+    asked, numeric = _quoted_number(asked, numeric)
     if not numeric or not math.isfinite(asked):
         raise ValueError(f"{knob.name} takes a number ({knob.range_text()}); got {asked!r}")
     value: float | int = min(max(asked, knob.low), knob.high)
@@ -86,6 +85,14 @@ def knob_value(knob: Knob, asked: Any) -> tuple[Any, str]:
         value = float(value)
     moved = value != asked
     return value, f"clamped into [{knob.low:g}, {knob.high:g}]" if moved else ""
+
+
+def _quoted_number(asked: Any, numeric: bool) -> tuple[Any, bool]:
+    """``"10000"`` as 10000.0: a small model quotes its numbers. Anything else unchanged."""
+    if isinstance(asked, str):
+        with contextlib.suppress(ValueError):
+            return float(asked), True
+    return asked, numeric
 
 
 def apply_changes(space: SearchSpace, point: dict[str, Any], parent: dict[str, Any],
