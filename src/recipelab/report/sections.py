@@ -55,16 +55,16 @@ def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloo
     proxies = [r for r in records if r.kind == "proxy"]
     counts = Counter(r.status for r in proxies)
     scored = sorted(scored_proxies(records), key=lambda r: (r.val_bpb, r.trial_id))
+    ledger = Ledger(records)
     items = [f"target: {ctx.target.name} ({ctx.target.params:,} parameters); proxy preset: {ctx.preset}",
              "proxy trials: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none yet"),
              f"rung runs: {sum(r.kind == 'rung' and r.is_terminal for r in records)}",
              f"top-rung (stress) runs: {sum(r.kind == 'stress' and r.is_terminal for r in records)}"]
     if scored:
-        items.insert(0, Ledger(records).winner_line())  # the same line as the console and status
-        yardstick = Ledger(records).yardstick()
+        items.insert(0, ledger.winner_line())  # the same line as the console and status
+        yardstick = ledger.yardstick()
         if yardstick is not None:
             items.insert(1, yardstick.line())
-    if scored:
         best = scored[0]
         items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "
                      f"{compact_edit(best.edit, baseline_knobs(records))})")
@@ -73,7 +73,7 @@ def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloo
     else:
         items.append("noise floor: not measured (the baseline has fewer than two seeds)")
     items.append(eval_error(records, noise))
-    trials = Ledger(records).counts()
+    trials = ledger.counts()
     if trials.llm_asked:
         items.append(trials.llm_line())
     return Section("Summary", (Bullets(tuple(items)),))
