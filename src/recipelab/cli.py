@@ -39,6 +39,8 @@ from recipelab.units import MIB
 
 if TYPE_CHECKING:
     from recipelab.agent.preflight import CheckResult, Preflight
+    from recipelab.eventlines import LogFormat
+    from recipelab.report.prediction import Prediction
 
 # The campaign, its preflight and the executors import torch (and the proposers Optuna), so
 # the commands that need them import them; ``status`` and ``logs`` never do.
@@ -397,6 +399,7 @@ def refuse_if_running(directory: Path) -> None:
 CLI_ONLY_OPTIONS = {
     "directory": "where the campaign lives, not what it does: its settings are saved inside it",
     "skip_preflight": "a choice for this start only; the next start runs the preflight again",
+    "log_format": "how this start's console looks; events.jsonl is the same whatever it is",
 }
 """``run``'s options that are no campaign setting, and why."""
 
@@ -484,6 +487,7 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
     and the preflight passed."""
     from recipelab.agent.preflight import InputError, Preflight, check_input, run_preflight
 
+    log_format = log_format_of(options.get("log_format", "lines"))
     try:
         check_input(preset=options["preset"], target=options["target"], until=options["until"],
                     llm_base_url=options["llm_base_url"])
@@ -531,7 +535,8 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
     if check_only:
         out.print("preflight passed: 'recipelab run' with these options can start", markup=False)
         return
-    start_campaign(settings, directory, stress_only=False, preflight=report)
+    start_campaign(settings, directory, stress_only=False, preflight=report,
+                   log_format=log_format)
 
 
 def checked_mlflow_uri(uri: str) -> str:
@@ -668,6 +673,10 @@ def run(
     skip_preflight: Annotated[bool, typer.Option(
         "--skip-preflight", help="start without the preflight checks of 'recipelab check'")
     ] = False,
+    log_format: Annotated[str, typer.Option(
+        help="the console's lines: 'lines' (one short line per trial and phase), 'events' "
+             "(every event, key=value) or 'json'; events.jsonl always holds every event")
+    ] = "lines",
 ) -> None:
     """Start a campaign, or resume it: the same command again picks up where it stopped.
 
@@ -687,7 +696,7 @@ def _check(**options: Any) -> None:
 
 # ``check`` takes exactly ``run``'s options (less --skip-preflight), declared once.
 _options = [p for p in inspect.signature(run, eval_str=True).parameters.values()
-            if p.name != "skip_preflight"]
+            if p.name not in ("skip_preflight", "log_format")]
 _check.__signature__ = inspect.Signature(_options)  # type: ignore[attr-defined]
 _check.__annotations__ = {p.name: p.annotation for p in _options}
 _check.__doc__ = """Prove that 'recipelab run' with the same options can run tonight.
@@ -712,6 +721,8 @@ def stress(
         help="steps of the ladder's top rung, the stress horizon")] = None,
     fidelity: Annotated[int | None, typer.Option(
         help="also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement")] = None,
+    log_format: Annotated[str, typer.Option(
+        help="the console's lines: lines, events (key=value) or json")] = "lines",
 ) -> None:
     """Climb the ladder now, from the proxy trials to the top rung (skips the runs already
     done)."""
@@ -722,7 +733,7 @@ def stress(
                                "stress_steps": stress_steps, "fidelity": fidelity}.items()
              if v is not None}
     settings, _ = resolve_settings(directory, directory.name, given)
-    start_campaign(settings, directory, stress_only=True)
+    start_campaign(settings, directory, stress_only=True, log_format=log_format_of(log_format))
 
 
 def log_preflight(settings: CampaignSettings, directory: Path, report: Preflight) -> None:
@@ -739,8 +750,18 @@ def log_preflight(settings: CampaignSettings, directory: Path, report: Preflight
         sink.close()
 
 
+def log_format_of(value: str) -> LogFormat:
+    """``--log-format``'s value, or an error naming the choices."""
+    from recipelab.eventlines import LOG_FORMATS
+
+    for choice in LOG_FORMATS:
+        if value == choice:
+            return choice
+    fail(f"--log-format {value!r} is not one of {', '.join(LOG_FORMATS)}")
+
+
 def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: bool,
-                   preflight: Preflight | None = None) -> None:
+                   preflight: Preflight | None = None, log_format: LogFormat = "lines") -> None:
     """Run the campaign. ``settings`` are saved; the preflight's (``auto`` resolved where
     its checks ran) are what runs."""
     from recipelab.agent.campaign import Campaign
@@ -748,7 +769,7 @@ def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: 
     tonight = preflight.settings if preflight and preflight.settings else settings
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        campaign = Campaign(tonight, directory, console=errors)
+        campaign = Campaign(tonight, directory, console=errors, log_format=log_format)
         ran = campaign.settings  # a Ray campaign's ``auto`` values, resolved now
         resolved = {key: value for key, asked, value in (
             ("parallel", settings.executor.parallel, ran.executor.parallel),
@@ -876,6 +897,12 @@ def export(
     device: Annotated[str, typer.Option(
         help="cuda (bf16 and torch.compile unless the winner says otherwise) or cpu")] = "cuda",
     eval_bytes: Annotated[int, typer.Option(help="least held-out bytes to evaluate on")] = 8 << 20,
+    trial: Annotated[str | None, typer.Option(
+        help="export this proxy trial instead of the winner, by the same rules (p0000: the "
+             "baseline, as a control arm)")] = None,
+    target: Annotated[str | None, typer.Option(
+        help=f"export to this target instead of the campaign's: {', '.join(TARGETS)}, or a "
+             "config.json / target JSON file")] = None,
     lr_horizon_exponent: Annotated[float | None, typer.Option(
         hidden=True, help="deprecated and ignored: the rate follows Step Law")] = None,
 ) -> None:
@@ -895,8 +922,9 @@ def export(
         options = ExportOptions.model_validate({
             "tokens_per_param": tokens_per_param, "gpus": gpus, "gpu_memory_gib": gpu_memory_gib,
             "device": device, "eval_bytes": eval_bytes})
-        written = write_export(records, settings.name, get_target(settings.target or ""),
-                               options, out, load_calibration(settings.search.calibrate_from).horizon_fits)
+        written = write_export(records, settings.name, get_target(target or settings.target or ""),
+                               options, out,
+                               load_calibration(settings.search.calibrate_from).horizon_fits, trial)
     except ValidationError as error:
         fail(f"invalid export options: {one_line(error)}")
     except ValueError as error:
@@ -1093,25 +1121,40 @@ def gpu_check(
         raise typer.Exit(1)
 
 
-@app.command()
-def verify(
-    campaign: Annotated[str, typer.Argument(help="campaign name or directory")],
-    metrics: Annotated[Path, typer.Option(help="the run's metrics.csv ('recipelab pretrain')")],
-) -> None:
-    """Compare a long run's val_bpb at each evaluation with the campaign's prediction.
-    Exit status 0 on track, 1 worse than predicted or diverging."""
+def _prediction_of(source: str) -> Prediction:
+    """The prediction an export directory holds, else the campaign's for its target's shape."""
+    from recipelab.recipe import get_target
     from recipelab.report.export import pick_winner
-    from recipelab.report.prediction import predict
-    from recipelab.report.verify import MetricsError, read_evaluations
-    from recipelab.report.verify import verify as check_run
+    from recipelab.report.prediction import Prediction, predict
     from recipelab.trajectory.ledger import Ledger
 
-    _, records = read_campaign(campaign)
+    written = Path(source) / "prediction.json"
+    if written.is_file():
+        try:
+            return Prediction.from_json(json.loads(written.read_text()))
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+            fail(f"{written} is not a prediction 'recipelab export' wrote ({error}); export again")
+    settings, records = read_campaign(source)
     chosen = pick_winner(records)
     if chosen is None:
-        fail(f"campaign {campaign} has no prediction: {Ledger(records).no_winner_reason}")
+        fail(f"campaign {source} has no prediction: {Ledger(records).no_winner_reason}")
+    return predict(records, chosen[0], get_target(settings.target or "").shape)
+
+
+@app.command()
+def verify(
+    campaign: Annotated[str, typer.Argument(
+        help="an export directory (its prediction.json), or a campaign name or directory")],
+    metrics: Annotated[Path, typer.Option(help="the run's metrics.csv ('recipelab pretrain')")],
+) -> None:
+    """Compare a long run's val_bpb at each evaluation with the prediction 'recipelab export'
+    wrote (or the campaign's, at its target). Exit status 0 on track, 1 worse than predicted
+    or diverging."""
+    from recipelab.report.verify import MetricsError, read_evaluations
+    from recipelab.report.verify import verify as check_run
+
     try:
-        prediction = predict(records, chosen[0])
+        prediction = _prediction_of(campaign)
         found = check_run(prediction, read_evaluations(metrics))
     except (MetricsError, ValueError) as error:
         fail(str(error))

@@ -28,8 +28,13 @@ def compact_json(value: Any) -> str:
 def edit_text(edit: Mapping[str, Any], *, short_names: bool = False) -> str:
     """An edit for a person, ``(baseline)`` when nothing changed. ``short_names`` keeps only
     the last part of each knob's dotted name, for a narrow table column."""
-    return ", ".join(f"{k.split('.')[-1] if short_names else k}={v}"
+    return ", ".join(f"{short_name(k) if short_names else k}={v}"
                      for k, v in edit.items()) or "(baseline)"
+
+
+def short_name(knob: str) -> str:
+    """The last part of a dotted knob name, ``schedule`` for ``schedule.kind``."""
+    return "schedule" if knob == "schedule.kind" else knob.split(".")[-1]
 
 
 def edit_json(edit: Mapping[str, Any], limit: int) -> str:
@@ -48,11 +53,23 @@ def relative_change(old: Any, new: Any) -> float:
     return 1.0
 
 
+KEY_KNOBS = ("optimizer.lr", "schedule.kind", "batch_size", "grad_accum", "seq_len",
+             "optimizer.weight_decay", "schedule.warmup_steps")
+"""The knobs a reader looks for first in an edit, in that order: the rate, the schedule and
+the batch decide most of a recipe's result."""
+
+
 def compact_edit(edit: Mapping[str, Any], parent: Mapping[str, Any], limit: int = 3) -> str:
-    """An edit for a table cell: its ``limit`` largest relative changes from ``parent``'s
-    values (short knob names), then ``+N more``; ``(baseline)`` when nothing changed. A
-    twenty-knob edit spelt out in full makes a table unreadable."""
-    ranked = sorted(edit, key=lambda k: (-relative_change(parent.get(k), edit[k]), k))
+    """An edit for a table cell or a console line: the :data:`KEY_KNOBS` it changes first,
+    then its largest relative changes from ``parent``'s values (short knob names), then
+    ``+N more``; ``(baseline)`` when nothing changed. A twenty-knob edit spelt out in full
+    makes a table unreadable, and ranked by relative change alone ``eps`` leads every one."""
+    def rank(knob: str) -> tuple[int, float, str]:
+        if knob in KEY_KNOBS:
+            return KEY_KNOBS.index(knob), 0.0, knob
+        return len(KEY_KNOBS), -relative_change(parent.get(knob), edit[knob]), knob
+
+    ranked = sorted(edit, key=rank)
     shown = edit_text({k: edit[k] for k in ranked[:limit]}, short_names=True) if ranked else ""
     more = len(ranked) - limit
     return (shown or "(baseline)") + (f" +{more} more" if more > 0 else "")

@@ -287,3 +287,27 @@ def test_export_recommends_the_minimal_edit_and_writes_the_full_one_and_attribut
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["recommended"] == "minimal edit"
     assert "full-recipe.json is the winner's whole edit" in (out / "transfer.md").read_text()
+
+
+def test_export_trial_moves_the_baseline_by_the_same_rules_as_a_control_arm(
+        finished_campaign: Path, tmp_path: Path) -> None:
+    out = tmp_path / "baseline"
+    result = CliRunner().invoke(app, ["export", str(finished_campaign), "--out", str(out),
+                                      "--trial", "p0000", "--device", "cpu", "--gpus", "1"])
+    assert result.exit_code == 0, result.output
+    with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
+        records = store.records()
+    baseline = next(r for r in records if r.trial_id == "p0000")
+    measured = Recipe.model_validate(Ledger(records).longest_run(baseline).recipe)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["winner"] == "p0000" and "--trial p0000" in manifest["chosen_because"]
+    assert manifest["law"]["proxy"]["measured_lr"] == measured.optimizer.lr
+    exported = Recipe.model_validate_json((out / "recipe.json").read_text())
+    assert exported == transfer(measured, {}, get_target("toy"),
+                                ExportOptions(device="cpu", gpus=1)).recipe
+    assert not (out / "fallback-recipe.json").exists(), "a control arm has no fallback"
+
+    unknown = CliRunner().invoke(app, ["export", str(finished_campaign), "--out",
+                                       str(tmp_path / "x"), "--trial", "p0999"])
+    assert unknown.exit_code == 2 and "no trained proxy trial 'p0999'" in unknown.output
+    assert "p0000 is the baseline" in unknown.output and not (tmp_path / "x").exists()

@@ -3,6 +3,7 @@ follows the winner's recipe and on one with a deliberately worse recipe."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -88,3 +89,30 @@ def test_a_file_without_evaluations_is_named(tmp_path: Path) -> None:
         read_evaluations(path)
     with pytest.raises(MetricsError, match="cannot read"):
         read_evaluations(tmp_path / "missing.csv")
+
+
+def test_verify_reads_the_prediction_an_export_wrote_for_its_target(
+        finished_campaign: Path, tmp_path: Path) -> None:
+    """The export's prediction carries the target's size term; ``verify EXPORT_DIR`` checks a
+    run against it, the same table as ``verify CAMPAIGN`` at the campaign's target."""
+    out = tmp_path / "cloud"
+    exported = CliRunner().invoke(app, ["export", str(finished_campaign), "--out", str(out),
+                                        "--device", "cpu", "--gpus", "1"])
+    assert exported.exit_code == 0, exported.output
+    written = json.loads((out / "prediction.json").read_text())
+    assert written["size"]["target_params"] > written["size"]["proxy_params"]
+    metrics = tmp_path / "metrics.csv"
+    planned = written["planned"]
+    rows = [f"{p['step']},{p['tokens']},{p['bytes']},3.0,2.0,{p['val_bpb'] * 1.001}"
+            for p in planned]
+    metrics.write_text("step,tokens,bytes_seen,train_loss,val_loss,val_bpb\n" + "\n".join(rows) + "\n")
+    from_export = _verify(out, metrics)
+    from_campaign = _verify(finished_campaign, metrics)
+    assert from_export[0] == 0 and "verdict: on track" in from_export[1], from_export[1]
+    assert from_campaign[0] == 0, from_campaign[1]
+    for point in planned:  # the same predicted value at every evaluation, from either source
+        assert f"{point['val_bpb']:.4f}" in from_export[1]
+        assert f"{point['val_bpb']:.4f}" in from_campaign[1]
+    (out / "prediction.json").write_text("{}")
+    broken = _verify(out, metrics)
+    assert broken[0] == 2 and "not a prediction 'recipelab export' wrote" in broken[1]

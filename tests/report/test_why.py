@@ -63,7 +63,7 @@ def test_edit_columns_are_compact_and_the_seed_is_no_knob(attributed_campaign: P
     table = next(b for b in top_trials(records, noise_floor(records)).blocks
                  if isinstance(b, Table))
     edits = {row[1]: row[5] for row in table.rows}
-    assert edits["p0003"] == "eps=1e-10, lr=0.003"  # the larger relative change first
+    assert edits["p0003"] == "lr=0.003, eps=1e-10"  # the rate first, whatever moved most
     table = next(b for b in importance(records).blocks if isinstance(b, Table))
     assert {row[0] for row in table.rows} == {"optimizer.lr", "optimizer.eps"}  # not the seed
 

@@ -36,6 +36,7 @@ from recipelab.agent.attribution import AttributionPhase
 from recipelab.agent.deadline import Deadline
 from recipelab.agent.display import CampaignProgress
 from recipelab.agent.failures import FailureStreak
+from recipelab.agent.live_report import LiveReport
 from recipelab.agent.lock import CampaignLock
 from recipelab.agent.machine import resolve_auto
 from recipelab.agent.mlflow_log import CampaignTracking
@@ -47,6 +48,7 @@ from recipelab.agent.seeds import baseline_proposals, noise_marks, rerun_proposa
 from recipelab.agent.settings import CampaignSettings, SettingsError
 from recipelab.agent.signals import StopRequests
 from recipelab.agent.trials import TRIALS_DIR, GuardrailMemory, TrialBook
+from recipelab.eventlines import LogFormat
 from recipelab.eventlog import campaign_logger
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, judge
 from recipelab.guardrails.hardware import resolve_device, supported_precisions
@@ -120,7 +122,8 @@ class CampaignSummary:
 class Campaign:
     def __init__(self, settings: CampaignSettings, directory: Path, *,
                  executor: Executor | None = None, proposer: Proposer | None = None,
-                 device: DeviceInfo | None = None, console: Console | None = None) -> None:
+                 device: DeviceInfo | None = None, console: Console | None = None,
+                 log_format: LogFormat = "events") -> None:
         if executor is None and settings.executor.kind == "ray":
             executor = build_executor("ray", ray_address=settings.executor.ray_address)
         self.device = device or self._resolve_device(settings, executor)
@@ -143,6 +146,8 @@ class Campaign:
                                                    self.priors.observations)
         self.memory = GuardrailMemory.read()
         self.console = console or Console(stderr=True)
+        self.log_format = log_format
+        self.live_report: LiveReport | None = None  # from the start of the night's work
         self.progress = CampaignProgress(self.console, settings.window.iterations)
         self.stops = StopRequests()
         self._consecutive_rejections = 0
@@ -525,7 +530,8 @@ class Campaign:
     def _open(self) -> None:
         self.executor.prestart()  # e.g. import torch in the first worker while we set up
         self.store = TrajectoryStore(self.directory, self.settings.name, db_url=self.settings.store.db)
-        self.log, self._sink = campaign_logger(self.settings.name, self.directory, self.console)
+        self.log, self._sink = campaign_logger(self.settings.name, self.directory, self.console,
+                                               self.log_format)
         self.tracking = (CampaignTracking(self.settings, self.directory, self.log)
                          if self.settings.store.mlflow_uri else None)
         self.book = TrialBook(self.settings, self.directory, self.store, self.executor,
@@ -544,9 +550,27 @@ class Campaign:
         self._track(*self.ledger.records)  # trials ended before a resume, or never logged
 
     def _track(self, *records: TrialRecord) -> None:
-        """Copy ended trials to MLflow when the campaign has ``--mlflow-uri``."""
+        """Copy ended trials to MLflow when the campaign has ``--mlflow-uri``, and rewrite
+        the live report."""
         if self.tracking is not None:
             self.tracking.record(records)
+        if self.live_report is not None:
+            self.live_report.trial_ended(self.ledger.records)
+
+    def _report_context(self) -> ReportContext:
+        return ReportContext(self.settings.name, self.target, self.settings.preset,
+                             CloudRates.from_environment(),
+                             tuple(self.priors.calibration.horizon_fits))
+
+    def _ends(self) -> str:
+        """When the night ends, for the live report."""
+        window = self.settings.window
+        if window.until is not None or window.hours is not None:
+            at = self.deadline.at
+            return f"the window closes at {at:%H:%M} UTC" if at is not None else "at the window's end"
+        done = len(self.ledger.search_trials)
+        return (f"after {window.iterations} proxy trials ({done} done), then the ladder"
+                + (" and attribution" if self.settings.ladder.attribution else ""))
 
     def _close(self) -> None:
         if self.tracking is not None:
@@ -565,6 +589,8 @@ class Campaign:
         self.deadline = Deadline(self.settings, self.settings.window.deadline(datetime.now(timezone.utc)),
                                  self.baseline.steps, self.log)
         self._consecutive_rejections = 0
+        self.live_report = LiveReport(self.directory, self._report_context(), self.log,
+                                      running=self.book.running, ends=self._ends)
         plan = self.deadline.initial_plan(self.ledger.proxies)
         self.log.info("campaign_started", target=self.target.name, preset=self.settings.preset,
                       corpus=self.settings.corpus.source, params=self.baseline.param_count(),
@@ -600,9 +626,7 @@ class Campaign:
                       stopped_early=summary.stopped_early, failing=summary.failing,
                       llm_trials=counts.llm, search_trials=counts.proposed)
         try:  # the report is a by-product: one that cannot be written never fails the campaign
-            write_report(self.directory, self.ledger.records, ReportContext(
-                self.settings.name, self.target, self.settings.preset, CloudRates.from_environment(),
-                tuple(self.priors.calibration.horizon_fits)))
+            write_report(self.directory, self.ledger.records, self._report_context())
         except Exception as error:
             self.log.warning("report_failed", error=f"{type(error).__name__}: {error}")
         return summary

@@ -112,8 +112,9 @@ class TrialBook:
         record.status = "running"
         self.write(record)
         self.log.info("trial_started", trial_id=record.trial_id, kind=record.kind,
-                      steps=record.steps, tokens=record.tokens, proposer=record.proposer,
-                      edit=record.edit, hypothesis=record.hypothesis)
+                      steps=record.steps, tokens=record.tokens, seed=recipe.seed,
+                      parent=record.parent, proposer=record.proposer, edit=record.edit,
+                      hypothesis=record.hypothesis)
         started = time.monotonic()
         handle = self.executor.submit(spec, resume=resume, timeout_s=timeout_s)
         self.inflight[record.trial_id] = InFlight(record, recipe, handle, started)

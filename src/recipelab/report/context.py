@@ -48,12 +48,25 @@ class CloudRates(StrictModel):
 
 
 @dataclass(frozen=True)
+class LiveStatus:
+    """What a report written while the campaign runs says first: when it was written, what
+    is training, when the night ends, and the console's last lines."""
+
+    updated: str  # e.g. "02:13:05 UTC"
+    running: str  # the trials in flight, or "" between trials
+    ends: str  # the deadline, or how many proxy trials are left
+    last_lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ReportContext:
     """``horizon_fits`` are the calibration campaigns' horizon-rule fits, which the
-    recommended learning rate reads as ``recipelab export`` does."""
+    recommended learning rate reads as ``recipelab export`` does. ``live`` is set while the
+    campaign runs: the page then says so and reloads itself."""
 
     campaign: str
     target: Target
     preset: str
     rates: CloudRates = field(default_factory=CloudRates)
     horizon_fits: tuple[HorizonFit, ...] = ()
+    live: LiveStatus | None = None

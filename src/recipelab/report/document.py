@@ -45,8 +45,11 @@ class Section:
 
 @dataclass(frozen=True)
 class Document:
+    """``refresh_s`` is set on a report written mid-campaign: the HTML page reloads itself."""
+
     title: str
     sections: tuple[Section, ...]
+    refresh_s: int | None = None
 
     def images(self) -> list[Image]:
         return [b for s in self.sections for b in s.blocks if isinstance(b, Image)]

@@ -220,10 +220,32 @@ class Recommended:
         return self.full is not None
 
 
+class UnknownTrialError(ValueError):
+    """``--trial`` names no proxy trial of the campaign."""
+
+
+def chosen_trial(records: Sequence[TrialRecord], trial_id: str) -> TrialRecord:
+    """The proxy trial ``trial_id`` (``export --trial``: the baseline as a control arm, or a
+    runner-up), or an error naming the candidates."""
+    proxies = [r for r in records if r.kind == "proxy" and r.trained]
+    found = next((r for r in proxies if r.trial_id == trial_id), None)
+    if found is None:
+        names = ", ".join(r.trial_id for r in proxies[:8]) + (", ..." if len(proxies) > 8 else "")
+        raise UnknownTrialError(f"the campaign has no trained proxy trial {trial_id!r}; give one "
+                                f"of {names or 'none yet'} (p0000 is the baseline)")
+    return found
+
+
 def recommended_export(records: Sequence[TrialRecord], target: Target,
-                       options: ExportOptions) -> Recommended | None:
+                       options: ExportOptions, trial: str | None = None) -> Recommended | None:
     """The winner moved onto ``target``, or None without one: what ``recipelab export``
-    writes and the report's recommendation shows."""
+    writes and the report's recommendation shows. ``trial`` exports that proxy trial as it
+    trained at its longest run instead of the winner, by the same rules."""
+    if trial is not None:
+        record = chosen_trial(records, trial)
+        measured = Recipe.model_validate(Ledger(records).longest_run(record).recipe)
+        return Recommended(record, f"chosen by --trial {trial}",
+                           transfer(measured, record.edit, target, options), options)
     chosen = pick_winner(records)
     if chosen is None:
         return None
@@ -295,10 +317,12 @@ def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, f
 
 def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
                  options: ExportOptions, out: Path,
-                 prior_horizon_fits: Iterable[HorizonFit] = ()) -> list[Path]:
+                 prior_horizon_fits: Iterable[HorizonFit] = (), trial: str | None = None
+                 ) -> list[Path]:
     """Write every export file into ``out``; returns the paths written. A winner that fits
-    no GPU of ``options.gpu_memory_gib`` is an error naming the memory needed and the fix."""
-    found = recommended_export(records, target, options)
+    no GPU of ``options.gpu_memory_gib`` is an error naming the memory needed and the fix.
+    ``trial`` exports that proxy trial instead of the winner."""
+    found = recommended_export(records, target, options, trial)
     if found is None:
         raise ValueError(f"campaign {campaign} has nothing to export: "
                          f"{Ledger(records).no_winner_reason} (run it with 'recipelab run')")
@@ -307,7 +331,7 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
         raise ValueError(f"the winner {winner.trial_id} on {target.name} does not fit "
                          f"{options.gpus} GPU(s) of {options.gpu_memory_gib:g} GiB: "
                          f"{exported.memory_problem}")
-    prediction = predict(records, winner)
+    prediction = predict(records, winner, exported.recipe.shape)
     rule = horizon_rule(records, prior_horizon_fits)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -316,7 +340,8 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
     written.append(recipe_path)
     ledger = Ledger(records)
     top = ledger.recommendation()
-    runner_up = (top.fallback if top is not None and top.fallback is not None
+    runner_up = (None if trial is not None  # a chosen trial is a control arm, not a pick
+                 else top.fallback if top is not None and top.fallback is not None
                  else pick_runner_up(records, winner))
     fallback_problem = None
     if runner_up is not None:
@@ -430,8 +455,8 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
               f"Train ({exported.recipe.precision}, "
               f"{'torch.compile' if exported.compile else 'no torch.compile'}): "
               f"`{launch_command(exported, options)}`."]
-    lines += ["", "Check the cloud run against it: `recipelab verify "
-              f"{campaign} --metrics RUN/metrics.csv`.", ""]
+    lines += ["", "Check the cloud run against it: `recipelab verify THIS_DIRECTORY "
+              "--metrics RUN/metrics.csv` (it reads prediction.json).", ""]
     lines.append(f"Fallback: {runner_up.trial_id} (proxy val_bpb {runner_up.val_bpb:.4f}) in "
                  "fallback-recipe.json, the runner-up moved by the same rules." if runner_up
                  else "Fallback: none (no other recipe completed).")

@@ -11,8 +11,14 @@ Two choices make the prediction comparable with what the cloud run measures:
 - the x-axis is bytes of training text seen (tokens × bytes per token), not steps, since
   the cloud run's batch and tokenizer differ from the proxy's.
 
-The claim is then one a larger model should meet: *at the same bytes of training text, the
-target's val_bpb is at or below the proxy's*. The band around the curve is the larger of
+A larger model reaches a lower loss from the same text, so the proxy's curve is scaled by a
+model-size term: the ratio of a published law of the loss in parameters and data,
+``L(N, D) = ((N_c/N)^(α_N/α_D) + D_c/D)^α_D`` (Kaplan et al. 2020, arXiv 2001.08361), at the
+target's and at the proxy's non-embedding parameters, at the same bytes (:class:`SizeTerm`).
+The law sets the ratio, the campaign's measurement the level, as the export's Step Law does
+for the rate and batch. The law's form matters more than its constants: at little data per
+parameter both models are data-limited and the term is near 1; with data to spare it grows
+toward the ratio of the models' own limits. The band around the curve is the larger of
 the noise floor (seed-to-seed spread of the baseline) and the fit's residual, widened by one
 band per decade read beyond the fitted range, with a floor of :data:`MIN_BAND_FRACTION` of the
 value so that a run of three trials never claims more certainty than it has.
@@ -23,9 +29,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from recipelab.recipe import Recipe
+from recipelab.recipe import Recipe, Shape
 from recipelab.report.powerlaw import PowerLaw, fit_power_law
+from recipelab.report.steplaw import non_embedding_params
 from recipelab.trajectory.analysis import scored_proxies, spearman
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
@@ -33,6 +41,49 @@ from recipelab.trajectory.record import TrialRecord
 MIN_BAND_FRACTION = 0.02
 BYTE_TOKEN_BYTES = 1.0
 ASSUMED_BPE_BYTES_PER_TOKEN = 4.0  # English web text under a 32k-128k BPE vocabulary
+
+
+KAPLAN_N_C = 8.8e13  # non-embedding parameters
+KAPLAN_D_C = 5.4e13  # tokens of a ~4-byte BPE
+KAPLAN_ALPHA_N = 0.076
+KAPLAN_ALPHA_D = 0.095
+SIZE_LAW = "Kaplan et al. 2020 (arXiv 2001.08361)"
+
+
+def size_law_loss(params: float, bytes_seen: float) -> float:
+    """The law's loss, in its own units, of ``params`` non-embedding parameters trained on
+    ``bytes_seen`` bytes of text (read as tokens of a ~4-byte BPE, the law's unit)."""
+    tokens = max(bytes_seen, 1.0) / ASSUMED_BPE_BYTES_PER_TOKEN
+    limit = (KAPLAN_N_C / params) ** (KAPLAN_ALPHA_N / KAPLAN_ALPHA_D)
+    return float((limit + KAPLAN_D_C / tokens) ** KAPLAN_ALPHA_D)
+
+
+@dataclass(frozen=True)
+class SizeTerm:
+    """The model-size term: the target's loss over the proxy's at equal bytes of text, by the
+    size law (below 1 for a larger target, 1 for the proxy itself)."""
+
+    proxy_params: int
+    target_params: int
+
+    def factor(self, bytes_seen: float) -> float:
+        return size_law_loss(self.target_params, bytes_seen) / size_law_loss(
+            self.proxy_params, bytes_seen)
+
+    def describe(self) -> str:
+        return (f"size: {SIZE_LAW}, L(N, D) = ((N_c/N)^(α_N/α_D) + D_c/D)^α_D with N_c "
+                f"{KAPLAN_N_C:.2g}, D_c {KAPLAN_D_C:.2g} tokens (~{ASSUMED_BPE_BYTES_PER_TOKEN:g} "
+                f"bytes each), α_N {KAPLAN_ALPHA_N}, α_D {KAPLAN_ALPHA_D}: the target's "
+                f"{self.target_params:,} non-embedding parameters against the proxy's "
+                f"{self.proxy_params:,} scale the proxy's curve by the law's ratio at each "
+                "point (near 1 while both are data-limited)")
+
+    def to_json(self) -> dict[str, object]:
+        return {"law": SIZE_LAW, "proxy_params": self.proxy_params,
+                "target_params": self.target_params,
+                "constants": {"N_c": KAPLAN_N_C, "D_c": KAPLAN_D_C, "alpha_N": KAPLAN_ALPHA_N,
+                              "alpha_D": KAPLAN_ALPHA_D,
+                              "bytes_per_token": ASSUMED_BPE_BYTES_PER_TOKEN}}
 
 
 @dataclass(frozen=True)
@@ -48,15 +99,21 @@ class Prediction:
     fit_rmse_bpb: float | None
     rank_agreement: float | None
     rank_pairs: int
+    size: SizeTerm | None = None  # None: the proxy's own curve (the target is the proxy)
 
-    def center(self, bytes_seen: float) -> float:
-        """The predicted val_bpb; flat at the last measurement when no curve could be fitted,
+    def proxy_center(self, bytes_seen: float) -> float:
+        """The proxy's curve; flat at the last measurement when no curve could be fitted,
         and never above it beyond the fitted range (more training does not raise the loss)."""
         if self.fit is None or bytes_seen <= 0:
             return self.last_val_bpb
         if bytes_seen >= self.last_bytes:
             return min(self.fit(bytes_seen), self.last_val_bpb)
         return self.fit(bytes_seen)
+
+    def center(self, bytes_seen: float) -> float:
+        """The predicted val_bpb of the target: the proxy's curve × the size term."""
+        factor = self.size.factor(bytes_seen) if self.size is not None else 1.0
+        return self.proxy_center(bytes_seen) * factor
 
     def half_width(self, bytes_seen: float) -> float:
         """The band: ``band_base`` widened by one band per decade beyond the fitted range."""
@@ -71,8 +128,10 @@ class Prediction:
             f"(scaled to its measured val_bpb {self.last_val_bpb:.4f}), against bytes of training text",
             "fit: " + (self.fit.describe().replace("t^", "bytes^") if self.fit else
                        "too few points to fit; the prediction is flat at the last measurement"),
-            f"claim: at equal bytes of training text the larger target's val_bpb is at or below "
-            f"the proxy's; measured beyond {self.last_bytes:,.0f} bytes is extrapolation",
+            (self.size.describe() if self.size is not None else
+             "size: none (the target is the proxy's size)"),
+            f"claim: at equal bytes of training text the target's val_bpb is the proxy's scaled "
+            f"by the size term; beyond {self.last_bytes:,.0f} bytes it is extrapolation",
             "noise floor: " + (f"{self.noise_spread:.4f} val_bpb (baseline seed spread)"
                                if self.noise_spread is not None else "not measured (one baseline seed)"),
             "rank agreement: " + (f"Spearman {self.rank_agreement:+.3f} over {self.rank_pairs} "
@@ -92,8 +151,25 @@ class Prediction:
             "last_bytes": self.last_bytes, "last_val_bpb": self.last_val_bpb,
             "band_base": self.band_base, "noise_spread": self.noise_spread,
             "fit_rmse_bpb": self.fit_rmse_bpb, "rank_agreement": self.rank_agreement,
-            "rank_pairs": self.rank_pairs, "assumptions": self.assumptions(),
+            "rank_pairs": self.rank_pairs,
+            "size": self.size.to_json() if self.size is not None else None,
+            "assumptions": self.assumptions(),
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Prediction:
+        """The prediction as :meth:`to_json` wrote it (an export's ``prediction.json``)."""
+        fit, size = data.get("fit"), data.get("size")
+        return cls(source_trial=str(data["source_trial"]),
+                   fit=None if fit is None else PowerLaw(
+                       a=float(fit["a"]), b=float(fit["b"]), c=float(fit["c"]),
+                       rmse=float(fit["rmse"]), points=int(fit["points"])),
+                   last_bytes=float(data["last_bytes"]), last_val_bpb=float(data["last_val_bpb"]),
+                   band_base=float(data["band_base"]), noise_spread=data.get("noise_spread"),
+                   fit_rmse_bpb=data.get("fit_rmse_bpb"), rank_agreement=data.get("rank_agreement"),
+                   rank_pairs=int(data.get("rank_pairs", 0)),
+                   size=None if size is None else SizeTerm(int(size["proxy_params"]),
+                                                           int(size["target_params"])))
 
 
 def bytes_per_token(recipe: Recipe) -> float:
@@ -126,8 +202,10 @@ def rank_agreement(records: Sequence[TrialRecord]) -> tuple[float | None, int]:
     return spearman([p[0] for p in pairs], [p[1] for p in pairs]), len(pairs)
 
 
-def predict(records: Sequence[TrialRecord], winner: TrialRecord) -> Prediction:
-    """The prediction from the winner's stress run, or from its own proxy curve without one."""
+def predict(records: Sequence[TrialRecord], winner: TrialRecord,
+            target: Shape | None = None) -> Prediction:
+    """The prediction for ``target`` (the proxy's own shape when None) from the winner's
+    stress run, or from its own proxy curve without one."""
     run = _stress_of(records, winner.trial_id) or winner
     recipe = Recipe.model_validate(run.recipe)
     points = [p for p in run.curve if "step" in p and "loss" in p and math.isfinite(float(p["loss"]))]
@@ -149,4 +227,6 @@ def predict(records: Sequence[TrialRecord], winner: TrialRecord) -> Prediction:
     return Prediction(source_trial=run.trial_id, fit=fit, last_bytes=last_bytes,
                       last_val_bpb=float(measured), band_base=band,
                       noise_spread=noise.spread if noise else None, fit_rmse_bpb=rmse,
-                      rank_agreement=rho, rank_pairs=pairs)
+                      rank_agreement=rho, rank_pairs=pairs,
+                      size=None if target is None else SizeTerm(
+                          non_embedding_params(recipe.shape), non_embedding_params(target)))

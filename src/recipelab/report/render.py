@@ -70,7 +70,9 @@ def to_html(document: Document) -> str:
         body.append(f"<section><h2>{html.escape(section.title)}</h2>")
         body.extend(_html_block(block) for block in section.blocks)
         body.append("</section>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    refresh = (f'<meta http-equiv="refresh" content="{document.refresh_s}">'
+               if document.refresh_s else "")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">" + refresh +
             f"<title>{html.escape(document.title)}</title><style>{STYLE}</style></head>"
             "<body>\n" + "\n".join(body) + "\n</body></html>\n")
 

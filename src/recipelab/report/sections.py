@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from recipelab.recipe import Recipe
 from recipelab.report import plots
-from recipelab.report.context import ReportContext
+from recipelab.report.context import LiveStatus, ReportContext
 from recipelab.report.document import Block, Bullets, Document, Image, Paragraph, Section, Table
 from recipelab.report.export import ExportOptions, recommended_export
 from recipelab.report.powerlaw import fit_power_law
@@ -389,7 +389,7 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
     """The cloud run's predicted val_bpb (the prediction 'recipelab export' writes and
     'recipelab verify' checks), with its band and what it rests on."""
     try:
-        found = predict(records, rec.winner)
+        found = predict(records, rec.winner, recipe.shape)
     except ValueError as error:
         return [Paragraph(f"Prediction: none ({error}).")]
     per_token = bytes_per_token(recipe)
@@ -420,4 +420,22 @@ def build_document(records: Sequence[TrialRecord], ctx: ReportContext) -> Docume
                 importance(records), *reasons(records),
                 resources(records), energy(records), rank_agreement(records),
                 recommendation(records, ctx, noise)]
-    return Document(f"recipelab report: campaign {ctx.campaign}", tuple(sections))
+    if ctx.live is None:
+        return Document(f"recipelab report: campaign {ctx.campaign}", tuple(sections))
+    return Document(f"recipelab report: campaign {ctx.campaign} (running)",
+                    (live_section(ctx.live), *sections), refresh_s=LIVE_REFRESH_S)
+
+
+LIVE_REFRESH_S = 30
+
+
+def live_section(live: LiveStatus) -> Section:
+    """What a person opening the report mid-campaign reads first."""
+    items = (f"updated {live.updated}; this page reloads every {LIVE_REFRESH_S} s",
+             f"training now: {live.running or 'nothing (between trials)'}",
+             f"ends: {live.ends}")
+    blocks: list[Block] = [Bullets(items)]
+    if live.last_lines:
+        blocks += [Paragraph("The console's last lines:"),
+                   Table(("line",), tuple((line,) for line in live.last_lines))]
+    return Section("The campaign is running", tuple(blocks))

@@ -1,0 +1,349 @@
+"""Proxy substitution, verified: the exported winner trained at a target four times wider.
+
+The product's claim is that a recipe that wins on the proxy still wins on the target and that
+the target's val_bpb lands near the prediction. This bench measures both, end to end, through
+the user's commands. For each of ``--campaigns`` campaign seeds it runs
+
+1. ``recipelab run`` on the ``tiny`` proxy of ``bench/transfer-target/config.json`` (a Llama
+   config 4× the proxy's ``d_model`` at the proxy's depth-to-width ratio: 8 layers × 256, 5.87M
+   parameters, 63× the proxy's non-embedding parameters), on ``python-source``;
+2. ``recipelab export --device cpu --gpus 1`` of the recommendation and of the baseline
+   (``--trial p0000``, the same rules), at ``--horizon`` × the campaign's top-rung tokens;
+3. ``recipelab pretrain`` of each arm at the target, all at the same tokens:
+
+   - ``recommended``: the exported recommendation, ``--seeds`` seeds;
+   - ``baseline``: the exported baseline, ``--seeds`` seeds;
+   - ``law``: no campaign at all: the preset's baseline with Step Law's rate and batch at the
+     target's scale, unanchored (one arm for every campaign, ``--seeds`` seeds);
+   - ``lr×f``: the recommendation at its exported rate × ``f`` for each ``--sweep`` factor,
+     seed 0, to find where the target's best rate is (the quadratic's minimum in log rate);
+
+4. the recommendation's and the baseline's last evaluation against their exported
+   prediction (``recipelab verify`` reads the same ``prediction.json``).
+
+It prints each arm's mean val_bpb and seed spread, the recommendation's gain over the baseline
+and the law with the paired per-seed gains, the prediction error |predicted − measured| /
+measured, and the factor between the exported rate and the sweep's best. Every campaign and
+run is cached in ``--out`` (a run whose recipe is unchanged is not trained again), so an
+interrupted bench resumes, and an export rule changed since is re-measured.
+
+    python bench/transfer.py [--campaigns 3] [--seeds 2] [--horizon 5] [--stress-steps 200]
+                             [--iterations 8] [--parallel 2] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipelab.recipe import Recipe, load_target_file, proxy_recipe
+from recipelab.report.prediction import Prediction
+from recipelab.report.steplaw import law_batch_tokens, law_learning_rate, non_embedding_params
+from recipelab.report.verify import read_evaluations, verify
+from recipelab.trajectory.horizon import best_log_lr
+
+HERE = Path(__file__).resolve().parent
+TARGET = HERE / "transfer-target" / "config.json"
+PRESET = "tiny"
+CORPUS = "python-source"
+EVALUATIONS = 8
+EVAL_BYTES = 65_536
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One pretrain at the target: a recipe file, its overrides and its seed."""
+
+    name: str
+    recipe: Path
+    seed: int
+    lr_factor: float = 1.0
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.name}-s{self.seed}"
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "recipelab", *args]
+
+
+def call(command: Sequence[str], log: Path) -> None:
+    """Run ``command`` with its output in ``log``; a failure stops the bench with the log."""
+    with log.open("w") as handle:
+        done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed ({done.returncode}); see {log}")
+
+
+def campaign(out: Path, seed: int, args: argparse.Namespace) -> Path:
+    """The finished campaign of ``seed``, run unless a finished one is cached."""
+    where = out / f"campaign-{seed}"
+    events = where / "events.jsonl"
+    if events.exists() and "campaign_finished" in events.read_text():
+        return where
+    if where.exists():
+        for path in sorted(where.rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        where.rmdir()
+    print(f"campaign {seed}: running", flush=True)
+    call(cli("run", "--dir", str(where), "--preset", PRESET, "--target", str(TARGET),
+             "--corpus", CORPUS, "--iterations", str(args.iterations), "--stress-steps",
+             str(args.stress_steps), "--seed", str(seed)), out / f"campaign-{seed}.log")
+    return where
+
+
+def export(where: Path, tokens: int, trial: str | None = None, target: Path = TARGET,
+           name: str = "") -> Path:
+    """The campaign exported to ``target`` at ``tokens`` (always redone: it is cheap and an
+    export rule may have changed since the cache was written)."""
+    name = name or ("export-baseline" if trial else "export-recommended")
+    recipe = proxy_recipe(PRESET, str(TARGET))
+    shape = load_target_file(target)
+    params = recipe.model_copy(update={"shape": shape.shape, "seq_len": shape.context}).param_count()
+    command = cli("export", str(where), "--out", str(where / name), "--device", "cpu", "--gpus",
+                  "1", "--tokens-per-param", repr(tokens / params), "--eval-bytes", str(EVAL_BYTES),
+                  "--target", str(target))
+    call([*command, *(("--trial", trial) if trial else ())], where / f"{name}.log")
+    return where / name
+
+
+def width_target(out: Path, layers: int, heads: int) -> Path:
+    """A target of the transfer target's family at ``heads`` heads of 32 and ``layers``
+    layers (the proxy's depth-to-width ratio), at the target's context."""
+    target = load_target_file(TARGET)
+    shape = target.shape.model_copy(update={
+        "n_layer": layers, "n_head": heads, "n_kv_head": heads // target.shape.gqa_ratio,
+        "d_model": heads * target.shape.head_dim})
+    path = out / f"width-{shape.d_model}.json"
+    path.write_text(json.dumps({"name": f"width-{shape.d_model}", "context": target.context,
+                                "shape": shape.model_dump(mode="json")}, indent=2) + "\n")
+    return path
+
+
+def law_recipe(out: Path, baseline: Path, tokens: int) -> Path:
+    """The exported baseline (the preset's knobs through the export's rules) with Step Law's
+    own rate and batch at the target, unanchored: what a user without a campaign would run."""
+    recipe = Recipe.model_validate_json(baseline.read_text())
+    batch = max(1, round(law_batch_tokens(tokens) / recipe.seq_len))
+    steps = math.ceil(tokens / (batch * recipe.seq_len))
+    lr = law_learning_rate(non_embedding_params(recipe.shape), tokens)
+    recipe = recipe.model_copy(update={
+        "batch_size": batch, "grad_accum": 1, "steps": steps,
+        "optimizer": recipe.optimizer.model_copy(update={"lr": lr}),
+        "schedule": recipe.schedule.model_copy(
+            update={"warmup_steps": max(1, round(recipe.schedule.warmup_steps * recipe.steps / steps))})})
+    path = out / "law-recipe.json"
+    path.write_text(json.dumps(Recipe.model_validate(recipe.model_dump()).model_dump(mode="json"),
+                               indent=2) + "\n")
+    return path
+
+
+def pretrain(arm: Arm, runs: Path) -> Path:
+    """``arm`` trained at the target; cached while its recipe and overrides are unchanged."""
+    where = runs / arm.run_name
+    recipe = json.loads(arm.recipe.read_text())
+    lr = recipe["optimizer"]["lr"] * arm.lr_factor
+    spec = {"recipe": recipe, "seed": arm.seed, "lr": lr}
+    marker = where / "bench-spec.json"
+    if marker.exists() and json.loads(marker.read_text()) == spec:
+        return where
+    every = max(1, math.ceil(recipe["steps"] / EVALUATIONS))
+    where.mkdir(parents=True, exist_ok=True)
+    for stale in where.glob("metrics.csv"):
+        stale.unlink()
+    call(cli("pretrain", "--recipe", str(arm.recipe), "--out", str(where), "--corpus", CORPUS,
+             "--device", "cpu", "--threads", "1", "--no-compile", "--checkpoint-every", "0",
+             "--eval-every", str(every), "--set", f"seed={arm.seed}",
+             "--set", f"optimizer.lr={lr!r}"), where / "pretrain.log")
+    marker.write_text(json.dumps(spec) + "\n")
+    print(f"  trained {runs.parent.name}/{arm.run_name}: {final(where):.4f}", flush=True)
+    return where
+
+
+def final(run: Path) -> float:
+    return read_evaluations(run / "metrics.csv")[-1][2]
+
+
+def spread(values: Sequence[float]) -> float:
+    return max(values) - min(values) if len(values) > 1 else float("nan")
+
+
+def prediction_error(export_dir: Path, run: Path) -> tuple[float, float, str]:
+    """(predicted, measured, verdict) at the run's last evaluation."""
+    prediction = Prediction.from_json(json.loads((export_dir / "prediction.json").read_text()))
+    checked = verify(prediction, read_evaluations(run / "metrics.csv"))
+    last = checked.points[-1]
+    return last.predicted, last.measured, checked.verdict
+
+
+WIDTH_ALPHA = 0.34  # the parameter exponent of Hoffmann et al. 2022 (arXiv 2203.15556)
+
+
+def size_gap(runs: Path, widths: Sequence[Path], seeds: int, suffix: str = ""
+             ) -> tuple[list[tuple[int, float]], float, float]:
+    """The recommendation's mean val_bpb at each width, and ``A`` and ``E`` of
+    ``L = E + A·N^-α`` (α from the literature) through the two widths."""
+    measured = []
+    for width in widths:
+        shape = load_target_file(width).shape
+        values = [final(runs / f"{width.stem}{suffix}-s{s}") for s in range(seeds)]
+        measured.append((non_embedding_params(shape), statistics.mean(values)))
+    (n1, l1), (n2, l2) = measured
+    slope = (l1 - l2) / (n1 ** -WIDTH_ALPHA - n2 ** -WIDTH_ALPHA)
+    return measured, slope, l1 - slope * n1 ** -WIDTH_ALPHA
+
+
+def width_ladder(runs: Path, widths: Sequence[Path], seeds: int, target_value: float,
+                 recommended: Path) -> dict[str, Any]:
+    """What a ladder of proxy widths would predict for the target.
+
+    - ``predicted``: the recommendation at the proxy's width and at twice it, trained at the
+      target's tokens, through ``L = E + A·N^-α`` (α from the literature) read at the target;
+    - ``predicted_from_top``: what a campaign could do, the same two widths at the top rung's
+      tokens: their gap sets ``A``, which Chinchilla's form keeps at every token count, so
+      the target is the proxy's curve at the target's tokens less ``A·(N_p^-α - N_t^-α)``;
+    - ``proxy_curve``: the proxy's own curve extrapolated to the target's tokens, against the
+      proxy trained there (``measured[0]``)."""
+    measured, slope, floor = size_gap(runs, widths, seeds)
+    top, top_slope, _ = size_gap(runs, widths, seeds, "-top")
+    n_proxy = measured[0][0]
+    n_target = non_embedding_params(load_target_file(TARGET).shape)
+    predicted = floor + slope * n_target ** -WIDTH_ALPHA
+    prediction = Prediction.from_json(json.loads((recommended / "prediction.json").read_text()))
+    end = read_evaluations(runs / "recommended-s0" / "metrics.csv")[-1][1]
+    curve = prediction.proxy_center(end)
+    from_top = curve - top_slope * (n_proxy ** -WIDTH_ALPHA - n_target ** -WIDTH_ALPHA)
+    return {"measured": [*measured, (n_target, target_value)], "predicted": predicted,
+            "error": abs(predicted - target_value) / target_value,
+            "at_top": top, "predicted_from_top": from_top,
+            "error_from_top": abs(from_top - target_value) / target_value,
+            "proxy_curve": curve}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--campaigns", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--horizon", type=float, default=5.0,
+                        help="target tokens as a multiple of the campaign's top-rung tokens")
+    parser.add_argument("--stress-steps", type=int, default=200)
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--sweep", type=float, nargs="+", default=[0.25, 0.5, 2.0, 4.0])
+    parser.add_argument("--parallel", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--out", type=Path, default=Path("bench-transfer"))
+    args = parser.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    preset = proxy_recipe(PRESET, str(TARGET))
+    target = load_target_file(TARGET)
+    params = preset.model_copy(update={"shape": target.shape, "seq_len": target.context}
+                               ).param_count()
+    top = args.stress_steps * preset.tokens_per_step
+    tokens = round(args.horizon * top)
+    print(f"target {target.name}: {params:,} parameters ({non_embedding_params(target.shape):,} "
+          f"non-embedding, {non_embedding_params(target.shape) / non_embedding_params(preset.shape):.0f}× "
+          f"the proxy's); {tokens:,} tokens = {tokens / params:.3f} per parameter, "
+          f"{args.horizon:g}× the top rung's {args.stress_steps * preset.tokens_per_step:,}",
+          flush=True)
+
+    campaigns = [campaign(out, seed, args) for seed in range(args.campaigns)]
+    exports = {c: (export(c, tokens), export(c, tokens, "p0000")) for c in campaigns}
+    widths = [width_target(out, 2, 2), width_target(out, 4, 4)]  # the proxy's, then 2× it
+    law = law_recipe(out, exports[campaigns[0]][1] / "recipe.json", tokens)
+    jobs: list[tuple[Arm, Path]] = [(Arm("law", law, s), out / "runs") for s in range(args.seeds)]
+    for c, (recommended, baseline) in exports.items():
+        runs = c / "runs"
+        jobs += [(Arm("recommended", recommended / "recipe.json", 0), runs),
+                 (Arm("baseline", baseline / "recipe.json", 0), runs)]
+        jobs += [(Arm(f"lr×{f:g}", recommended / "recipe.json", 0, f), runs) for f in args.sweep]
+        jobs += [(Arm(name, where / "recipe.json", s), runs) for s in range(1, args.seeds)
+                 for name, where in (("recommended", recommended), ("baseline", baseline))]
+        for width in widths:
+            exported = export(c, tokens, target=width, name=f"export-{width.stem}")
+            jobs += [(Arm(width.stem, exported / "recipe.json", s), runs) for s in range(args.seeds)]
+            at_top = export(c, top, target=width, name=f"export-{width.stem}-top")
+            jobs += [(Arm(f"{width.stem}-top", at_top / "recipe.json", s), runs)
+                     for s in range(args.seeds)]
+    jobs.sort(key=lambda job: job[0].seed)  # every campaign's seed 0 first
+    with ThreadPoolExecutor(args.parallel) as pool:
+        list(pool.map(lambda job: pretrain(*job), jobs))
+
+    law_runs = [final(out / "runs" / f"law-s{s}") for s in range(args.seeds)]
+    summary = {"target": target.name, "params": params, "tokens": tokens,
+               "law": {"val_bpb": law_runs}, "campaigns": []}
+    print(f"\nlaw's default (no campaign): {statistics.mean(law_runs):.4f} "
+          f"(spread {spread(law_runs):.4f})")
+    for c, (recommended, baseline) in exports.items():
+        runs = c / "runs"
+        rec = [final(runs / f"recommended-s{s}") for s in range(args.seeds)]
+        base = [final(runs / f"baseline-s{s}") for s in range(args.seeds)]
+        over_base = [b - r for r, b in zip(rec, base, strict=True)]
+        over_law = [w - r for r, w in zip(rec, law_runs, strict=True)]
+        swept = [runs / f"{a}-s0" for a in ["recommended", *(f"lr×{f:g}" for f in args.sweep)]]
+        sweep = [(json.loads((run / "bench-spec.json").read_text())["lr"], final(run))
+                 for run in swept]
+        exported_lr = sweep[0][0]
+        best = best_log_lr(sweep)
+        best_lr = math.exp(best) if best is not None else min(sweep, key=lambda p: p[1])[0]
+        predicted, _, verdict = prediction_error(recommended, runs / "recommended-s0")
+        measured = statistics.mean(rec)
+        ladder = width_ladder(runs, widths, args.seeds, measured, recommended)
+        b_predicted, b_measured, b_verdict = prediction_error(baseline, runs / "baseline-s0")
+        manifest = json.loads((recommended / "manifest.json").read_text())
+        row = {"campaign": c.name, "winner": manifest["winner"],
+               "recommended": rec, "baseline": base,
+               "gain_over_baseline": over_base, "gain_over_law": over_law,
+               "beats_baseline": min(over_base) > max(spread(rec), spread(base)),
+               "beats_law": min(over_law) > max(spread(rec), spread(law_runs)),
+               "exported_lr": exported_lr, "sweep": sweep, "best_lr": best_lr,
+               "lr_factor": best_lr / exported_lr,
+               "predicted": predicted, "measured": measured, "verdict": verdict,
+               "prediction_error": abs(predicted - measured) / measured,
+               "baseline_predicted": b_predicted, "baseline_measured": b_measured,
+               "baseline_verdict": b_verdict,
+               "baseline_prediction_error": abs(b_predicted - b_measured) / b_measured,
+               "width_ladder": ladder}
+        summary["campaigns"].append(row)
+        print(f"\n{c.name} (winner {manifest['winner']}, {manifest['recommended']}):")
+        print(f"  recommended {statistics.mean(rec):.4f} (spread {spread(rec):.4f}), "
+              f"baseline {statistics.mean(base):.4f} (spread {spread(base):.4f})")
+        print(f"  gain over the baseline per seed {', '.join(f'{g:+.4f}' for g in over_base)}; "
+              f"over the law's default {', '.join(f'{g:+.4f}' for g in over_law)}")
+        print("  rate sweep (seed 0): " + ", ".join(f"{lr:.3g} → {v:.4f}" for lr, v in sweep)
+              + f"; best {best_lr:.3g} = {best_lr / exported_lr:.2f}× the exported {exported_lr:.3g}")
+        print(f"  prediction: recommended {predicted:.4f} vs {measured:.4f} measured "
+              f"({row['prediction_error']:.1%}, {verdict}); baseline {b_predicted:.4f} vs "
+              f"{b_measured:.4f} ({row['baseline_prediction_error']:.1%}, {b_verdict})")
+        print("  widths at the target's tokens: " + ", ".join(
+            f"N {n:,} → {v:.4f}" for n, v in ladder["measured"]) + f"; the proxy's curve "
+              f"extrapolated to them {ladder['proxy_curve']:.4f} (measured at the proxy's width "
+              f"{ladder['measured'][0][1]:.4f}); the two smallest widths with α {WIDTH_ALPHA} "
+              f"predict {ladder['predicted']:.4f} ({ladder['error']:.1%})")
+        print("  the same two widths at the top rung's tokens: " + ", ".join(
+            f"N {n:,} → {v:.4f}" for n, v in ladder["at_top"]) + "; their gap on the proxy's "
+              f"curve predicts {ladder['predicted_from_top']:.4f} "
+              f"({ladder['error_from_top']:.1%})")
+    rows = summary["campaigns"]
+    held = sum(r["beats_baseline"] and r["beats_law"] for r in rows)
+    print(f"\nrank held at the target (beats the baseline and the law's default by more than "
+          f"the seed spread): {held} of {len(rows)} campaigns")
+    print("prediction error: " + ", ".join(f"{r['prediction_error']:.1%}" for r in rows)
+          + "; exported rate / best rate: " + ", ".join(f"{1 / r['lr_factor']:.2f}" for r in rows))
+    summary["held"] = held
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""The campaign's console for a person: one short line per finished trial and per phase.
+
+``events.jsonl`` keeps every event with every field; ``recipelab logs -f`` and
+``--log-format events`` render them all as ``key=value`` lines, ``--log-format json`` as
+JSON. A person watching the night needs less: what finished, how it did against the
+baseline, which knobs it moved, where the ladder is and who won. :class:`ReadableLines` is
+the structlog renderer that prints that, and drops the events a person does not need
+(``proposal``, ``trial_started``, ``promoted``: the finished line and the phase line say it;
+``campaign_finished``: the command prints the summary).
+
+It remembers two things across events: each trial's edit (from ``trial_started``) and the
+baseline's val_bpb at each budget and seed, so a finished trial reads as a paired gain over
+the baseline run at its own budget and seed (the noise a seed adds cancels in the pair).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import structlog
+
+from recipelab.recipe import BASELINE_PROPOSER
+from recipelab.text import clip, compact_edit
+from recipelab.trajectory.noise import SEED_RERUN_PROPOSER
+
+LogFormat = Literal["lines", "events", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("lines", "events", "json")
+LINE_LIMIT = 160
+QUIET = frozenset({"proposal", "trial_started", "promoted", "rung_run", "preflight"})
+BASELINE_PROPOSERS = frozenset({BASELINE_PROPOSER})
+
+
+def _number(value: Any, digits: int = 4) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) \
+        else str(value)
+
+
+def _tokens(tokens: Any) -> str:
+    if not isinstance(tokens, int):
+        return "?"
+    return f"{tokens / 1e6:.1f}M" if tokens >= 1_000_000 else f"{tokens / 1e3:.0f}k"
+
+
+class ReadableLines:
+    """A structlog renderer: ``event`` in, one short line out (or the event dropped)."""
+
+    def __init__(self) -> None:
+        self.edits: dict[str, Mapping[str, Any]] = {}
+        self.seeds: dict[str, int] = {}
+        self.reruns: dict[str, str] = {}  # seed re-run -> the trial it repeats
+        self.baseline_runs: set[str] = set()
+        self.baseline: dict[tuple[int, int], float] = {}  # (steps, seed) -> val_bpb
+
+    def __call__(self, _logger: Any, _method: str, event: Mapping[str, Any]) -> str:
+        line = self.line(event)
+        if line is None:
+            raise structlog.DropEvent
+        return line
+
+    def line(self, event: Mapping[str, Any]) -> str | None:
+        """The line for ``event``, or None when a person does not need it."""
+        name = str(event.get("event", ""))
+        if name == "trial_started":
+            self._remember(event)
+        render = getattr(self, f"_{name}", None)
+        if render is not None:
+            found: str | None = render(event)
+            return found
+        if name in QUIET:
+            return None
+        return self._generic(event)
+
+    def _remember(self, event: Mapping[str, Any]) -> None:
+        trial = str(event.get("trial_id"))
+        self.edits[trial] = event.get("edit") or {}
+        self.seeds[trial] = int(event.get("seed") or 0)
+        unseeded = {k: v for k, v in (event.get("edit") or {}).items() if k != "seed"}
+        if event.get("proposer") in BASELINE_PROPOSERS or (
+                event.get("kind") == "attribution" and not unseeded):
+            self.baseline_runs.add(trial)
+        elif event.get("proposer") == SEED_RERUN_PROPOSER and event.get("parent"):
+            self.reruns[trial] = str(event["parent"])
+
+    def _gain(self, trial: str, steps: int, value: float) -> str:
+        """The paired gain over the baseline at the same budget and seed, when it is known."""
+        seed = self.seeds.get(trial, 0)
+        if trial in self.baseline_runs:
+            self.baseline.setdefault((steps, seed), value)
+            return "baseline"
+        reference = self.baseline.get((steps, seed))
+        return f"{reference - value:+.4f} vs baseline" if reference is not None else ""
+
+    def _trial_finished(self, event: Mapping[str, Any]) -> str:
+        trial, kind = str(event.get("trial_id")), str(event.get("kind"))
+        status = event.get("status")
+        if status == "rejected":
+            return f"{trial} rejected: {event.get('message') or event.get('reason')}"
+        head = f"{trial} {kind:<11} {event.get('steps', '?'):>5} steps {_tokens(event.get('tokens')):>6}"
+        value = event.get("val_bpb")
+        if status != "complete" or not isinstance(value, (int, float)):
+            return f"{head}  {status}: {event.get('message') or event.get('reason') or ''}".rstrip()
+        gain = self._gain(trial, int(event.get("steps") or 0), float(value))
+        wall = event.get("wall_s")
+        edit = self.edits.get(trial, {})
+        shown = {k: v for k, v in edit.items() if k not in ("seed", "lr_family")}
+        what = "" if trial in self.baseline_runs else compact_edit(shown, {})
+        if "lr_family" in edit:
+            what = f"the baseline at lr × {edit['lr_family']:g}"
+        elif trial in self.reruns:
+            what = f"{self.reruns[trial]} at seed {self.seeds.get(trial, 0)}"
+        return clip(f"{head}  val_bpb {_number(value)}  {gain:<20} "
+                    f"{_number(wall, 0) + 's' if wall is not None else '':>5}  {what}".rstrip(),
+                    LINE_LIMIT)
+
+    def _rejected(self, event: Mapping[str, Any]) -> str:
+        reasons = [str(r) for r in event.get("reasons") or []] or ["(no reason given)"]
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        edit = compact_edit(event.get("edit") or {}, {})
+        return clip(f"{event.get('trial_id')} rejected ({edit}): {reasons[0]}{more}", LINE_LIMIT)
+
+    def _campaign_started(self, event: Mapping[str, Any]) -> str:
+        return (f"campaign {event.get('campaign')}: {event.get('preset')} proxy "
+                f"({event.get('params', 0):,} parameters) of {event.get('target')} on "
+                f"{event.get('corpus')}; {event.get('iterations')} proxy trials, "
+                f"{event.get('parallel')} at a time, {event.get('precision')} on {event.get('device')}")
+
+    def _ladder_planned(self, event: Mapping[str, Any]) -> str:
+        return f"ladder: {event.get('ladder') or event.get('rungs')} (eta {event.get('eta')})"
+
+    def _rung_started(self, event: Mapping[str, Any]) -> str:
+        which = "top rung" if event.get("top") else "rung"
+        climbers = ", ".join(event.get("climbers") or [])
+        seeds = len(event.get("seeds") or [0])
+        return (f"── {which}: {event.get('steps')} steps ({_tokens(event.get('tokens'))} tokens), "
+                f"{climbers} × {seeds} seed(s) beside the baseline, "
+                f"lr × {_number(event.get('lr_factor'), 3)} ({event.get('rule_source')} horizon rule)")
+
+    def _stress_verdict(self, event: Mapping[str, Any]) -> str | None:
+        if event.get("verdict") == "stable":
+            return None
+        return f"{event.get('trial_id')} {event.get('verdict')}: {event.get('explanation')}"
+
+    def _attribution_started(self, event: Mapping[str, Any]) -> str:
+        return (f"── attribution of {event.get('trial_id')}: which of its "
+                f"{len(event.get('groups') or {})} groups of changes carry the gain, at "
+                f"{event.get('steps')} steps × {len(event.get('seeds') or [0])} seed(s)")
+
+    def _attribution_finished(self, event: Mapping[str, Any]) -> str:
+        kept = ", ".join(event.get("kept") or []) or "nothing"
+        dropped = ", ".join(event.get("dropped") or []) or "nothing"
+        return f"   keeps {kept}; drops {dropped}"
+
+    def _campaign_finished(self, _event: Mapping[str, Any]) -> None:
+        return None  # the command prints the campaign's summary, winner and recommendation
+
+    def _generic(self, event: Mapping[str, Any]) -> str:
+        """Any other event: its name and its first fields, short."""
+        fields = {k: v for k, v in event.items()
+                  if k not in ("event", "campaign", "timestamp", "level")}
+        level = str(event.get("level", "info"))
+        prefix = "" if level == "info" else f"{level}: "
+        text = " ".join(f"{k}={v if isinstance(v, (int, float, str)) else json.dumps(v, default=str)}"
+                        for k, v in fields.items())
+        return clip(f"{prefix}{event.get('event')} {text}".rstrip(), LINE_LIMIT)

@@ -1,0 +1,59 @@
+"""The console a person watches: one short line per finished trial and per phase, while
+``events.jsonl`` keeps every event with every field."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from recipelab.agent.campaign import Campaign
+from recipelab.agent.settings import CampaignSettings
+from recipelab.eventlines import LINE_LIMIT
+
+from .conftest import ScriptedProposer, fake_executor, read_jsonl
+
+EDITS: list[dict[str, Any]] = [{"shape.activation": "gelu"},  # breaks the target's shape: rejected
+         {"optimizer.lr": 0.02, "optimizer.eps": 1e-10, "stability.init_std": 0.01},
+         {"optimizer.lr": 0.005}]
+
+
+def watch(settings: CampaignSettings, directory: Path, log_format: str) -> list[str]:
+    output = io.StringIO()
+    Campaign(settings, directory, executor=fake_executor(),
+             proposer=ScriptedProposer(settings.baseline(), EDITS),
+             console=Console(file=output, width=300), log_format=log_format).run()  # type: ignore[arg-type]
+    return output.getvalue().splitlines()
+
+
+def test_each_finished_trial_is_one_short_line_with_its_gain_and_the_knobs_that_matter(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    settings = tiny_settings.model_copy(update={"iterations": 4, "promote": 2})
+    lines = watch(settings, tmp_path, "lines")
+
+    assert all(len(line) <= LINE_LIMIT for line in lines), max(lines, key=len)
+    assert lines[0].startswith("campaign tiny: tiny proxy")
+    [rejected] = [line for line in lines if "rejected" in line]
+    assert rejected.startswith("p0001 rejected (activation=gelu): shape.activation is 'gelu'")
+    [edited] = [line for line in lines if line.startswith("p0002 proxy")]
+    # the rate first, not eps (whose relative change is the largest); a paired gain
+    assert edited.endswith("lr=0.02, eps=1e-10, init_std=0.01")
+    assert " vs baseline" in edited and "val_bpb " in edited
+    assert any(line.startswith("── top rung: 30 steps") for line in lines)
+    stress = [line for line in lines if line.startswith("s0")]
+    assert len(stress) == len([r for r in read_jsonl(tmp_path / "trajectory.jsonl")
+                               if r["kind"] == "stress"])
+    assert not any(line.startswith(("trial_started", "proposal ")) for line in lines)
+    events = [e["event"] for e in read_jsonl(tmp_path / "events.jsonl")]
+    assert "trial_started" in events and "proposal" in events, "the file keeps every event"
+
+
+def test_json_log_format_prints_every_event_as_events_jsonl_holds_it(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    lines = watch(tiny_settings, tmp_path, "json")
+    printed = [json.loads(line) for line in lines if line.startswith("{")]
+    kept = read_jsonl(tmp_path / "events.jsonl")
+    assert [e["event"] for e in printed] == [e["event"] for e in kept]
