@@ -9,8 +9,8 @@ the structlog renderer that prints that, and drops the events a person does not 
 ``campaign_finished``: the command prints the summary).
 
 It remembers two things across events: each trial's edit (from ``trial_started``) and the
-baseline's val_bpb at each budget and seed, so a finished trial reads as a paired gain over
-the baseline run at its own budget and seed (the noise a seed adds cancels in the pair).
+baseline's val_bpb at each token budget and seed, so a finished trial reads as a paired gain
+over the baseline run at its own tokens and seed (the noise a seed adds cancels in the pair).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class ReadableLines:
         self.seeds: dict[str, int] = {}
         self.reruns: dict[str, str] = {}  # seed re-run -> the trial it repeats
         self.baseline_runs: set[str] = set()
-        self.baseline: dict[tuple[int, int], float] = {}  # (steps, seed) -> val_bpb
+        self.baseline: dict[tuple[int, int], float] = {}  # (tokens, seed) -> val_bpb
 
     def __call__(self, _logger: Any, _method: str, event: Mapping[str, Any]) -> str:
         line = self.line(event)
@@ -84,13 +84,14 @@ class ReadableLines:
         elif event.get("proposer") == SEED_RERUN_PROPOSER and event.get("parent"):
             self.reruns[trial] = str(event["parent"])
 
-    def _gain(self, trial: str, steps: int, value: float) -> str:
-        """The paired gain over the baseline at the same budget and seed, when it is known."""
+    def _gain(self, trial: str, tokens: int, value: float) -> str:
+        """The paired gain over the baseline at the same tokens and seed, when it is known
+        (a run with a larger batch trains fewer steps of the same tokens)."""
         seed = self.seeds.get(trial, 0)
         if trial in self.baseline_runs:
-            self.baseline.setdefault((steps, seed), value)
+            self.baseline.setdefault((tokens, seed), value)
             return "baseline"
-        reference = self.baseline.get((steps, seed))
+        reference = self.baseline.get((tokens, seed))
         return f"{reference - value:+.4f} vs baseline" if reference is not None else ""
 
     def _trial_finished(self, event: Mapping[str, Any]) -> str:
@@ -102,7 +103,7 @@ class ReadableLines:
         value = event.get("val_bpb")
         if status != "complete" or not isinstance(value, (int, float)):
             return f"{head}  {status}: {event.get('message') or event.get('reason') or ''}".rstrip()
-        gain = self._gain(trial, int(event.get("steps") or 0), float(value))
+        gain = self._gain(trial, int(event.get("tokens") or 0), float(value))
         wall = event.get("wall_s")
         edit = self.edits.get(trial, {})
         shown = {k: v for k, v in edit.items() if k not in ("seed", "lr_family")}

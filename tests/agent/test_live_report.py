@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,14 +15,15 @@ from recipelab.recipe import Recipe
 
 from .conftest import ScriptedProposer, fake_executor
 
-EDITS = [{"optimizer.lr": 0.02}, {"optimizer.lr": 0.005}, {"schedule.kind": "linear"}]
+EDITS: list[dict[str, Any]] = [{"optimizer.lr": 0.02}, {"optimizer.lr": 0.005},
+                               {"schedule.kind": "linear"}]
 
 
 class Snapshotting(ScriptedProposer):
     """Proposes the scripted edits and keeps the report page as it was at each turn."""
 
     def __init__(self, baseline: Recipe, directory: Path) -> None:
-        super().__init__(baseline, [dict(e) for e in EDITS])
+        super().__init__(baseline, EDITS)
         self.page = directory / "report" / "report.html"
         self.seen: list[str] = []
 

@@ -48,7 +48,7 @@ from recipelab.report.micro_batch import (
     DeviceKind,
     split_batch,
 )
-from recipelab.report.prediction import Prediction, bytes_per_token, predict
+from recipelab.report.prediction import TRANSFER_CHECK, Prediction, bytes_per_token, predict
 from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_winner
 from recipelab.report.steplaw import SOURCE, Anchored
 from recipelab.trajectory.attribution import result_json, result_of
@@ -450,6 +450,7 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
     lines += [f"| {p['step']:,} | {p['tokens']:,} | {p['bytes']:,.0f} | {p['val_bpb']:.4f} | "
               f"{p['low']:.4f} – {p['high']:.4f} |" for p in points]
     lines += ["", "It rests on:", ""] + [f"- {a}" for a in prediction.assumptions()]
+    lines += ["", f"Confidence: {TRANSFER_CHECK}."]
     lines += ["", "## Running it", "",
               f"Prepare the data: `{data_command(exported.recipe)}`.", "",
               f"Train ({exported.recipe.precision}, "

@@ -39,6 +39,14 @@ from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 
 MIN_BAND_FRACTION = 0.02
+TRANSFER_CHECK = (
+    "how far this transfers, as measured by bench/transfer.py (3 tiny campaigns, a target 63x "
+    "the proxy's parameters at 5x the top rung's tokens): the pick beat the law's default in 3 "
+    "of 3 and the exported baseline by more than the seed spread in 1 of 3; the target landed "
+    "4-20% below the prediction; the exported rate was 0.54-0.79x the target's best. Keep the "
+    "baseline as a control arm ('recipelab export --trial p0000'); docs/cloud-run.md, "
+    "'What transfers'")
+"""The recommendation's confidence, in the terms of the last transfer measurement."""
 BYTE_TOKEN_BYTES = 1.0
 ASSUMED_BPE_BYTES_PER_TOKEN = 4.0  # English web text under a 32k-128k BPE vocabulary
 

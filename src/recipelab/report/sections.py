@@ -19,7 +19,7 @@ from recipelab.report.context import LiveStatus, ReportContext
 from recipelab.report.document import Block, Bullets, Document, Image, Paragraph, Section, Table
 from recipelab.report.export import ExportOptions, recommended_export
 from recipelab.report.powerlaw import fit_power_law
-from recipelab.report.prediction import bytes_per_token, predict
+from recipelab.report.prediction import TRANSFER_CHECK, bytes_per_token, predict
 from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
 from recipelab.report.why import baseline_knobs, why_this_recipe
 from recipelab.text import compact_edit
@@ -365,6 +365,7 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
         f"{_about(rec.gpu_hours)} GPU-hours, {_about(rec.days_on_node)} days on {rates.gpus} GPUs, "
         f"${_about(rec.cost_usd)} at ${rates.usd_per_gpu_hour:.2f} per GPU-hour",
     )
+    items += (TRANSFER_CHECK,)
     gain = paired_gain(rec.winner, records, noise) if noise is not None else None
     if exported.memory_problem is not None:
         items += (f"caution: at the default {recommended.options.gpu_memory_gib:g} GiB per GPU "
