@@ -17,6 +17,10 @@ the user's commands. For each of ``--campaigns`` campaign seeds it runs
      target's scale, unanchored (one arm for every campaign, ``--seeds`` seeds);
    - ``lr×f``: the recommendation at its exported rate × ``f`` for each ``--sweep`` factor,
      seed 0, to find where the target's best rate is (the quadratic's minimum in log rate);
+     the same sweep at twice the proxy's width, a second size at which the exported rate can
+     be compared with the best;
+   - ``width-64``, ``width-128``: the recommendation exported to the proxy's width and to
+     twice it, at the target's tokens and at the top rung's (``-top``), for the size gap;
 
 4. the recommendation's and the baseline's last evaluation against their exported
    prediction (``recipelab verify`` reads the same ``prediction.json``).
@@ -187,6 +191,18 @@ def prediction_error(export_dir: Path, run: Path) -> tuple[float, float, str]:
     return last.predicted, last.measured, checked.verdict
 
 
+def rate_sweep(runs: Path, base: str, prefix: str, factors: Sequence[float]
+               ) -> tuple[list[tuple[float, float]], float, float]:
+    """(rate, val_bpb) of ``base`` at seed 0 and at its rate × each factor, the exported
+    rate, and the best rate: the minimum of a quadratic in log rate, else the best measured."""
+    swept = [runs / f"{base}-s0", *(runs / f"{prefix}lr×{f:g}-s0" for f in factors)]
+    sweep = [(json.loads((run / "bench-spec.json").read_text())["lr"], final(run))
+             for run in swept]
+    best = best_log_lr(sweep)
+    best_lr = math.exp(best) if best is not None else min(sweep, key=lambda p: p[1])[0]
+    return sweep, sweep[0][0], best_lr
+
+
 WIDTH_ALPHA = 0.34  # the parameter exponent of Hoffmann et al. 2022 (arXiv 2203.15556)
 
 
@@ -268,6 +284,9 @@ def main() -> None:
         jobs += [(Arm("recommended", recommended / "recipe.json", 0), runs),
                  (Arm("baseline", baseline / "recipe.json", 0), runs)]
         jobs += [(Arm(f"lr×{f:g}", recommended / "recipe.json", 0, f), runs) for f in args.sweep]
+        middle = export(c, tokens, target=widths[1], name=f"export-{widths[1].stem}")
+        jobs += [(Arm(f"{widths[1].stem}-lr×{f:g}", middle / "recipe.json", 0, f), runs)
+                 for f in args.sweep]
         jobs += [(Arm(name, where / "recipe.json", s), runs) for s in range(1, args.seeds)
                  for name, where in (("recommended", recommended), ("baseline", baseline))]
         for width in widths:
@@ -291,12 +310,9 @@ def main() -> None:
         base = [final(runs / f"baseline-s{s}") for s in range(args.seeds)]
         over_base = [b - r for r, b in zip(rec, base, strict=True)]
         over_law = [w - r for r, w in zip(rec, law_runs, strict=True)]
-        swept = [runs / f"{a}-s0" for a in ["recommended", *(f"lr×{f:g}" for f in args.sweep)]]
-        sweep = [(json.loads((run / "bench-spec.json").read_text())["lr"], final(run))
-                 for run in swept]
-        exported_lr = sweep[0][0]
-        best = best_log_lr(sweep)
-        best_lr = math.exp(best) if best is not None else min(sweep, key=lambda p: p[1])[0]
+        sweep, exported_lr, best_lr = rate_sweep(runs, "recommended", "", args.sweep)
+        middle_sweep, middle_lr, middle_best = rate_sweep(runs, widths[1].stem,
+                                                          f"{widths[1].stem}-", args.sweep)
         predicted, _, verdict = prediction_error(recommended, runs / "recommended-s0")
         measured = statistics.mean(rec)
         ladder = width_ladder(runs, widths, args.seeds, measured, recommended)
@@ -309,6 +325,9 @@ def main() -> None:
                "beats_law": min(over_law) > max(spread(rec), spread(law_runs)),
                "exported_lr": exported_lr, "sweep": sweep, "best_lr": best_lr,
                "lr_factor": best_lr / exported_lr,
+               "twice_the_proxy_width": {"sweep": middle_sweep, "exported_lr": middle_lr,
+                                         "best_lr": middle_best,
+                                         "lr_factor": middle_best / middle_lr},
                "predicted": predicted, "measured": measured, "verdict": verdict,
                "prediction_error": abs(predicted - measured) / measured,
                "baseline_predicted": b_predicted, "baseline_measured": b_measured,
@@ -323,6 +342,8 @@ def main() -> None:
               f"over the law's default {', '.join(f'{g:+.4f}' for g in over_law)}")
         print("  rate sweep (seed 0): " + ", ".join(f"{lr:.3g} → {v:.4f}" for lr, v in sweep)
               + f"; best {best_lr:.3g} = {best_lr / exported_lr:.2f}× the exported {exported_lr:.3g}")
+        print(f"  at twice the proxy's width ({widths[1].stem}): best {middle_best:.3g} = "
+              f"{middle_best / middle_lr:.2f}× the exported {middle_lr:.3g}")
         print(f"  prediction: recommended {predicted:.4f} vs {measured:.4f} measured "
               f"({row['prediction_error']:.1%}, {verdict}); baseline {b_predicted:.4f} vs "
               f"{b_measured:.4f} ({row['baseline_prediction_error']:.1%}, {b_verdict})")

@@ -39,7 +39,7 @@ from recipelab.units import MIB
 
 if TYPE_CHECKING:
     from recipelab.agent.preflight import CheckResult, Preflight
-    from recipelab.eventlines import LogFormat
+    from recipelab.eventlog import LogFormat
     from recipelab.report.prediction import Prediction
 
 # The campaign, its preflight and the executors import torch (and the proposers Optuna), so
@@ -752,7 +752,7 @@ def log_preflight(settings: CampaignSettings, directory: Path, report: Preflight
 
 def log_format_of(value: str) -> LogFormat:
     """``--log-format``'s value, or an error naming the choices."""
-    from recipelab.eventlines import LOG_FORMATS
+    from recipelab.eventlog import LOG_FORMATS
 
     for choice in LOG_FORMATS:
         if value == choice:

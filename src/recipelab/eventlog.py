@@ -1,6 +1,6 @@
 """Structured events, one pipeline for the campaign and the long run: JSON lines in
-``events.jsonl`` and console lines: short ones for a person watching a campaign
-(:mod:`recipelab.eventlines`), every field as ``key=value``, or JSON for a pipe.
+``events.jsonl`` and console lines: every field as ``key=value`` by default; a campaign's
+console may pass short lines for a person (:mod:`recipelab.agent.console_lines`) or JSON.
 
 Every event carries ``campaign`` and, where there is one, ``trial_id`` (a long run: ``run``).
 Secrets (API keys taken from the environment, URL credentials) are scrubbed from every value
@@ -13,16 +13,20 @@ import json
 import time
 from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import structlog
 from rich.console import Console
 
 from recipelab import environment
-from recipelab.eventlines import LogFormat, ReadableLines
 from recipelab.redaction import redact
 
 EVENTS_FILE = "events.jsonl"
+
+LogFormat = Literal["lines", "events", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("lines", "events", "json")
+"""How a campaign's console shows events: short lines for a person
+(:mod:`recipelab.agent.console_lines`), every field as ``key=value``, or JSON."""
 
 EventDict = MutableMapping[str, Any]
 
@@ -65,19 +69,11 @@ def console_renderer(colors: bool) -> structlog.dev.ConsoleRenderer:
                                          exception_formatter=structlog.dev.plain_traceback)
 
 
-def console_output(log_format: LogFormat, colors: bool) -> Any:
-    """The last processor: the event as the console shows it in ``log_format``."""
-    if log_format == "lines":
-        return ReadableLines()
-    if log_format == "json":
-        return structlog.processors.JSONRenderer(default=str)
-    return console_renderer(colors)
-
-
-def event_logger(path: Path | None, console: Console | None = None,
-                 log_format: LogFormat = "events", **bound: Any) -> tuple[Any, JsonlSink | None]:
+def event_logger(path: Path | None, console: Console | None = None, renderer: Any = None,
+                 **bound: Any) -> tuple[Any, JsonlSink | None]:
     """A logger bound to ``bound`` (``campaign=...``), writing every event to ``path`` (none:
-    the console only) and to the console in ``log_format``, and the sink to close at the end."""
+    the console only) and to the console through ``renderer`` (default: ``key=value``
+    lines), and the sink to close at the end."""
     console = console or Console(stderr=True)
     sink = JsonlSink(path) if path is not None else None
     logger = structlog.wrap_logger(
@@ -87,16 +83,16 @@ def event_logger(path: Path | None, console: Console | None = None,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             redact_secrets,
             *([sink] if sink is not None else []),
-            console_output(log_format, colors=console.is_terminal),
+            renderer or console_renderer(colors=console.is_terminal),
         ],
     )
     return logger.bind(**bound), sink
 
 
 def campaign_logger(campaign: str, directory: Path, console: Console | None = None,
-                    log_format: LogFormat = "events") -> tuple[Any, JsonlSink]:
+                    renderer: Any = None) -> tuple[Any, JsonlSink]:
     """A bound logger for one campaign, and the sink to close when the campaign ends."""
-    logger, sink = event_logger(directory / EVENTS_FILE, console, log_format, campaign=campaign)
+    logger, sink = event_logger(directory / EVENTS_FILE, console, renderer, campaign=campaign)
     assert sink is not None
     return logger, sink
 

@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 
 from recipelab.agent.campaign import Campaign
+from recipelab.agent.console_lines import LINE_LIMIT
 from recipelab.agent.settings import CampaignSettings
-from recipelab.eventlines import LINE_LIMIT
 
 from .conftest import ScriptedProposer, fake_executor, read_jsonl
 

@@ -33,6 +33,7 @@ from typing import Any
 from rich.console import Console
 
 from recipelab.agent.attribution import AttributionPhase
+from recipelab.agent.console_lines import console_output
 from recipelab.agent.deadline import Deadline
 from recipelab.agent.display import CampaignProgress
 from recipelab.agent.failures import FailureStreak
@@ -48,8 +49,7 @@ from recipelab.agent.seeds import baseline_proposals, noise_marks, rerun_proposa
 from recipelab.agent.settings import CampaignSettings, SettingsError
 from recipelab.agent.signals import StopRequests
 from recipelab.agent.trials import TRIALS_DIR, GuardrailMemory, TrialBook
-from recipelab.eventlines import LogFormat
-from recipelab.eventlog import campaign_logger
+from recipelab.eventlog import LogFormat, campaign_logger
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, judge
 from recipelab.guardrails.hardware import resolve_device, supported_precisions
 from recipelab.guardrails.memory_fit import MemoryModel
@@ -530,8 +530,9 @@ class Campaign:
     def _open(self) -> None:
         self.executor.prestart()  # e.g. import torch in the first worker while we set up
         self.store = TrajectoryStore(self.directory, self.settings.name, db_url=self.settings.store.db)
-        self.log, self._sink = campaign_logger(self.settings.name, self.directory, self.console,
-                                               self.log_format)
+        self.log, self._sink = campaign_logger(
+            self.settings.name, self.directory, self.console,
+            console_output(self.log_format, colors=self.console.is_terminal))
         self.tracking = (CampaignTracking(self.settings, self.directory, self.log)
                          if self.settings.store.mlflow_uri else None)
         self.book = TrialBook(self.settings, self.directory, self.store, self.executor,

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from recipelab.eventlines import ReadableLines
+from recipelab.agent.console_lines import ReadableLines
 from recipelab.eventlog import EVENTS_FILE, read_events
 from recipelab.report import ReportContext, write_report
 from recipelab.report.context import LiveStatus

@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import Field
 
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import BYTE_VOCAB, Precision, Recipe, StrictModel, Target
 from recipelab.report.micro_batch import (
@@ -220,7 +221,7 @@ class Recommended:
         return self.full is not None
 
 
-class UnknownTrialError(ValueError):
+class UnknownTrialError(RecipelabError, ValueError):
     """``--trial`` names no proxy trial of the campaign."""
 
 

@@ -18,16 +18,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 
+from recipelab.eventlog import LogFormat, console_renderer
 from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.text import clip, compact_edit
 from recipelab.trajectory.noise import SEED_RERUN_PROPOSER
 
-LogFormat = Literal["lines", "events", "json"]
-LOG_FORMATS: tuple[LogFormat, ...] = ("lines", "events", "json")
 LINE_LIMIT = 160
 QUIET = frozenset({"proposal", "trial_started", "promoted", "rung_run", "preflight"})
 BASELINE_PROPOSERS = frozenset({BASELINE_PROPOSER})
@@ -42,6 +41,15 @@ def _tokens(tokens: Any) -> str:
     if not isinstance(tokens, int):
         return "?"
     return f"{tokens / 1e6:.1f}M" if tokens >= 1_000_000 else f"{tokens / 1e3:.0f}k"
+
+
+def console_output(log_format: LogFormat, colors: bool) -> Any:
+    """The campaign console's last processor: the event as ``log_format`` shows it."""
+    if log_format == "lines":
+        return ReadableLines()
+    if log_format == "json":
+        return structlog.processors.JSONRenderer(default=str)
+    return console_renderer(colors)
 
 
 class ReadableLines:
