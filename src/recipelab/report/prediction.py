@@ -43,7 +43,8 @@ TRANSFER_CHECK = (
     "how far this transfers, as measured by bench/transfer.py (3 tiny campaigns, a target 63x "
     "the proxy's parameters at 5x the top rung's tokens): the pick beat the law's default in 3 "
     "of 3 and the exported baseline by more than the seed spread in 1 of 3; the target landed "
-    "4-20% below the prediction; the exported rate was 0.54-0.79x the target's best. Keep the "
+    "4-20% below the prediction; the target's best rate was 1.3-1.9x the exported (0.45-0.79x "
+    "at an 8x target), so try x0.5, 1 and 2 early. Keep the "
     "baseline as a control arm ('recipelab export --trial p0000'); docs/cloud-run.md, "
     "'What transfers'")
 """The recommendation's confidence, in the terms of the last transfer measurement."""
