@@ -29,7 +29,6 @@ from recipelab.trajectory.noise import SEED_RERUN_PROPOSER
 
 LINE_LIMIT = 160
 QUIET = frozenset({"proposal", "trial_started", "promoted", "rung_run", "preflight"})
-BASELINE_PROPOSERS = frozenset({BASELINE_PROPOSER})
 
 
 def _number(value: Any, digits: int = 4) -> str:
@@ -86,7 +85,7 @@ class ReadableLines:
         self.edits[trial] = event.get("edit") or {}
         self.seeds[trial] = int(event.get("seed") or 0)
         unseeded = {k: v for k, v in (event.get("edit") or {}).items() if k != "seed"}
-        if event.get("proposer") in BASELINE_PROPOSERS or (
+        if event.get("proposer") == BASELINE_PROPOSER or (
                 event.get("kind") == "attribution" and not unseeded):
             self.baseline_runs.add(trial)
         elif event.get("proposer") == SEED_RERUN_PROPOSER and event.get("parent"):
