@@ -1132,7 +1132,7 @@ def _prediction_of(source: str) -> Prediction:
     if written.is_file():
         try:
             return Prediction.from_json(json.loads(written.read_text()))
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        except (OSError, KeyError, TypeError, ValueError) as error:  # JSONDecodeError too
             fail(f"{written} is not a prediction 'recipelab export' wrote ({error}); export again")
     settings, records = read_campaign(source)
     chosen = pick_winner(records)
