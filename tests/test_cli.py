@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -134,7 +135,10 @@ def error_lines(stderr: str) -> list[str]:
      ("RECIPELAB_LLM_BASE_URL 'localhost:8000'", "http://localhost:8000/v1")),
     (["--mlflow-uri", "ftp://ann:pw@host/mlruns"], {},
      ("--mlflow-uri 'ftp://ann:[redacted]@host/mlruns'", "sqlite:///PATH/mlflow.db")),
-], ids=["preset", "target", "until", "url-option", "url-env", "mlflow-uri"])
+    (["--edit", "lr=0.1"], {}, ("--edit 'lr=0.1' is not JSON", '{"optimizer.lr": 0.005}')),
+    (["--edit", '{"optimizer.lrr": 0.1}'], {}, ("'optimizer.lrr'", "did you mean optimizer.lr?")),
+], ids=["preset", "target", "until", "url-option", "url-env", "mlflow-uri", "edit-json",
+        "edit-knob"])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(
         tmp_path: Path, args: list[str], env: dict[str, str], words: tuple[str, ...]) -> None:
     result = recipelab("run", "--name", "bad", "--iterations", "1", *args, cwd=tmp_path, env=env)
@@ -220,6 +224,42 @@ def test_an_llm_endpoint_that_is_down_is_a_warning_and_every_llm_turn_asks_it_ag
     assert "the LLM proposed 0 of 3 search trials; the sampler took" in " ".join(
         status.stdout.split()), status.stdout
     assert json.loads((campaign / "settings.json").read_text())["proposer"]["kind"] is None
+
+
+def test_your_edits_run_first_and_a_rejected_one_says_why_and_is_not_tried_again(
+        tmp_path: Path) -> None:
+    """``--edit``: after the baseline, the person's edits in order; the guardrails judge them
+    as they judge the proposer's, and a resume with more iterations goes on past them."""
+    env = {"RECIPELAB_CACHE": str(tmp_path / "cache")}
+    options = ("run", "--name", "c", "--preset", "tiny", "--noise-seeds", "1", "--promote", "0",
+               "--edit", '{"optimizer.lr": 0.005}',
+               "--edit", '{"schedule.kind": "wsd", "schedule.warmup_steps": 18}')
+    first = recipelab(*options, "--iterations", "3", cwd=tmp_path, env=env)
+
+    assert first.returncode == 0, first.stderr
+    assert "p0002 rejected (schedule=wsd, warmup_steps=18): the wsd schedule decays" in first.stderr
+    campaign = tmp_path / "campaigns" / "c"
+    trials = final_records(campaign)
+    assert [(r["proposer"], r["edit"], r["status"]) for r in trials[:3]] == [
+        ("baseline", {}, "complete"),
+        ("person", {"optimizer.lr": 0.005}, "complete"),
+        ("person", {"schedule.kind": "wsd", "schedule.warmup_steps": 18}, "rejected")]
+    assert "inside the 18-step warmup" in trials[2]["reasons"][0]
+    assert [r["proposer"] for r in trials[3:]] == ["classical-tpe"]
+
+    resumed = recipelab(*options, "--iterations", "4", cwd=tmp_path, env=env)
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r["proposer"] for r in final_records(campaign)[3:]] == ["classical-tpe"] * 2
+
+
+def final_records(campaign: Path) -> list[dict[str, Any]]:
+    """Each trial's last record, in trial-id order."""
+    last = {}
+    for line in (campaign / "trajectory.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        last[record["trial_id"]] = record
+    return [last[trial_id] for trial_id in sorted(last)]
 
 
 def test_run_help_shows_the_ray_extra_literally() -> None:

@@ -25,7 +25,7 @@ from recipelab.agent.settings import (
     SettingsError,
     default_campaign_dir,
 )
-from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB
+from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB, parse_edit
 from recipelab.agent.status import campaign_status, latest_window
 from recipelab.errors import RecipelabError
 from recipelab.eventlog import EVENTS_FILE, read_events, render_event
@@ -470,9 +470,10 @@ def default_ladder() -> str:
     return f"which climbs {rungs} steps from the {preset} preset's {proxy}-step proxy"
 
 
-PASSED_APART = frozenset({"name", "searchable", "calibrate_from"})
+PASSED_APART = frozenset({"name", "searchable", "edits", "calibrate_from"})
 """Settings options :func:`launch` passes on its own: the name only for a new campaign (a
-resume keeps the saved one), the lists as tuples (calibration paths made absolute)."""
+resume keeps the saved one), the lists as tuples (edits parsed from JSON, calibration paths
+made absolute)."""
 
 
 def settings_options(options: dict[str, Any]) -> set[str]:
@@ -506,6 +507,7 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
         "corpus": given_corpus(options["corpus"], options["corpus_max_bytes"]),
         "trial_timeout_s": options["trial_timeout"],
         "searchable": tuple(options["searchable"]) if options["searchable"] else None,
+        "edits": parsed_edits(options["edits"]),
         "calibrate_from": tuple(str(Path(p).resolve()) for p in calibrate_from)
         if calibrate_from else None,
     }.items() if value is not None}
@@ -537,6 +539,17 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
         return
     start_campaign(settings, directory, stress_only=False, preflight=report,
                    log_format=log_format)
+
+
+def parsed_edits(texts: list[str] | None) -> tuple[dict[str, Any], ...] | None:
+    """``--edit`` options as the settings hold them, or one error line for one that is no
+    JSON object of knobs."""
+    if not texts:
+        return None
+    try:
+        return tuple(parse_edit(text) for text in texts)
+    except SettingsError as error:
+        fail(str(error))
 
 
 def checked_mlflow_uri(uri: str) -> str:
@@ -638,6 +651,10 @@ def run(
     searchable: Annotated[list[str] | None, typer.Option(
         help="shape knob allowed to leave the target's value, e.g. shape.qk_norm; or "
         "precision, to search it")] = None,
+    edits: Annotated[list[str] | None, typer.Option(
+        "--edit", help="""your own edit of the baseline as JSON, e.g. '{"optimizer.lr": """
+        """0.005}', tried before the proposer's and judged by the guardrails (repeatable)""",
+        show_default=False)] = None,
     calibrate_from: Annotated[list[str] | None, typer.Option(
         help="an earlier campaign's directory or trajectory.jsonl to learn from (repeatable)")
     ] = None,

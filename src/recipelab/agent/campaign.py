@@ -41,6 +41,7 @@ from recipelab.agent.live_report import LiveReport
 from recipelab.agent.lock import CampaignLock
 from recipelab.agent.machine import resolve_auto
 from recipelab.agent.mlflow_log import CampaignTracking
+from recipelab.agent.person_edits import person_proposals
 from recipelab.agent.preflight import local_trials_in_flight
 from recipelab.agent.priors import load_priors, log_priors
 from recipelab.agent.proposers import GuardedProposer, build_proposer
@@ -265,12 +266,16 @@ class Campaign:
         return True
 
     def _propose(self, n: int) -> list[Proposal]:
-        """The baseline's seeds first, then the proposer's proposals (parented on the
-        baseline when they name no parent)."""
-        seeds = baseline_proposals(self.baseline, self.ledger.proxies, self.settings.search.noise_seeds, n)
+        """The baseline's seeds first, then a person's ``--edit`` edits, then the proposer's
+        proposals (parented on the baseline when they name no parent)."""
+        search = self.settings.search
+        seeds = baseline_proposals(self.baseline, self.ledger.proxies, search.noise_seeds, n)
         if seeds:
             return seeds
         baseline_id = self.ledger.baseline_id
+        edits = person_proposals(self.baseline, baseline_id, self.ledger.proxies, search.edits, n)
+        if edits:
+            return edits
         return [dataclasses.replace(p, parent_id=baseline_id)
                 if p.parent_id is None and baseline_id is not None else p
                 for p in self.guarded.propose(self._history(), n)[:n]]

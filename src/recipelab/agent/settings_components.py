@@ -11,15 +11,17 @@ before the components existed, keyword construction and the ``run`` options all 
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 from datetime import datetime, time, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from recipelab import environment
 from recipelab.errors import RecipelabError
-from recipelab.recipe import StrictModel
+from recipelab.recipe import StrictModel, proxy_recipe
 from recipelab.trajectory.ladder import TOP_SEEDS, RungPlan, plan_ladder, rung_steps
 
 
@@ -132,15 +134,46 @@ class LadderSettings(StrictModel):
         return None
 
 
+def parse_edit(text: str) -> dict[str, Any]:
+    """A person's ``--edit``: a JSON object of dotted recipe knobs, e.g.
+    ``{"optimizer.lr": 0.005}``. Its values are the guardrails' to judge, like any proposal's;
+    only its form and its knob names are checked here, before anything is written."""
+    try:
+        edit = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SettingsError(f"--edit {text!r} is not JSON ({error.msg}): give an object of "
+                            """recipe knobs, e.g. --edit '{"optimizer.lr": 0.005}'""") from None
+    if not isinstance(edit, dict) or not edit:
+        raise SettingsError(f"--edit {text!r} is not a JSON object with at least one knob: "
+                            """give e.g. --edit '{"optimizer.lr": 0.005}'""")
+    return edit
+
+
 class SearchSettings(StrictModel):
-    """What the search measures and learns from besides the proposals: the noise floor, the
-    trajectories that calibrate it, and the guardrail checks it skips."""
+    """What the search measures and learns from besides the proposals: the noise floor, a
+    person's own edits, the trajectories that calibrate it, and the guardrail checks it skips."""
 
     # baseline seeds measuring the noise floor (1 disables it); they count toward iterations
     noise_seeds: int = Field(default=3, ge=1, le=20)
+    # a person's edits of the baseline, tried in order after the noise floor and before the
+    # proposer's; judged by the guardrails like any proposal, counted in the iterations
+    edits: tuple[dict[str, Any], ...] = ()
     # trajectory.jsonl files or campaign directories whose trials warm-start the proposers
     calibrate_from: tuple[str, ...] = ()
     skip_checks: tuple[str, ...] = ()
+
+    @field_validator("edits")
+    @classmethod
+    def _known_knobs(cls, edits: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        """An unknown knob is a typo: refused before the night, not rejected at 2 a.m."""
+        knobs = list(proxy_recipe("tiny").knobs())
+        for edit in edits:
+            for name in sorted(set(edit) - set(knobs)):
+                close = difflib.get_close_matches(name, knobs, n=1)
+                hint = f"did you mean {close[0]}? " if close else ""
+                raise ValueError(f"--edit names no recipe knob {name!r}; {hint}'recipelab "
+                                 "space' lists the searched knobs")
+        return edits
 
 
 class ProposerSettings(StrictModel):
