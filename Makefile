@@ -34,10 +34,10 @@ $(VENV)/.llm-test-deps: scripts/install-llm-test-deps | $(VENV)/.test-installed
 setup: $(VENV)/.installed
 
 # A whole night in a few minutes: the tiny proxy (109k parameters), 12 proxy trials, a ladder
-# to 200 steps, attribution and the report. Two edits of a person's own come first: the
-# baseline at half its learning rate, and a WSD schedule whose decay would start inside its
-# warmup (the guardrails reject it, and say why). demo-night is the same flow on the cpu proxy.
-DEMO_EDITS := --edit '{"optimizer.lr": 0.005}' --edit '{"schedule.kind": "wsd", "schedule.warmup_steps": 18}'
+# to 200 steps, attribution and the report. Two edits of a person's own come first: AdamW's
+# beta2 at 0.99, and a WSD schedule whose decay would start inside its warmup (the guardrails
+# reject it, and say why). demo-night is the same flow on the cpu proxy.
+DEMO_EDITS := --edit '{"optimizer.beta2": 0.99}' --edit '{"schedule.kind": "wsd", "schedule.warmup_steps": 18}'
 
 demo: setup
 	$(BIN)/recipelab run --name demo --preset tiny --corpus python-source --iterations 12 --stress-steps 200 --parallel auto --precision auto $(DEMO_EDITS)

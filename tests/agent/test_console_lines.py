@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,12 @@ def test_each_finished_trial_is_one_short_line_with_its_gain_and_the_knobs_that_
 
     assert all(len(line) <= LINE_LIMIT for line in lines), max(lines, key=len)
     assert lines[0].startswith("campaign tiny: tiny proxy")
-    [rejected] = [line for line in lines if "rejected" in line]
-    assert rejected.startswith("p0001 rejected (activation=gelu): shape.activation is 'gelu'")
+    [rejected] = [i for i, line in enumerate(lines) if "rejected" in line]
+    assert lines[rejected] == "p0001 rejected (activation=gelu):"
+    [reason] = [r["reasons"][0] for r in read_jsonl(tmp_path / "trajectory.jsonl")
+                if r["trial_id"] == "p0001" and r["status"] == "rejected"]
+    under = itertools.takewhile(lambda line: line.startswith("      "), lines[rejected + 1:])
+    assert " ".join(line.strip() for line in under) == reason, "the whole reason, wrapped"
     [edited] = [line for line in lines if line.startswith("p0002 proxy")]
     # the rate first, not eps (whose relative change is the largest); a paired gain
     assert edited.endswith("lr=0.02, eps=1e-10, init_std=0.01")

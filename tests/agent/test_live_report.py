@@ -11,7 +11,11 @@ from recipelab.agent import live_report
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
 from recipelab.proposer import Observation, Proposal
-from recipelab.recipe import Recipe
+from recipelab.recipe import Recipe, get_target, proxy_recipe
+from recipelab.report import ReportContext, write_report
+from recipelab.report.context import LiveStatus, RunningCurve
+from recipelab.trainer.spec import CurvePoint
+from recipelab.trajectory.record import TrialRecord
 
 from .conftest import ScriptedProposer, fake_executor
 
@@ -47,3 +51,35 @@ def test_the_report_is_rewritten_as_trials_end_and_says_the_campaign_is_running(
     assert "The console&#x27;s last lines:" in mid and "p0000 proxy" in mid
     final = (tmp_path / "report" / "report.html").read_text()
     assert "The campaign is running" not in final and "refresh" not in final
+
+
+def test_the_loss_curves_of_the_trials_in_flight_are_read_from_their_logs(tmp_path: Path) -> None:
+    baseline = proxy_recipe("tiny").model_dump(mode="json")
+    points = [CurvePoint(step=step, loss=5.0 - step / 10, grad_norm=1.0, lr=0.01)
+              for step in (10, 20)]
+    for trial_id in ("p0001", "p0002"):
+        trial = tmp_path / "trials" / trial_id
+        trial.mkdir(parents=True)
+        (trial / "trial.log").write_text(
+            "trial started\n" + "\n".join(p.log_line() for p in points) + "\nstep 30 lo")
+    records = [TrialRecord(campaign="c", trial_id=trial_id, status=status, recipe=baseline)
+               for trial_id, status in (("p0001", "running"), ("p0002", "complete"),
+                                        ("p0003", "running"))]
+
+    [curve] = live_report.running_curves(tmp_path, records)
+
+    assert (curve.trial_id, curve.steps, curve.losses) == ("p0001", (10, 20), (4.0, 3.0))
+
+
+def test_a_live_report_shows_the_curves_in_flight_in_its_first_section(tmp_path: Path) -> None:
+    live = LiveStatus(updated="02:13:05 UTC", running="p0001 (proxy)", ends="in 3 trials",
+                      curves=(RunningCurve("p0001", (10, 20), (4.0, 3.0)),))
+    context = ReportContext("c", get_target("toy"), "tiny", live=live)
+
+    write_report(tmp_path, [], context)
+
+    page = (tmp_path / "report" / "report.html").read_text()
+    first = page.index("The campaign is running")
+    plot = page.index('alt="training loss of the trials in flight"')
+    assert first < plot < page.index("<h2>", first + 1)
+    assert (tmp_path / "report" / "running.png").exists()

@@ -17,7 +17,7 @@ from recipelab.recipe import Recipe, proxy_recipe
 from recipelab.trainer.data import DataError, load_dataset
 from recipelab.trainer.loop import TrialRunner, run_trial
 from recipelab.trainer.model import GPT
-from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
+from recipelab.trainer.spec import CorpusSpec, CurvePoint, TrialResult, TrialSpec
 
 TINY = proxy_recipe("tiny")
 
@@ -66,6 +66,17 @@ def test_the_curve_has_a_point_every_log_every_steps_with_the_scheduled_lr(tiny:
         last_step = point.step - 1  # the lr of the point's own (0-based) step
         assert point.lr == pytest.approx(
             TINY.optimizer.lr * TINY.schedule.lr_multiplier(last_step, TINY.steps), rel=1e-12)
+
+
+def test_the_log_says_each_curve_point_as_it_happens_and_reads_back_as_the_curve(
+        tiny: Run) -> None:
+    """What the live report plots of a trial in flight is the curve its result will hold."""
+    read = CurvePoint.from_log(tiny.log)
+
+    assert [p.step for p in read] == [p.step for p in tiny.result.curve]
+    assert [p.loss for p in read] == pytest.approx([p.loss for p in tiny.result.curve], abs=1e-4)
+    cut_short = tiny.log[:tiny.log.index("step 15")] + "step 15 loss 3.1"
+    assert [p.step for p in CurvePoint.from_log(cut_short)] == [5, 10]
 
 
 def test_training_lowers_the_loss_and_train_loss_is_the_last_points(tiny: Run) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from recipelab.text import clip, compact_edit
 from recipelab.trajectory.noise import SEED_RERUN_PROPOSER
 
 LINE_LIMIT = 160
+INDENT = "      "  # a rejection's reason, under its line
 QUIET = frozenset({"proposal", "trial_started", "promoted", "rung_run", "preflight"})
 
 
@@ -124,10 +126,14 @@ class ReadableLines:
                     LINE_LIMIT)
 
     def _rejected(self, event: Mapping[str, Any]) -> str:
+        """The rejected edit, then its first reason whole (the reason is the news, and it
+        says what to change), wrapped under it; a count of any other reasons."""
         reasons = [str(r) for r in event.get("reasons") or []] or ["(no reason given)"]
-        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        more = f" (+{len(reasons) - 1} more reason(s) in events.jsonl)" if len(reasons) > 1 else ""
         edit = compact_edit(event.get("edit") or {}, {})
-        return clip(f"{event.get('trial_id')} rejected ({edit}): {reasons[0]}{more}", LINE_LIMIT)
+        head = clip(f"{event.get('trial_id')} rejected ({edit}){more}:", LINE_LIMIT)
+        return "\n".join([head, textwrap.fill(reasons[0], LINE_LIMIT, initial_indent=INDENT,
+                                               subsequent_indent=INDENT)])
 
     def _campaign_started(self, event: Mapping[str, Any]) -> str:
         return (f"campaign {event.get('campaign')}: {event.get('preset')} proxy "

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from recipelab.agent.console_lines import ReadableLines
+from recipelab.agent.trials import TRIALS_DIR
 from recipelab.eventlog import EVENTS_FILE, read_events
 from recipelab.report import ReportContext, write_report
-from recipelab.report.context import LiveStatus
+from recipelab.report.context import LiveStatus, RunningCurve
+from recipelab.trainer.spec import LOG_FILE, CurvePoint
 from recipelab.trajectory.record import TrialRecord
 
 LIVE_REPORT_EVERY_S = 30.0
@@ -39,6 +41,21 @@ def last_console_lines(events_file: Path, count: int = LAST_LINES) -> tuple[str,
         if line is not None:
             lines.extend(line.splitlines())
     return tuple(lines)
+
+
+def running_curves(directory: Path, records: Sequence[TrialRecord]) -> tuple[RunningCurve, ...]:
+    """The loss curve each trial in flight has written to its ``trial.log`` so far (a trial
+    that trains elsewhere, on a Ray worker without the campaign's disk, has none yet)."""
+    curves = []
+    for record in records:
+        log = directory / TRIALS_DIR / record.trial_id / LOG_FILE
+        if record.status != "running" or not log.exists():
+            continue
+        points = CurvePoint.from_log(log.read_text(errors="replace"))
+        if points:
+            curves.append(RunningCurve(record.trial_id, tuple(p.step for p in points),
+                                       tuple(p.loss for p in points)))
+    return tuple(curves)
 
 
 class LiveReport:
@@ -64,7 +81,8 @@ class LiveReport:
         self._last = now
         live = LiveStatus(updated=datetime.now(timezone.utc).strftime("%H:%M:%S UTC"),
                           running=self.running() or "", ends=self.ends(),
-                          last_lines=last_console_lines(self.directory / EVENTS_FILE))
+                          last_lines=last_console_lines(self.directory / EVENTS_FILE),
+                          curves=running_curves(self.directory, records))
         try:
             write_report(self.directory, records, replace(self.context, live=live))
         except Exception as error:  # the report must never stop the night

@@ -48,14 +48,24 @@ class CloudRates(StrictModel):
 
 
 @dataclass(frozen=True)
+class RunningCurve:
+    """The training loss a trial in flight has logged so far."""
+
+    trial_id: str
+    steps: tuple[int, ...]
+    losses: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class LiveStatus:
     """What a report written while the campaign runs says first: when it was written, what
-    is training, when the night ends, and the console's last lines."""
+    is training and its loss so far, when the night ends, and the console's last lines."""
 
     updated: str  # e.g. "02:13:05 UTC"
     running: str  # the trials in flight, or "" between trials
     ends: str  # the deadline, or how many proxy trials are left
     last_lines: tuple[str, ...] = ()
+    curves: tuple[RunningCurve, ...] = ()
 
 
 @dataclass(frozen=True)

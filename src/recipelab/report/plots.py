@@ -15,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from recipelab.report.context import RunningCurve
 from recipelab.report.powerlaw import PowerLaw
 from recipelab.trajectory.analysis import best_so_far, scored_proxies
 from recipelab.trajectory.noise import NoiseFloor
@@ -87,6 +88,18 @@ def stress_curves(panels: Sequence[StressPanel]) -> bytes:
         ax.set_ylabel("train loss")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    return _png(figure)
+
+
+def running_curves(curves: Sequence[RunningCurve]) -> bytes:
+    """The training loss of each trial in flight so far, one line each."""
+    figure, (ax,) = _figure(height=3.2)
+    for curve in curves:
+        ax.plot(curve.steps, curve.losses, marker=".", label=curve.trial_id)
+    ax.set_xlabel("step")
+    ax.set_ylabel("train loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return _png(figure)
 
 

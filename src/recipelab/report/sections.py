@@ -436,6 +436,9 @@ def live_section(live: LiveStatus) -> Section:
              f"training now: {live.running or 'nothing (between trials)'}",
              f"ends: {live.ends}")
     blocks: list[Block] = [Bullets(items)]
+    if live.curves:
+        blocks.append(Image("running.png", plots.running_curves(live.curves),
+                            "training loss of the trials in flight"))
     if live.last_lines:
         blocks += [Paragraph("The console's last lines:"),
                    Table(("line",), tuple((line,) for line in live.last_lines))]

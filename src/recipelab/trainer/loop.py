@@ -190,8 +190,7 @@ class TrialRunner:
                 point = CurvePoint(step=progress.steps_done, loss=last_loss,
                                    grad_norm=interval.grad_max.item(), lr=lr)
                 progress.curve.append(point)
-                self._say(f"step {point.step} loss {point.loss:.4f} "
-                          f"grad_norm {point.grad_norm:.3f} lr {lr:.3g}")
+                self._say(point.log_line())
                 progress.losses += interval.step_losses()
                 _check_loss(last_loss, progress.steps_done, limit)
                 interval.reset()

@@ -7,6 +7,7 @@ atomically. Nothing else crosses the process boundary, so the launcher never nee
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 from pathlib import Path
 from typing import Literal
@@ -82,10 +83,37 @@ class TrialSpec(StrictModel):
 
 
 class CurvePoint(StrictModel):
+    """One point of a trial's training curve: the mean loss of the last ``log_every`` steps.
+
+    The trainer writes each point to ``trial.log`` as :meth:`log_line` says, as it happens;
+    :meth:`from_log` reads them back while the trial still runs (the live report's curves)."""
+
     step: int
     loss: float
     grad_norm: float
     lr: float
+
+    def log_line(self) -> str:
+        return (f"step {self.step} loss {self.loss:.4f} grad_norm {self.grad_norm:.3f} "
+                f"lr {self.lr:.3g}")
+
+    @classmethod
+    def from_log(cls, text: str) -> list[CurvePoint]:
+        """Every point :meth:`log_line` wrote in ``text``; other lines (and a last line
+        cut short mid-write) are skipped."""
+        points = []
+        for line in text.splitlines():
+            match = LOG_LINE.fullmatch(line)
+            with contextlib.suppress(ValueError):  # a number cut short
+                if match:
+                    step, loss, grad_norm, lr = match.groups()
+                    points.append(cls(step=int(step), loss=float(loss),
+                                      grad_norm=float(grad_norm), lr=float(lr)))
+        return points
+
+
+LOG_LINE = re.compile(r"step (\d+) loss (\S+) grad_norm (\S+) lr (\S+)")
+"""A line :meth:`CurvePoint.log_line` wrote."""
 
 
 class Provenance(StrictModel):
