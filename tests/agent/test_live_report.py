@@ -83,3 +83,27 @@ def test_a_live_report_shows_the_curves_in_flight_in_its_first_section(tmp_path:
     plot = page.index('alt="training loss of the trials in flight"')
     assert first < plot < page.index("<h2>", first + 1)
     assert (tmp_path / "report" / "running.png").exists()
+
+
+def test_each_rewrite_shows_the_console_line_of_the_trial_that_just_ended(
+        tmp_path: Path, tiny_settings: CampaignSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live_report, "LIVE_REPORT_EVERY_S", 0.0)
+    rewrites: list[tuple[list[TrialRecord], LiveStatus]] = []
+    monkeypatch.setattr(live_report, "write_report",
+                        lambda directory, records, context: rewrites.append((list(records),
+                                                                             context.live)))
+    settings = tiny_settings.model_copy(update={"iterations": 4})
+    Campaign(settings, tmp_path, executor=fake_executor(),
+             proposer=Snapshotting(settings.baseline(), tmp_path)).run()
+
+    trial_rewrites = [(records, live) for records, live in rewrites
+                      if max(ended(records), key=lambda r: r.finished_at or "").kind != "result"]
+    assert len(trial_rewrites) >= 4
+    for records, live in trial_rewrites:
+        newest = max(ended(records), key=lambda r: r.finished_at or "")
+        assert any(line.startswith(newest.trial_id) for line in live.last_lines), (
+            newest.trial_id, live.last_lines)
+
+
+def ended(records: list[TrialRecord]) -> list[TrialRecord]:
+    return [r for r in records if r.is_terminal]

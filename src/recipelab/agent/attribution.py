@@ -25,6 +25,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from recipelab.agent.settings import CampaignSettings
@@ -325,9 +326,8 @@ class AttributionPhase:
             edit=decision.minimal_edit, val_bpb=decision.values.get("minimal"),
             hypothesis="the minimal winning edit: the baseline plus the groups that carry the gain",
             metrics={"attribution": data}, finished_at=utc_now())
-        c.book.write(record)
-        c.log.info("attribution_finished", trial_id=record.trial_id, winner=winner.record.trial_id,
-                   method=decision.method, rung=rung[0], steps=rung[1],
-                   kept=[g.group for g in decision.kept],
-                   dropped=[g.group for g in decision.dropped],
-                   keeps_gain=decision.keeps_gain, minimal_edit=decision.minimal_edit)
+        c.book.write(record, say=partial(
+            c.log.info, "attribution_finished", trial_id=record.trial_id,
+            winner=winner.record.trial_id, method=decision.method, rung=rung[0], steps=rung[1],
+            kept=[g.group for g in decision.kept], dropped=[g.group for g in decision.dropped],
+            keeps_gain=decision.keeps_gain, minimal_edit=decision.minimal_edit))

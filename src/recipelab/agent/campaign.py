@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -301,9 +302,10 @@ class Campaign:
         if not verdict.accepted or verdict.recipe is None:
             self._consecutive_rejections += 1
             self.book.write(record.model_copy(update={
-                "status": "rejected", "reasons": list(verdict.reasons), "finished_at": utc_now()}))
-            self.log.warning("rejected", trial_id=trial_id, proposer=proposal.proposer,
-                             edit=proposal.edit, reasons=list(verdict.reasons))
+                "status": "rejected", "reasons": list(verdict.reasons), "finished_at": utc_now()}),
+                say=partial(self.log.warning, "rejected", trial_id=trial_id,
+                            proposer=proposal.proposer, edit=proposal.edit,
+                            reasons=list(verdict.reasons)))
             return
         self._consecutive_rejections = 0
         self.book.launch(record, verdict.recipe, log_every=PROXY_LOG_EVERY,

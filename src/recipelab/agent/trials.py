@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +86,15 @@ class TrialBook:
                                   rung_size=self.settings.ladder.rung_size, eta=self.settings.ladder.eta)
         return self._ledger
 
-    def write(self, record: TrialRecord) -> None:
+    def write(self, record: TrialRecord, say: Callable[[], object] = lambda: None) -> None:
+        """Store ``record``, then ``say`` its event, then (for an ended trial) hand it to
+        ``on_record``: in that order, so the live report's last lines include its event."""
         if record.status == "running":
             self.store.mark_running(record)
         else:
             self.store.append(record)
         self._ledger = None
+        say()
         if record.is_terminal:
             self.on_record(record)
 
@@ -159,12 +163,11 @@ class TrialBook:
     def finish(self, record: TrialRecord, **fields: Any) -> TrialRecord:
         final = record.model_copy(update={**fields, "finished_at": utc_now()})
         final = TrialRecord.model_validate(final.model_dump())
-        self.write(final)
         if (learnt := learn_peak(final, self.device, self.log, self.memory.path)) is not None:
             self.memory.model, self.memory.problem = learnt, None
+        self.write(final, say=partial(
+            self.log.info, "trial_finished", trial_id=final.trial_id, kind=final.kind,
+            steps=final.steps, tokens=final.tokens, status=final.status, reason=final.reason,
+            val_bpb=final.val_bpb, message=final.message, wall_s=final.measured.wall_s))
         self.on_change()
-        self.log.info("trial_finished", trial_id=final.trial_id, kind=final.kind,
-                      steps=final.steps, tokens=final.tokens, status=final.status,
-                      reason=final.reason, val_bpb=final.val_bpb,
-                      message=final.message, wall_s=final.measured.wall_s)
         return final
