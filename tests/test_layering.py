@@ -89,3 +89,15 @@ def test_the_architecture_page_lists_every_package_and_module_with_its_layer() -
     documented = documented_layers()
     assert set(documented) == modules
     assert documented == {name: layer(name) for name in modules}
+
+
+SHARED_NAMES = {"__init__.py", "__main__.py", "base.py"}
+"""File names every package may use: the package itself, its entry point and its interface."""
+
+
+def test_no_module_name_is_used_twice_so_a_name_says_which_module_it_is() -> None:
+    names: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name not in SHARED_NAMES:
+            names.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from recipelab import environment
 from recipelab.agent import settings as settings_store
-from recipelab.agent.lock import CampaignLock, CampaignLocked
+from recipelab.agent.campaign_lock import CampaignLock, CampaignLocked
 from recipelab.agent.settings import (
     CampaignSettings,
     LadderSettings,

@@ -30,7 +30,7 @@ from recipelab.trainer.spec import CorpusSpec
 def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
     """Phase 2 without the middle rung (rung_size 0) and without attribution: the
     specifications of the rung and of attribution turn them on themselves
-    (tests/agent/test_rung.py, tests/agent/test_attribution.py)."""
+    (tests/agent/test_rung.py, tests/agent/test_attribution_phase.py)."""
     return CampaignSettings(name="tiny", preset="tiny", corpus=corpus, precision="fp32",
                             window=WindowSettings(iterations=3, trial_timeout_s=120),
                             ladder=LadderSettings(promote=1, stress_steps=30, stress_log_every=10,

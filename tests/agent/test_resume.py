@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.lock import CampaignLock
+from recipelab.agent.campaign_lock import CampaignLock
 from recipelab.agent.settings import CampaignSettings, save
 from recipelab.trajectory import TrajectoryStore
 

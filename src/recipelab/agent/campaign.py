@@ -33,19 +33,19 @@ from typing import Any
 
 from rich.console import Console
 
-from recipelab.agent.attribution import AttributionPhase
+from recipelab.agent.attribution_phase import AttributionPhase
+from recipelab.agent.campaign_lock import CampaignLock
+from recipelab.agent.campaign_tracking import CampaignTracking
 from recipelab.agent.console_lines import console_output
 from recipelab.agent.deadline import Deadline
 from recipelab.agent.display import CampaignProgress
 from recipelab.agent.failures import FailureStreak
 from recipelab.agent.live_report import LiveReport
-from recipelab.agent.lock import CampaignLock
 from recipelab.agent.machine import resolve_auto
-from recipelab.agent.mlflow_log import CampaignTracking
 from recipelab.agent.person_edits import person_proposals
 from recipelab.agent.preflight import local_trials_in_flight
 from recipelab.agent.priors import load_priors, log_priors
-from recipelab.agent.proposers import GuardedProposer, build_proposer
+from recipelab.agent.proposer_choice import GuardedProposer, build_proposer
 from recipelab.agent.records import as_measurement, as_observation, as_proposal, proposal_fields
 from recipelab.agent.seeds import baseline_proposals, noise_marks, rerun_proposals
 from recipelab.agent.settings import CampaignSettings, SettingsError

@@ -42,7 +42,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from recipelab import environment
-from recipelab.agent.proposers import (
+from recipelab.agent.proposer_choice import (
     LLM_ENV,
     classical_proposer,
     llm_configured,

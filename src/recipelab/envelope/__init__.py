@@ -2,7 +2,7 @@
 
 Before a night of search a user wants to know where throughput peaks, where it plateaus and
 what each token of a step costs in memory. The sweep (:mod:`~recipelab.envelope.measure`)
-trains each point as a short trial; the analysis (:mod:`~recipelab.envelope.analysis`) gives
+trains each point as a short trial; the analysis (:mod:`~recipelab.envelope.findings`) gives
 each precision's gain, its plateau and its memory line peak memory = a x tokens + b, which
 is saved so the memory guardrail can predict an OOM without trying it; the output
 (:mod:`~recipelab.envelope.output`) shows the table and writes CSV, JSON and the plot
@@ -11,7 +11,7 @@ plot is drawn). The points and the report are in :mod:`~recipelab.envelope.point
 command line's values in :mod:`~recipelab.envelope.values`.
 """
 
-from recipelab.envelope.analysis import PLATEAU_GROWTH, fit_memory, plateau_tokens, with_gains
+from recipelab.envelope.findings import PLATEAU_GROWTH, fit_memory, plateau_tokens, with_gains
 from recipelab.envelope.measure import (
     DEFAULT_BATCH_SIZES,
     POINTS_DIR,

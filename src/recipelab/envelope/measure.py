@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from recipelab.envelope.analysis import fit_memory, plateau_tokens, with_gains
+from recipelab.envelope.findings import fit_memory, plateau_tokens, with_gains
 from recipelab.envelope.points import (
     EnvelopePoint,
     EnvelopeReport,

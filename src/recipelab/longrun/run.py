@@ -549,7 +549,7 @@ class LongRun:
 
     def _finish(self, model: nn.Module, status: BudgetStatus, stop: StopReason,
                 steps_done: int) -> None:
-        from recipelab.longrun.plots import PLOT_FILES, write_plots
+        from recipelab.longrun.run_plots import PLOT_FILES, write_plots
 
         if stop == "complete":
             save_model(model, str(self.out / FINAL_FILE))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import get_args
 
 from recipelab import proposer
-from recipelab.agent.proposers import PROPOSER_BUILDERS
+from recipelab.agent.proposer_choice import PROPOSER_BUILDERS
 from recipelab.agent.settings import ProposerSettings
 
 

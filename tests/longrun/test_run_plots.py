@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from matplotlib.image import imread
 
-from recipelab.longrun.plots import PLOT_FILES, series, write_plots
+from recipelab.longrun.run_plots import PLOT_FILES, series, write_plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 COLUMNS = ("step", "tokens", "bytes_seen", "train_loss", "val_loss", "val_bpb", "grad_norm",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from recipelab.agent.attribution import (
+from recipelab.agent.attribution_phase import (
     attribution_rungs,
     choose_rung,
     expected_runs,
