@@ -101,3 +101,18 @@ def test_no_module_name_is_used_twice_so_a_name_says_which_module_it_is() -> Non
         if path.name not in SHARED_NAMES:
             names.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
     assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
+
+
+def test_a_presets_default_target_is_read_in_one_place() -> None:
+    """``recipe.target_name`` reads it; everything else asks that function (or the settings,
+    which ask it once), so no two places can disagree on what a campaign stands for."""
+    readers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Attribute) and node.attr == "default_target":
+                    readers.append(f"{path.relative_to(PACKAGE)}:{function.name}")
+    assert sorted(set(readers)) == ["recipe.py:target_name"]

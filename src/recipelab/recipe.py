@@ -42,6 +42,10 @@ BASELINE_PROPOSER = "baseline"
 first (with several seeds, which measure the noise floor) as what every edit is judged
 against. Here, below the proposer, the trajectory and the agent, so all three read one name."""
 
+PERSON_PROPOSER = "person"
+"""The proposer name of a person's own ``--edit`` edits: search trials, but not the
+proposer's, so they count in neither its share nor the LLM's."""
+
 LLM_PROPOSER_PREFIX = "llm:"
 """An LLM's proposals carry ``llm:MODEL`` as their proposer (read by the ledger's LLM share)."""
 
@@ -630,17 +634,38 @@ PROXY_PRESETS: dict[str, ProxyPreset] = {
 }
 
 
-def proxy_recipe(preset: str = "cpu", target: str | None = None,
-                 budget: int | None = None) -> Recipe:
-    """The baseline recipe a preset trains for a target: the unedited proxy of a campaign."""
+def preset_spec(preset: str) -> ProxyPreset:
+    """The preset called ``preset``, or a ValueError naming the presets there are."""
     try:
-        spec = PROXY_PRESETS[preset]
+        return PROXY_PRESETS[preset]
     except KeyError:
         raise ValueError(
             f"unknown proxy preset {preset!r}; choose one of {', '.join(PROXY_PRESETS)}"
         ) from None
-    tgt = get_target(target or spec.default_target)
-    shape = derive_proxy(tgt, budget or spec.budget, seq_len=spec.seq_len)
+
+
+def target_name(preset: str, target: str | None = None) -> str:
+    """The target a campaign of ``preset`` stands for: ``target`` when given, else the
+    preset's default. The one place that default is read (a test keeps it so)."""
+    return target or preset_spec(preset).default_target
+
+
+def preset_target(preset: str, target: str | None = None) -> Target:
+    """The :class:`Target` of :func:`target_name`."""
+    return get_target(target_name(preset, target))
+
+
+def param_budget(preset: str, budget: int | None = None) -> int:
+    """The proxy's parameter budget: ``budget`` when given, else the preset's."""
+    return budget or preset_spec(preset).budget
+
+
+def proxy_recipe(preset: str = "cpu", target: str | None = None,
+                 budget: int | None = None) -> Recipe:
+    """The baseline recipe a preset trains for a target: the unedited proxy of a campaign."""
+    spec = preset_spec(preset)
+    shape = derive_proxy(preset_target(preset, target), param_budget(preset, budget),
+                         seq_len=spec.seq_len)
     return Recipe(
         shape=shape,
         optimizer=Optimizer(lr=spec.lr),

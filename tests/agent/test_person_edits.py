@@ -7,6 +7,7 @@ from typing import Any
 
 from recipelab.agent.person_edits import PERSON_PROPOSER, person_proposals
 from recipelab.recipe import proxy_recipe
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 BASELINE = proxy_recipe("tiny")
@@ -43,3 +44,14 @@ def test_only_the_persons_trials_count_and_a_rerun_is_not_a_new_edit() -> None:
               record("p0003", EDITS[0], retry_of="p0002")]
 
     assert [p.edit for p in person_proposals(BASELINE, None, others, EDITS)] == [EDITS[1]]
+
+
+def test_a_persons_trials_are_search_trials_but_not_the_proposers_nor_the_llms() -> None:
+    trials = [record("p0000", {}, proposer="baseline", val_bpb=2.5),
+              record("p0001", EDITS[0], val_bpb=2.4),
+              record("p0002", {"optimizer.lr": 0.02}, proposer="llm:smollm2", val_bpb=2.6),
+              record("p0003", {"optimizer.lr": 0.03}, proposer="classical-tpe", val_bpb=2.7)]
+
+    counts = Ledger(trials).counts()
+
+    assert (counts.trained, counts.proposed, counts.llm) == (4, 2, 1)

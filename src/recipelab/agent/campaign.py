@@ -57,7 +57,7 @@ from recipelab.guardrails.hardware import resolve_device, supported_precisions
 from recipelab.guardrails.memory_fit import MemoryModel
 from recipelab.guardrails.schema import parse_candidate
 from recipelab.proposer import Observation, Proposal, Proposer, default_space
-from recipelab.recipe import LLM_PROPOSER_PREFIX, PROXY_PRESETS, Recipe, get_target
+from recipelab.recipe import LLM_PROPOSER_PREFIX, Recipe
 from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.runner import Executor, build_executor
 from recipelab.trajectory import TrajectoryStore
@@ -135,8 +135,8 @@ class Campaign:
         self.directory = directory
         self._llm_down = False  # since the LLM's last fallback, until its next valid reply
         self.baseline = settings.baseline()
-        self.target = get_target(settings.target or PROXY_PRESETS[settings.preset].default_target)
-        self.param_budget = settings.budget or PROXY_PRESETS[settings.preset].budget
+        self.target = settings.target_spec()
+        self.param_budget = settings.param_budget
         self.executor = executor or build_executor(
             settings.executor.kind, ray_address=settings.executor.ray_address,
             parallel=settings.executor.trials_in_flight)

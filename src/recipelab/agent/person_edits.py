@@ -17,10 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from recipelab.proposer import Proposal
-from recipelab.recipe import Recipe
+from recipelab.recipe import PERSON_PROPOSER, Recipe
 from recipelab.trajectory.record import TrialRecord
-
-PERSON_PROPOSER = "person"
 
 
 def person_proposals(baseline: Recipe, baseline_id: str | None, records: Sequence[TrialRecord],

@@ -329,11 +329,10 @@ def check_corpus(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
 def guard_context(settings: CampaignSettings, baseline: Recipe, device: DeviceInfo) -> GuardContext:
     """What the campaign's guardrails will know before its first trial, the memory model
     read from where the campaign will read it."""
-    preset = PROXY_PRESETS[settings.preset]
     memory_model, problem = read_for_guardrail(memory_model_path())
     return GuardContext(
-        target=get_target(settings.target or preset.default_target), baseline=baseline,
-        device=device, param_budget=settings.budget or preset.budget,
+        target=settings.target_spec(), baseline=baseline,
+        device=device, param_budget=settings.param_budget,
         searchable=frozenset(settings.searchable),
         memory_reserve_bytes=int(settings.executor.memory_reserve_gib * GIB),
         trials_in_flight=local_trials_in_flight(settings),
@@ -527,7 +526,7 @@ def check_llm(settings: CampaignSettings, baseline: Recipe) -> CheckResult | Non
     if down:
         return CheckResult("llm", "warning", f"LLM endpoint {base_url}: {down}; "
                            f"{LLM_DOWN_TONIGHT}", fix)
-    target = get_target(settings.target or PROXY_PRESETS[settings.preset].default_target)
+    target = settings.target_spec()
     space = default_space(baseline, settings.searchable)
     started = time.monotonic()
     try:

@@ -37,7 +37,16 @@ from recipelab.agent.settings_components import (
     nest,
 )
 from recipelab.fsutil import atomic_write_text
-from recipelab.recipe import PROXY_PRESETS, Recipe, StrictModel, proxy_recipe
+from recipelab.recipe import (
+    PROXY_PRESETS,
+    Recipe,
+    StrictModel,
+    Target,
+    param_budget,
+    preset_target,
+    proxy_recipe,
+    target_name,
+)
 from recipelab.redaction import REDACTED, redact_url
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
@@ -87,10 +96,9 @@ class CampaignSettings(StrictModel):
         if not isinstance(data, dict):
             return data
         data = nest(data)
-        if data.get("target") is None:
-            preset = PROXY_PRESETS.get(str(data.get("preset", "cpu")))
-            if preset is not None:
-                data = {**data, "target": preset.default_target}
+        preset = str(data.get("preset", "cpu"))
+        if data.get("target") is None and preset in PROXY_PRESETS:
+            data = {**data, "target": target_name(preset)}
         return data
 
     def model_copy(self: _Settings, *, update: Mapping[str, Any] | None = None,
@@ -106,6 +114,15 @@ class CampaignSettings(StrictModel):
             data[key] = ({**data[key], **value} if key in COMPONENTS and isinstance(value, dict)
                          else value)
         return self.model_validate(data)
+
+    def target_spec(self) -> Target:
+        """The target this campaign's proxy stands for."""
+        return preset_target(self.preset, self.target)
+
+    @property
+    def param_budget(self) -> int:
+        """The proxy's parameter budget: ``budget``, else the preset's."""
+        return param_budget(self.preset, self.budget)
 
     def baseline(self) -> Recipe:
         """The unedited proxy recipe: the campaign's first trial and every edit's reference,

@@ -43,7 +43,7 @@ from recipelab.guardrails.base import DeviceInfo, GuardContext
 from recipelab.guardrails.hardware import check_hardware, resolve_device
 from recipelab.longrun.cluster import cluster_info
 from recipelab.longrun.run import CHECKPOINT_DIR, EVENTS_FILE, LOCK_FILE, MANIFEST_FILE, METRICS_FILE
-from recipelab.recipe import PROXY_PRESETS, Precision, Recipe, get_target, proxy_recipe
+from recipelab.recipe import Precision, Recipe, preset_target, proxy_recipe
 from recipelab.trainer.spec import CHECKPOINT_LATEST, RESULT_FILE, TrialResult
 
 REPORT_FILE = "gpu-check.json"
@@ -149,8 +149,8 @@ def check_preset(device: DeviceInfo) -> str:
 def trial_plan(device: DeviceInfo, preset: str) -> list[tuple[Precision | None, str, str | None]]:
     """``(precision to train or None to skip, the precision asked, why not as asked)``."""
     base = proxy_recipe(preset)
-    context = GuardContext(target=get_target(PROXY_PRESETS[preset].default_target), baseline=base,
-                           device=device, param_budget=0)
+    context = GuardContext(target=preset_target(preset), baseline=base, device=device,
+                           param_budget=0)
     plan: list[tuple[Precision | None, str, str | None]] = []
     bf16 = check_hardware(base.apply({"precision": "bf16"}), context)
     plan.append(("fp32", "bf16", " ".join(bf16)) if bf16 else ("bf16", "bf16", None))

@@ -51,7 +51,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, TypeVar
 
-from recipelab.recipe import BASELINE_PROPOSER, FALLBACK_ARTIFACT, LLM_PROPOSER_PREFIX
+from recipelab.recipe import (
+    BASELINE_PROPOSER,
+    FALLBACK_ARTIFACT,
+    LLM_PROPOSER_PREFIX,
+    PERSON_PROPOSER,
+)
 from recipelab.trajectory.ladder import (
     DEFAULT_ETA,
     PairedGain,
@@ -206,7 +211,7 @@ class Counts:
     stress_total: int
     running: int
     rung_trained: int = 0
-    proposed: int = 0  # search trials a proposer made (not the baseline's seeds)
+    proposed: int = 0  # search trials a proposer made (not the baseline's seeds, not --edit)
     llm: int = 0  # of those, the LLM's own
     fell_back: int = 0  # of those, LLM turns the sampler took (the LLM failed)
 
@@ -586,6 +591,7 @@ class Ledger:
             stress_trained=sum(r.trained for r in self.stress), stress_total=len(self.stress),
             running=sum(r.status == "running" for r in self.records),
             rung_trained=sum(r.trained for r in self.rung),
-            proposed=sum(r.proposer != BASELINE_PROPOSER for r in self.search_trials),
+            proposed=sum(r.proposer not in (BASELINE_PROPOSER, PERSON_PROPOSER)
+                         for r in self.search_trials),
             llm=sum(r.proposer.startswith(LLM_PROPOSER_PREFIX) for r in self.search_trials),
             fell_back=sum(FALLBACK_ARTIFACT in r.artifacts for r in self.search_trials))
