@@ -189,6 +189,21 @@ def test_the_request_constrains_the_reply_to_the_steering_schema(
     assert schema["properties"]["pick"]["enum"] == [0, 1, 2, 3]
 
 
+def test_the_request_types_each_change_by_its_knob_so_a_grammar_holds_a_number_to_a_number(
+        fake: FakeOpenAI, make_steering: MakeSteering) -> None:
+    make_steering(structured_output="json_schema").propose(HISTORY, 1)
+    schema = fake.chat_requests()[0].body["response_format"]["json_schema"]["schema"]
+    alternatives = schema["properties"]["changes"]["items"]["anyOf"]
+    value = {a["properties"]["knob"]["const"]: a["properties"]["value"] for a in alternatives}
+
+    assert list(value) == SPACE.names()
+    assert value["optimizer.lr"] == {"type": "number"}  # never a word
+    assert value["schedule.warmup_steps"] == {"type": "integer"}
+    assert value["schedule.kind"] == {"enum": ["cosine", "linear", "wsd"]}
+    assert all(a["required"] == ["knob", "value"] and a["additionalProperties"] is False
+               for a in alternatives)
+
+
 def test_an_invalid_reply_is_asked_again_with_the_problem_quoted(
         fake: FakeOpenAI, make_steering: MakeSteering) -> None:
     fake.script(text('{"pick": 1, "changes": [{"knob": "schedule.kind", "value": "step"}], '

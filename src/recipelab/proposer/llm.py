@@ -81,6 +81,7 @@ from recipelab.proposer.steer import (
     apply_changes,
     steer_line,
     steer_model,
+    typed_changes,
 )
 from recipelab.recipe import BASELINE_PROPOSER, LLM_PROPOSER_PREFIX, Recipe, flatten
 from recipelab.redaction import MIN_SECRET_CHARS, redact_text, redact_url, url_secrets
@@ -811,7 +812,7 @@ class LLMProposer(Proposer):
                     "the sampler proposed no candidate to pick from (it kept repeating "
                     "points already tried); the classical proposer takes the turn")
             reply_model = steer_model(self.space, len(suggestion.points), Hypothesis)
-            schema = decoding_schema(reply_model.model_json_schema())
+            schema = typed_changes(decoding_schema(reply_model.model_json_schema()), self.space)
             messages = build_steer_messages(
                 self.target_description, self.space, self.baseline, history,
                 suggestion.sampler, [p.edit for p in suggestion.proposals], suggestion.state,

@@ -48,6 +48,27 @@ def steer_model(space: SearchSpace, candidates: int, hypothesis: Any) -> type[Ba
         hypothesis=(hypothesis, ...))
 
 
+def value_schema(knob: Knob) -> dict[str, Any]:
+    """What a grammar can hold of ``knob``'s value: its choices, else an integer or a number
+    (a float's range is beyond llama.cpp's grammar; :func:`knob_value` clamps into it)."""
+    if knob.choices is not None:
+        return {"enum": list(knob.choices)}
+    return {"type": "integer" if knob.integer else "number"}
+
+
+def typed_changes(schema: dict[str, Any], space: SearchSpace) -> dict[str, Any]:
+    """``schema`` (the reply's, as sent) with each change typed by its knob: one alternative
+    per knob, ``{"knob": NAME, "value": what NAME takes}``. A server that turns the schema
+    into a grammar then cannot let a small model write a word where a number goes (the
+    failure that cost SmolLM2 whole turns); validation stays :func:`steer_model`'s."""
+    items = {"anyOf": [{"type": "object",
+                        "properties": {"knob": {"const": knob.name}, "value": value_schema(knob)},
+                        "required": ["knob", "value"], "additionalProperties": False}
+                       for knob in space.knobs]}
+    changes = {**schema["properties"]["changes"], "items": items}
+    return {**schema, "properties": {**schema["properties"], "changes": changes}}
+
+
 @dataclass(frozen=True)
 class Change:
     """One knob the LLM moved on its pick: what it asked for and what it got."""
