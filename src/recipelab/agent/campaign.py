@@ -40,10 +40,10 @@ from recipelab.agent.console_lines import console_output
 from recipelab.agent.deadline import Deadline
 from recipelab.agent.display import CampaignProgress
 from recipelab.agent.failures import FailureStreak
+from recipelab.agent.guard_context import guard_context
 from recipelab.agent.live_report import LiveReport
 from recipelab.agent.machine import resolve_auto
 from recipelab.agent.person_edits import person_proposals
-from recipelab.agent.preflight import local_trials_in_flight
 from recipelab.agent.priors import load_priors, log_priors
 from recipelab.agent.proposer_choice import GuardedProposer, build_proposer
 from recipelab.agent.records import as_measurement, as_observation, as_proposal, proposal_fields
@@ -67,7 +67,6 @@ from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger, Winner
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord, utc_now
-from recipelab.units import GIB
 
 PROXY_LOG_EVERY = 10
 STRESS_ATTEMPTS = 5
@@ -178,15 +177,12 @@ class Campaign:
         return [as_observation(r) for r in self.ledger.proxies]
 
     def _context(self, exclude: str | None = None) -> GuardContext:
-        s, ledger = self.settings, self.ledger
-        return GuardContext(
-            target=self.target, baseline=self.baseline, device=self.device,
-            param_budget=self.param_budget, searchable=frozenset(s.searchable),
+        ledger = self.ledger
+        return guard_context(
+            self.settings, self.baseline, self.device,
+            memory=(self.memory.model, self.memory.problem),
             seen=ledger.proposed_fingerprints() - {exclude},
-            measurements=tuple(m for r in ledger.proxies if (m := as_measurement(r)) is not None),
-            memory_reserve_bytes=int(s.executor.memory_reserve_gib * GIB), timeout_s=s.window.trial_timeout_s,
-            trials_in_flight=local_trials_in_flight(s),
-            memory_model=self.memory.model, memory_model_problem=self.memory.problem)
+            measurements=(m for r in ledger.proxies if (m := as_measurement(r)) is not None))
 
     def summary(self, stopped_early: bool = False) -> CampaignSummary:
         ledger = self.ledger

@@ -100,7 +100,7 @@ def resolve_auto(settings: CampaignSettings, device: DeviceInfo, *,
 
 def predicted_baseline_peak(settings: CampaignSettings, device: DeviceInfo) -> int:
     """The baseline's peak memory as the memory guardrail predicts it on ``device``."""
-    from recipelab.agent.preflight import guard_context
+    from recipelab.agent.guard_context import guard_context
     from recipelab.guardrails.memory import predict_with_model
 
     baseline = settings.baseline()

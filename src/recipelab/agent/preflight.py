@@ -42,6 +42,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from recipelab import environment
+from recipelab.agent.guard_context import guard_context
 from recipelab.agent.proposer_choice import (
     LLM_ENV,
     classical_proposer,
@@ -54,7 +55,6 @@ from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB, unti
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.guardrails.base import DeviceInfo, GuardContext, gib
-from recipelab.guardrails.memory_fit import memory_model_path, read_for_guardrail
 from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, get_target
 from recipelab.runner import Executor, LocalExecutor, build_executor
 from recipelab.runner.ray import RayUnavailable
@@ -324,28 +324,6 @@ def check_corpus(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
             f"use --corpus python-source or a bigger corpus, or {shorter}or --repeat-text to "
             "rank on repeated text knowingly")
     return CheckResult("corpus", "ok", what)
-
-
-def guard_context(settings: CampaignSettings, baseline: Recipe, device: DeviceInfo) -> GuardContext:
-    """What the campaign's guardrails will know before its first trial, the memory model
-    read from where the campaign will read it."""
-    memory_model, problem = read_for_guardrail(memory_model_path())
-    return GuardContext(
-        target=settings.target_spec(), baseline=baseline,
-        device=device, param_budget=settings.param_budget,
-        searchable=frozenset(settings.searchable),
-        memory_reserve_bytes=int(settings.executor.memory_reserve_gib * GIB),
-        trials_in_flight=local_trials_in_flight(settings),
-        timeout_s=settings.window.trial_timeout_s, memory_model=memory_model,
-        memory_model_problem=problem)
-
-
-def local_trials_in_flight(settings: CampaignSettings) -> int:
-    """Trials sharing one device's memory at once: ``parallel`` for local trials (1 while
-    it is still ``auto``), 1 for Ray tasks, which each have a device of their own."""
-    if settings.executor.kind == "ray" or isinstance(settings.executor.parallel, str):
-        return 1
-    return settings.executor.parallel
 
 
 def check_guardrails(settings: CampaignSettings, baseline: Recipe,

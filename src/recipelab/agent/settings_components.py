@@ -230,6 +230,14 @@ class ExecutorSettings(StrictModel):
     memory_reserve_gib: float = Field(default=0.0, ge=0)
 
     @property
+    def trials_sharing_memory(self) -> int:
+        """Trials sharing one device's memory at once: ``parallel`` for local trials (1 while
+        it is still ``auto``), 1 for Ray tasks, which each have a device of their own."""
+        if self.kind == "ray" or isinstance(self.parallel, str):
+            return 1
+        return self.parallel
+
+    @property
     def trials_in_flight(self) -> int:
         """``parallel`` once resolved. Raises SettingsError while it is still ``auto``."""
         if isinstance(self.parallel, str):
