@@ -17,25 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Campaign", "CampaignSettings", "campaign_status", "run_preflight"]
+from recipelab.lazy import lazy_export
+
+EXPORTS = {"Campaign": "recipelab.agent.campaign", "CampaignSettings": "recipelab.agent.settings",
+           "campaign_status": "recipelab.agent.status",
+           "run_preflight": "recipelab.agent.preflight"}
+__all__ = sorted(EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
     """The entry points, imported on first use."""
-    if name == "Campaign":
-        from recipelab.agent.campaign import Campaign
-
-        return Campaign
-    if name == "CampaignSettings":
-        from recipelab.agent.settings import CampaignSettings
-
-        return CampaignSettings
-    if name == "run_preflight":
-        from recipelab.agent.preflight import run_preflight
-
-        return run_preflight
-    if name == "campaign_status":
-        from recipelab.agent.status import campaign_status
-
-        return campaign_status
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_export(__name__, EXPORTS, name)

@@ -18,42 +18,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TrialResult", "TrialSpec", "bits_per_byte", "build_model", "build_optimizer",
-           "load_dataset", "run_trial", "train_step"]
+from recipelab.lazy import lazy_export
+
+EXPORTS = {"TrialResult": "recipelab.trainer.spec", "TrialSpec": "recipelab.trainer.spec",
+           "bits_per_byte": "recipelab.trainer.evaluate", "build_model": "recipelab.trainer.core",
+           "build_optimizer": "recipelab.trainer.core", "load_dataset": "recipelab.trainer.data",
+           "run_trial": "recipelab.trainer.loop", "train_step": "recipelab.trainer.core"}
+__all__ = sorted(EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
     """The entry points, imported on first use."""
-    if name == "run_trial":
-        from recipelab.trainer.loop import run_trial
-
-        return run_trial
-    if name == "TrialSpec":
-        from recipelab.trainer.spec import TrialSpec
-
-        return TrialSpec
-    if name == "TrialResult":
-        from recipelab.trainer.spec import TrialResult
-
-        return TrialResult
-    if name == "load_dataset":
-        from recipelab.trainer.data import load_dataset
-
-        return load_dataset
-    if name == "bits_per_byte":
-        from recipelab.trainer.evaluate import bits_per_byte
-
-        return bits_per_byte
-    if name == "build_model":
-        from recipelab.trainer.core import build_model
-
-        return build_model
-    if name == "build_optimizer":
-        from recipelab.trainer.core import build_optimizer
-
-        return build_optimizer
-    if name == "train_step":
-        from recipelab.trainer.core import train_step
-
-        return train_step
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_export(__name__, EXPORTS, name)
