@@ -60,7 +60,7 @@ import fidelity
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings, save
 from recipelab.agent.settings_components import ProposerSettings
-from recipelab.cli import read_campaign
+from recipelab.cli.watch import read_campaign
 from recipelab.guardrails import GuardContext, detect_device, judge
 from recipelab.proposer import ClassicalProposer, Observation, Proposer, default_space
 from recipelab.proposer.classical import SamplerName

@@ -364,7 +364,7 @@ def test_a_new_campaign_saves_what_parallel_and_precision_auto_became_here(tmp_p
     """``run`` resolves ``auto`` before the preflight, so settings.json, the preflight and the
     campaign all see the numbers that will run."""
     from recipelab.agent.machine import usable_cores
-    from recipelab.cli import resolve_settings
+    from recipelab.cli.campaign_start import resolve_settings
     from recipelab.guardrails import detect_device
     from recipelab.guardrails.hardware import campaign_precision
 
@@ -376,7 +376,7 @@ def test_a_new_campaign_saves_what_parallel_and_precision_auto_became_here(tmp_p
 
 
 def test_explicit_parallel_and_precision_are_kept(tmp_path: Path) -> None:
-    from recipelab.cli import resolve_settings
+    from recipelab.cli.campaign_start import resolve_settings
 
     settings, _ = resolve_settings(tmp_path / "c", "c", {"preset": "tiny", "iterations": 2,
                                                          "parallel": "3", "precision": "fp32"})

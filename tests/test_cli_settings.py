@@ -20,11 +20,11 @@ from recipelab.agent.settings import (
     WindowSettings,
     save,
 )
-from recipelab.cli import (
+from recipelab.cli import app
+from recipelab.cli.campaign_start import resolve_settings
+from recipelab.cli.run_options import (
     CLI_ONLY_OPTIONS,
-    app,
     option_setting,
-    resolve_settings,
     setting_default,
     settings_options,
     shown,

@@ -11,7 +11,7 @@ import pytest
 import typer
 
 import recipelab
-from recipelab import cli
+from recipelab.cli import common
 from recipelab.errors import RecipelabError
 
 MODULES = [m.name for m in pkgutil.walk_packages(recipelab.__path__, "recipelab.")
@@ -42,7 +42,7 @@ def test_bad_input_errors_are_still_value_errors() -> None:
 
 def test_the_cli_prints_the_message_and_then_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(typer.Exit) as done:
-        cli.fail("the campaign directory is locked", "stop the other run first")
+        common.fail("the campaign directory is locked", "stop the other run first")
     assert done.value.exit_code == 2
     printed = capsys.readouterr().err.splitlines()
     assert printed == ["error: the campaign directory is locked", "fix: stop the other run first"]
