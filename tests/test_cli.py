@@ -237,7 +237,7 @@ def test_your_edits_run_first_and_a_rejected_one_says_why_and_is_not_tried_again
     first = recipelab(*options, "--iterations", "3", cwd=tmp_path, env=env)
 
     assert first.returncode == 0, first.stderr
-    assert "p0002 rejected (schedule=wsd, warmup_steps=18): the wsd schedule decays" in first.stderr
+    assert "p0002 rejected (schedule=wsd, warmup_steps=18):\n      the wsd schedule decays" in first.stderr
     campaign = tmp_path / "campaigns" / "c"
     trials = final_records(campaign)
     assert [(r["proposer"], r["edit"], r["status"]) for r in trials[:3]] == [

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from recipelab.cli.common import app, console, errors, fail, load_recipe
-from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, proxy_recipe
+from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, preset_target, proxy_recipe
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 from recipelab.units import MIB
 
@@ -141,7 +141,6 @@ def envelope(
     from recipelab import envelope as env
     from recipelab.eventlog import campaign_logger
     from recipelab.guardrails.hardware import resolve_device
-    from recipelab.recipe import get_target
     from recipelab.runner import LocalExecutor
 
     if device not in ("auto", "cpu", "cuda"):
@@ -155,8 +154,8 @@ def envelope(
         base.apply({"seq_len": max(seq_lens), "batch_size": max(batches)})
         machine = resolve_device(device)  # the device the points run on, as --device asks
         axes = env.SweepAxes(batch_sizes=batches, seq_lens=seq_lens, steps=steps, warmup=warmup,
-                             precisions=chosen or env.supported_precisions(base, get_target(
-                                 target or PROXY_PRESETS[preset].default_target), machine))
+                             precisions=chosen or env.supported_precisions(
+                                 base, preset_target(preset, target), machine))
     except (ValueError, ValidationError) as error:
         fail(str(error))
     out_dir = out or env.default_out_dir(machine, preset)
@@ -168,7 +167,7 @@ def envelope(
     executor = LocalExecutor(warm=False, memory_limit_bytes=limit)  # no worker competing with a timed point
     try:
         report = env.sweep(
-            base, axes, get_target(target or PROXY_PRESETS[preset].default_target), machine,
+            base, axes, preset_target(preset, target), machine,
             executor, out_dir, CorpusSpec(source=corpus), trial_device=device,  # type: ignore[arg-type]
             timeout_s=timeout, memory_limit_bytes=limit, on_point=env.point_logger(log))
     finally:
@@ -200,11 +199,10 @@ def space(
     from recipelab.guardrails import detect_device
     from recipelab.guardrails.hardware import supported_precisions
     from recipelab.proposer.space import default_space
-    from recipelab.recipe import get_target
 
     base = resolve_recipe(preset, None, target, budget, None, None)
     try:
-        tgt = get_target(target or PROXY_PRESETS[preset].default_target)
+        tgt = preset_target(preset, target)
         knobs = default_space(base, [*(searchable or ()), *(more or ())],
                               precisions=supported_precisions(base, tgt, detect_device()))
     except ValueError as error:
