@@ -12,6 +12,7 @@ before the components existed, keyword construction and the ``run`` options all 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 from datetime import datetime, time, timedelta
@@ -134,6 +135,12 @@ class LadderSettings(StrictModel):
         return None
 
 
+@functools.cache
+def recipe_knobs() -> tuple[str, ...]:
+    """Every knob a recipe has, by its dotted name (the same for every preset)."""
+    return tuple(proxy_recipe("tiny").knobs())
+
+
 def parse_edit(text: str) -> dict[str, Any]:
     """A person's ``--edit``: a JSON object of dotted recipe knobs, e.g.
     ``{"optimizer.lr": 0.005}``. Its values are the guardrails' to judge, like any proposal's;
@@ -166,7 +173,7 @@ class SearchSettings(StrictModel):
     @classmethod
     def _known_knobs(cls, edits: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
         """An unknown knob is a typo: refused before the night, not rejected at 2 a.m."""
-        knobs = list(proxy_recipe("tiny").knobs())
+        knobs = recipe_knobs()
         for edit in edits:
             for name in sorted(set(edit) - set(knobs)):
                 close = difflib.get_close_matches(name, knobs, n=1)
