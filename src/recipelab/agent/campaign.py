@@ -135,7 +135,6 @@ class Campaign:
         self._llm_down = False  # since the LLM's last fallback, until its next valid reply
         self.baseline = settings.baseline()
         self.target = settings.target_spec()
-        self.param_budget = settings.param_budget
         self.executor = executor or build_executor(
             settings.executor.kind, ray_address=settings.executor.ray_address,
             parallel=settings.executor.trials_in_flight)
