@@ -18,6 +18,7 @@ PACKAGES = [recipelab.agent, recipelab.trainer]
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
 def test_every_exported_name_is_the_object_of_the_module_it_names(package: ModuleType) -> None:
     for name, module in package.EXPORTS.items():
+        assert module.startswith(f"{package.__name__}."), "a package exports its own modules"
         assert getattr(package, name) is getattr(importlib.import_module(module), name)
     assert package.__all__ == sorted(package.EXPORTS)
 
