@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipelab.recipe import get_target
+from recipelab.recipe import get_target, proxy_recipe
 from recipelab.report.context import ReportContext
 from recipelab.report.document import Bullets, Paragraph, Table
 from recipelab.report.sections import build_document, importance, top_trials
@@ -56,6 +56,19 @@ def test_without_an_attribution_it_says_what_is_missing(attributed_campaign: Pat
     text = text_of(why_this_recipe(records).blocks)
     assert "changes 2 knob(s) from the baseline" in text and "is unknown: no attribution has run" in text
     assert "attribution_skipped" in text
+
+
+def test_while_the_baseline_leads_there_is_no_edit_to_explain() -> None:
+    baseline = proxy_recipe("tiny").model_dump(mode="json")
+    records = [TrialRecord(campaign="c", trial_id="p0000", status="complete", proposer="baseline",
+                           recipe=baseline, val_bpb=4.25),
+               TrialRecord(campaign="c", trial_id="p0001", status="running",
+                           proposer="classical-tpe", recipe=baseline)]
+
+    text = text_of(why_this_recipe(records).blocks)
+
+    assert text == ("The baseline leads (p0000): no candidate has beaten it yet, so there is no "
+                    "edit to explain.")
 
 
 def test_edit_columns_are_compact_and_the_seed_is_no_knob(attributed_campaign: Path) -> None:

@@ -104,6 +104,10 @@ def why_this_recipe(records: Sequence[TrialRecord]) -> Section:
     base = baseline_knobs(records)
     full = {k: v for k, v in flatten(winner.record.recipe).items()
             if k != "seed" and base and base.get(k) != v}
+    if not full:
+        return Section(TITLE, (Paragraph(
+            f"The baseline leads ({winner.record.trial_id}): no candidate has beaten it yet, so "
+            "there is no edit to explain."),))
     result = result_of(records, winner.record.trial_id)
     if result is None:
         return Section(TITLE, (Paragraph(
