@@ -177,7 +177,7 @@ def gpu_check(
     torchrun, killed after its first checkpoint and resumed; one table and gpu-check.json to
     send back. Exit status 0 when every check passed, 1 otherwise."""
     from recipelab.agent.preflight import BUILTIN_CORPORA
-    from recipelab.longrun.gpu_check import REPORT_FILE, Launcher, render_table, run_gpu_check
+    from recipelab.envelope.gpu_check import REPORT_FILE, Launcher, render_table, run_gpu_check
 
     if device not in ("auto", "cuda", "cpu"):
         fail(f"--device {device!r} is not one of auto, cuda, cpu")

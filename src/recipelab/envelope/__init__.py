@@ -9,6 +9,10 @@ is saved so the memory guardrail can predict an OOM without trying it; the outpu
 (:mod:`~recipelab.envelope.plot`, the only module that imports matplotlib, loaded when the
 plot is drawn). The points and the report are in :mod:`~recipelab.envelope.points`, the
 command line's values in :mod:`~recipelab.envelope.values`.
+
+``recipelab gpu-check`` (:mod:`~recipelab.envelope.gpu_check`) checks what a GPU box can do
+before a night or a cloud run: bf16 and fp8 proxies, and a two-process pretrain killed and
+resumed.
 """
 
 from recipelab.envelope.findings import PLATEAU_GROWTH, fit_memory, plateau_tokens, with_gains

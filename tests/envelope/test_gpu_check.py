@@ -13,9 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.guardrails.base import DeviceInfo
-from recipelab.guardrails.hardware import resolve_device
-from recipelab.longrun.gpu_check import (
+from recipelab.envelope.gpu_check import (
     PRETRAIN_STEPS,
     REPORT_FILE,
     GpuCheckReport,
@@ -26,6 +24,8 @@ from recipelab.longrun.gpu_check import (
     render_table,
     trial_plan,
 )
+from recipelab.guardrails.base import DeviceInfo
+from recipelab.guardrails.hardware import resolve_device
 from recipelab.trainer.spec import CorpusSpec
 
 GIB = 2**30
