@@ -368,16 +368,49 @@ def test_a_new_campaign_saves_what_parallel_and_precision_auto_became_here(tmp_p
     from recipelab.guardrails import detect_device
     from recipelab.guardrails.hardware import campaign_precision
 
-    settings, new = resolve_settings(tmp_path / "c", "c", {"preset": "tiny", "iterations": 2})
+    resolved, new = resolve_settings(tmp_path / "c", "c", {"preset": "tiny", "iterations": 2})
+    settings = resolved.settings
     assert new
     assert settings.precision == campaign_precision("auto", detect_device())
     assert settings.executor.parallel == usable_cores()  # the tiny preset fits many times over in RAM
     assert settings.baseline().precision == settings.precision
 
 
+def test_one_run_resolves_auto_once_and_saves_what_ran(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command resolves ``auto`` once, before its preflight; the preflight, the campaign
+    and settings.json read that one answer (they used to resolve it again, each their way)."""
+    from recipelab.agent import machine
+
+    calls: list[str] = []
+
+    def counted(where: str, function: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(where)
+            return function(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(machine, "resolve_auto", counted("command", machine.resolve_auto))
+    monkeypatch.setattr("recipelab.agent.campaign.resolve", counted("campaign", machine.resolve))
+    campaign = tmp_path / "c"
+    result = CliRunner().invoke(app, [
+        "run", "--dir", str(campaign), "--preset", "tiny", "--iterations", "1",
+        "--noise-seeds", "1", "--promote", "0"], env={"RECIPELAB_CACHE": str(tmp_path / "cache")})
+
+    assert result.exit_code == 0, result.output
+    assert calls == ["command"]
+    saved = json.loads((campaign / "settings.json").read_text())
+    assert isinstance(saved["executor"]["parallel"], int) and saved["precision"] != "auto"
+    started = next(json.loads(line) for line in (campaign / "events.jsonl").read_text().splitlines()
+               if '"campaign_started"' in line)
+    assert (started["parallel"], started["precision"]) == (
+        saved["executor"]["parallel"], saved["precision"])
+
+
 def test_explicit_parallel_and_precision_are_kept(tmp_path: Path) -> None:
     from recipelab.cli.campaign_start import resolve_settings
 
-    settings, _ = resolve_settings(tmp_path / "c", "c", {"preset": "tiny", "iterations": 2,
+    resolved, _ = resolve_settings(tmp_path / "c", "c", {"preset": "tiny", "iterations": 2,
                                                          "parallel": "3", "precision": "fp32"})
+    settings = resolved.settings
     assert (settings.executor.parallel, settings.precision) == (3, "fp32")

@@ -152,6 +152,7 @@ def test_a_resume_keeps_the_saved_name_and_takes_the_options_given(tmp_path: Pat
     assert "name" not in settings_options(dict.fromkeys(run_options()))
     save(CampaignSettings(name="overnight", precision="fp32", executor=ExecutorSettings(parallel=1),
                           window=WindowSettings(iterations=3)), tmp_path)
-    settings, new = resolve_settings(tmp_path, "default", {"promote": 0, "iterations": 5})
+    resolved, new = resolve_settings(tmp_path, "default", {"promote": 0, "iterations": 5})
+    settings = resolved.settings
     assert not new and settings.name == "overnight"
     assert (settings.ladder.promote, settings.window.iterations) == (0, 5)

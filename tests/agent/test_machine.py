@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
+import recipelab
 from recipelab.agent.machine import AUTO_MEMORY_HEADROOM, auto_parallel, resolve_auto, usable_cores
 from recipelab.agent.settings import CampaignSettings, ExecutorSettings, SettingsError
 from recipelab.units import GIB
@@ -76,3 +80,42 @@ def test_this_machines_usable_cores_are_at_least_one_and_at_most_its_cpus() -> N
     import os
 
     assert 1 <= usable_cores() <= (os.cpu_count() or 1)
+
+
+SRC = Path(recipelab.__file__).parent
+RESOLVERS = {"resolve_auto", "auto_parallel", "campaign_precision"}
+"""The functions that turn ``auto`` into a number or a precision."""
+RESOLVE_CALLERS = {("cli/campaign_start.py", "resolved_where_trials_run"),
+                   ("agent/campaign.py", "__init__")}
+"""Who calls :func:`resolve`: the command, once, before its preflight; and a campaign built
+from raw settings (a library caller's; the command hands it the resolved ones)."""
+
+
+def calls_by_function(module: Path, names: set[str]) -> set[tuple[str, str]]:
+    """(module, enclosing function) of every call in ``module`` to a function in ``names``."""
+    found: set[tuple[str, str]] = set()
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, child.name)
+                continue
+            if (isinstance(child, ast.Call) and isinstance(child.func, ast.Name)
+                    and child.func.id in names):
+                found.add((module.relative_to(SRC).as_posix(), function))
+            visit(child, function)
+
+    visit(ast.parse(module.read_text()), "<module>")
+    return found
+
+
+def test_auto_is_resolved_in_one_place() -> None:
+    """``auto`` is decided by :func:`resolve` alone, and only the command (once) and a campaign
+    given raw settings call it: a second resolution elsewhere could disagree with the saved
+    settings the preflight checked."""
+    modules = sorted(SRC.rglob("*.py"))
+    resolving = set().union(*(calls_by_function(m, RESOLVERS) for m in modules))
+    assert {module for module, _ in resolving} == {"agent/machine.py"}
+    callers = set().union(*(calls_by_function(m, {"resolve"}) for m in modules
+                            if "recipelab.agent.machine import" in m.read_text()))
+    assert callers == RESOLVE_CALLERS

@@ -42,18 +42,18 @@ from recipelab.agent.display import CampaignProgress
 from recipelab.agent.failures import FailureStreak
 from recipelab.agent.guard_context import guard_context
 from recipelab.agent.live_report import LiveReport
-from recipelab.agent.machine import resolve_auto
+from recipelab.agent.machine import Resolved, resolve
 from recipelab.agent.person_edits import person_proposals
 from recipelab.agent.priors import load_priors, log_priors
 from recipelab.agent.proposer_choice import GuardedProposer, build_proposer
 from recipelab.agent.records import as_measurement, as_observation, as_proposal, proposal_fields
 from recipelab.agent.seeds import baseline_proposals, noise_marks, rerun_proposals
-from recipelab.agent.settings import CampaignSettings, SettingsError
+from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.signals import StopRequests
 from recipelab.agent.trials import TRIALS_DIR, GuardrailMemory, TrialBook
 from recipelab.eventlog import LogFormat, campaign_logger
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext, judge
-from recipelab.guardrails.hardware import resolve_device, supported_precisions
+from recipelab.guardrails.hardware import supported_precisions
 from recipelab.guardrails.memory_fit import MemoryModel
 from recipelab.guardrails.schema import parse_candidate
 from recipelab.proposer import Observation, Proposal, Proposer, default_space
@@ -121,46 +121,41 @@ class CampaignSummary:
 
 
 class Campaign:
-    def __init__(self, settings: CampaignSettings, directory: Path, *,
+    def __init__(self, settings: CampaignSettings | Resolved, directory: Path, *,
                  executor: Executor | None = None, proposer: Proposer | None = None,
                  device: DeviceInfo | None = None, console: Console | None = None,
                  log_format: LogFormat = "events") -> None:
-        if executor is None and settings.executor.kind == "ray":
-            executor = build_executor("ray", ray_address=settings.executor.ray_address)
-        self.device = device or self._resolve_device(settings, executor)
-        settings, self.auto_notes = resolve_auto(
-            settings, self.device, executor_slots=executor.slots() if executor else None)
-        self.settings = settings
+        """``settings`` as :func:`~recipelab.agent.machine.resolve` left them (``recipelab
+        run`` resolves them before its preflight), or raw settings, resolved here for
+        ``executor`` (``device``: the one trials run on, when the caller knows it)."""
+        if isinstance(settings, CampaignSettings):
+            if executor is None and settings.executor.kind == "ray":
+                executor = build_executor("ray", ray_address=settings.executor.ray_address)
+            settings = resolve(settings, executor, device=device)
+        executor = executor or settings.executor
+        self.settings = settings.settings
+        self.device = settings.device
+        self.auto_notes = settings.notes
         self.directory = directory
         self._llm_down = False  # since the LLM's last fallback, until its next valid reply
-        self.baseline = settings.baseline()
-        self.target = settings.target_spec()
+        self.baseline = self.settings.baseline()
+        self.target = self.settings.target_spec()
         self.executor = executor or build_executor(
-            settings.executor.kind, ray_address=settings.executor.ray_address,
-            parallel=settings.executor.trials_in_flight)
-        self.space = default_space(self.baseline, settings.searchable, precisions=supported_precisions(
+            self.settings.executor.kind, ray_address=self.settings.executor.ray_address,
+            parallel=self.settings.executor.trials_in_flight)
+        self.space = default_space(self.baseline, self.settings.searchable, precisions=supported_precisions(
             self.baseline, self.target, self.device))
-        self.priors = load_priors(settings.search.calibrate_from, self.space)
-        self.proposer = proposer or build_proposer(settings, self.baseline, self.space,
+        self.priors = load_priors(self.settings.search.calibrate_from, self.space)
+        self.proposer = proposer or build_proposer(self.settings, self.baseline, self.space,
                                                    self.target, self.priors.summary,
                                                    self.priors.observations)
         self.memory = GuardrailMemory.read()
         self.console = console or Console(stderr=True)
         self.log_format = log_format
         self.live_report: LiveReport | None = None  # from the start of the night's work
-        self.progress = CampaignProgress(self.console, settings.window.iterations)
+        self.progress = CampaignProgress(self.console, self.settings.window.iterations)
         self.stops = StopRequests()
         self._consecutive_rejections = 0
-
-    @staticmethod
-    def _resolve_device(settings: CampaignSettings, executor: Executor | None) -> DeviceInfo:
-        """The device the guardrails judge: the one ``--device`` asks trials to run on, as
-        the executor's workers see it (this machine's for local trials)."""
-        try:
-            return ((executor.device(settings.executor.device) if executor else None)
-                    or resolve_device(settings.executor.device))
-        except ValueError as error:
-            raise SettingsError(str(error)) from None
 
     # -- reading the records ------------------------------------------------------------------
 

@@ -13,19 +13,27 @@ A night's yield is trials per hour, and two defaults decide most of it:
   detection, :func:`recipelab.guardrails.hardware.campaign_precision`), else fp32; the
   baseline included, so one ranking never mixes two numerics.
 
-The settings saved in the campaign directory hold the resolved values.
+:func:`resolve` is the one step that decides them, once per command: ``recipelab run`` calls
+it before its preflight, and the settings saved in the campaign directory, the preflight and
+the campaign all read its :class:`Resolved` (``tests/agent/test_machine.py`` fails when
+``auto`` is resolved anywhere else).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
 
-from recipelab.agent.settings import AUTO, CampaignSettings
+from recipelab.agent.settings import AUTO, CampaignSettings, SettingsError
 from recipelab.guardrails.base import DeviceInfo
-from recipelab.guardrails.hardware import campaign_precision
+from recipelab.guardrails.hardware import campaign_precision, resolve_device
 from recipelab.units import GIB
+
+if TYPE_CHECKING:
+    from recipelab.runner.base import Executor
 
 CPU_TRIALS_PER_CORE = 1
 """Trials in flight per physical core on a CPU, each with one thread: the thread policy's
@@ -72,11 +80,48 @@ def auto_parallel(device: DeviceInfo, *, cores: int, peak_bytes: int, reserve_by
     return trials, why
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A campaign's settings with nothing left for the machine to decide: ``auto`` became
+    numbers (``notes`` says why, one line each) and ``device`` is where trials run.
+
+    ``executor`` is the Ray cluster's connection when trials run there, opened to ask the
+    cluster its device and size; the preflight and the campaign use it rather than connect
+    again. None for local trials."""
+
+    settings: CampaignSettings
+    device: DeviceInfo
+    notes: tuple[str, ...] = ()
+    executor: Executor | None = None
+
+
+def resolve(settings: CampaignSettings, executor: Executor | None = None, *,
+            device: DeviceInfo | None = None) -> Resolved:
+    """``settings`` resolved for where ``executor`` runs trials (this machine when None):
+    the device (``device`` when the caller already knows it), then ``parallel`` and
+    ``precision``. Raises SettingsError, saying what to do, when the device does not exist."""
+    device = device or trial_device(settings, executor)
+    resolved, notes = resolve_auto(settings, device,
+                                   executor_slots=executor.slots() if executor else None)
+    return Resolved(resolved, device, tuple(notes), executor)
+
+
+def trial_device(settings: CampaignSettings, executor: Executor | None) -> DeviceInfo:
+    """The device ``--device`` asks trials to run on, as the executor's workers see it (this
+    machine's for local trials): the one the guardrails judge."""
+    try:
+        return ((executor.device(settings.executor.device) if executor else None)
+                or resolve_device(settings.executor.device))
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
+
+
 def resolve_auto(settings: CampaignSettings, device: DeviceInfo, *,
                  executor_slots: int | None = None, cores: int | None = None,
                  peak_bytes: int | None = None) -> tuple[CampaignSettings, list[str]]:
     """``settings`` with ``precision`` and ``parallel`` resolved for ``device``, and one
-    line per value ``auto`` chose, saying why. Explicit values are kept as given.
+    line per value ``auto`` chose, saying why. Explicit values are kept as given. Called by
+    :func:`resolve` only.
 
     ``peak_bytes`` defaults to the memory model's prediction for the baseline in the
     resolved precision; ``cores`` to :func:`usable_cores`.

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 from recipelab import environment
 from recipelab.agent.guard_context import guard_context
+from recipelab.agent.machine import Resolved
 from recipelab.agent.proposer_choice import (
     LLM_ENV,
     classical_proposer,
@@ -56,8 +57,7 @@ from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.guardrails.base import DeviceInfo, GuardContext, gib
 from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, get_target
-from recipelab.runner import Executor, LocalExecutor, build_executor
-from recipelab.runner.ray import RayUnavailable
+from recipelab.runner import Executor, LocalExecutor
 from recipelab.trajectory.store import TrajectoryStore
 from recipelab.units import GIB, MIB
 
@@ -112,10 +112,9 @@ class CheckResult:
 
 @dataclass
 class Preflight:
-    """Every check's result, and the settings they ran with (``auto`` resolved)."""
+    """Every check's result."""
 
     results: list[CheckResult] = field(default_factory=list)
-    settings: CampaignSettings | None = None
 
     @property
     def errors(self) -> list[CheckResult]:
@@ -541,11 +540,13 @@ def _refuses_connections(url: str) -> str | None:
 # --- all together ----------------------------------------------------------------------------
 
 
-def run_preflight(settings: CampaignSettings, directory: Path, *,
+def run_preflight(resolved: Resolved, directory: Path, *,
                   on_result: Callable[[CheckResult], None] | None = None) -> Preflight:
-    """Run every check; the expensive ones (a trial, an LLM call) only when the cheap ones
-    found nothing that would make them fail for a known reason."""
-    report = Preflight(settings=settings)
+    """Run every check on the settings :func:`~recipelab.agent.machine.resolve` left; the
+    expensive ones (a trial, an LLM call) only when the cheap ones found nothing that would
+    make them fail for a known reason. Trials run where the campaign's will: on the Ray
+    cluster ``resolved`` connected to, or here without a warm worker."""
+    report = Preflight()
 
     def add(result: CheckResult | None) -> None:
         if result is not None:
@@ -553,39 +554,13 @@ def run_preflight(settings: CampaignSettings, directory: Path, *,
             if on_result is not None:
                 on_result(result)
 
+    settings = resolved.settings
+    executor = resolved.executor or LocalExecutor(warm=False)
     try:
-        executor = preflight_executor(settings)
-    except RayUnavailable as error:
-        add(CheckResult("executor", "error", str(error), "install Ray or use --executor local"))
-        return report
-    try:
-        settings = resolved_for(settings, executor)
-        report.settings = settings
         return _run_checks(settings, directory, settings.baseline(), executor, report, add)
     finally:
-        executor.close()
-
-
-def resolved_for(settings: CampaignSettings, executor: Executor) -> CampaignSettings:
-    """``settings`` with ``auto`` resolved for where ``executor`` runs trials (as the campaign
-    will); unchanged when the device cannot be resolved, which the device check reports."""
-    from recipelab.agent.machine import resolve_auto
-    from recipelab.guardrails.hardware import resolve_device
-
-    if settings.executor.parallel != "auto" and settings.precision != "auto":
-        return settings
-    try:
-        device = executor.device(settings.executor.device) or resolve_device(settings.executor.device)
-    except ValueError:
-        return settings.model_copy(update={"parallel": 1} if settings.executor.parallel == "auto" else {})
-    return resolve_auto(settings, device, executor_slots=executor.slots())[0]
-
-
-def preflight_executor(settings: CampaignSettings) -> Executor:
-    """Where the preflight's trial runs: where the campaign's will, without a warm worker."""
-    if settings.executor.kind == "local":
-        return LocalExecutor(warm=False)
-    return build_executor(settings.executor.kind, ray_address=settings.executor.ray_address)
+        if resolved.executor is None:  # the campaign's own connection stays open for it
+            executor.close()
 
 
 def _run_checks(settings: CampaignSettings, directory: Path, baseline: Recipe,

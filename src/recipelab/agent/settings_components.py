@@ -250,7 +250,7 @@ class ExecutorSettings(StrictModel):
         if isinstance(self.parallel, str):
             raise SettingsError(
                 "--parallel auto has not been resolved for this machine yet: pass the settings "
-                "through recipelab.agent.machine.resolve_auto (recipelab run does) or give "
+                "through recipelab.agent.machine.resolve (recipelab run does) or give "
                 "--parallel a number")
         return self.parallel
 

@@ -3,70 +3,98 @@ and logged, then the campaign run (``run``, ``check`` and ``stress`` call these)
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
-from rich.text import Text
 
 from recipelab.agent import settings as settings_store
 from recipelab.agent.campaign_lock import CampaignLock, CampaignLocked
 from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
 from recipelab.agent.settings_components import parse_edit
 from recipelab.cli.common import console, errors, fail, one_line
+from recipelab.cli.preflight_view import log_preflight, print_preflight
 from recipelab.cli.run_options import settings_options
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.recipe import TARGETS
 
 if TYPE_CHECKING:
-    from recipelab.agent.preflight import CheckResult, Preflight
+    from recipelab.agent.machine import Resolved
+    from recipelab.agent.preflight import Preflight
     from recipelab.eventlog import LogFormat
 
 
 def resolve_settings(directory: Path, name: str, given: dict[str, Any]
-                     ) -> tuple[CampaignSettings, bool]:
+                     ) -> tuple[Resolved, bool]:
     """Saved settings updated with the options given on this command line (resume), or new
-    settings from the given options and defaults; and whether they are new."""
+    settings from the given options and a new campaign's defaults; checked, then resolved for
+    where trials run (the one :func:`~recipelab.agent.machine.resolve` of the command). And
+    whether they are new."""
+    settings, saved = merged_settings(directory, name, given)
+    window = settings.window
+    if window.iterations is None and window.hours is None and window.until is None:
+        fail("give the campaign a budget: --iterations N, --hours H or --until HH:MM")
+    try:
+        settings.baseline()
+    except (ValueError, ValidationError) as error:
+        fail(str(error).splitlines()[0])
+    if settings.store.mlflow_uri is not None:
+        settings = settings.model_copy(update={"mlflow_uri": checked_mlflow_uri(settings.store.mlflow_uri)})
+    if saved is None:
+        settings = new_campaign_defaults(settings, given)
+    resolved = resolved_where_trials_run(settings)
+    if saved is not None:
+        try:
+            settings_store.check_resume(saved, resolved.settings)
+        except SettingsError as error:
+            fail(str(error))
+    return resolved, saved is None
+
+
+def merged_settings(directory: Path, name: str, given: dict[str, Any]
+                    ) -> tuple[CampaignSettings, CampaignSettings | None]:
+    """The saved settings (None for a new campaign) and the given options over them."""
     try:
         saved = settings_store.load(directory)
         if saved is None:
-            return resolve_machine(CampaignSettings.model_validate({"name": name, **given})), True
+            return CampaignSettings.model_validate({"name": name, **given}), None
         if "corpus" in given:  # options not given keep their saved values
             corpus = {**saved.corpus.model_dump(), **given["corpus"]}
             if Path(corpus["source"]).resolve() == Path(saved.corpus.source).resolve():
                 corpus["source"] = saved.corpus.source  # the same files, however spelt
             given = {**given, "corpus": corpus}
-        requested = resolve_machine(saved.model_copy(update=given))
-        settings_store.check_resume(saved, requested)
-        return requested, False
+        return saved.model_copy(update=given), saved
     except ValidationError as error:
         fail(f"invalid campaign settings: {one_line(error)}")
     except SettingsError as error:
         fail(str(error))
 
 
-def resolve_machine(settings: CampaignSettings) -> CampaignSettings:
-    """``--parallel auto`` and ``--precision auto`` resolved for this machine, so the saved
-    settings and the preflight see what will run. Ray campaigns are resolved where their
-    executor sees the cluster (the preflight, then the campaign)."""
-    if settings.executor.kind == "ray" or "auto" not in (settings.executor.parallel, settings.precision):
-        return settings
-    from recipelab.agent.machine import resolve_auto
-    from recipelab.guardrails.hardware import resolve_device
+def resolved_where_trials_run(settings: CampaignSettings) -> Resolved:
+    """``--parallel auto``, ``--precision auto`` and the device resolved for this machine, or
+    for a Ray cluster's workers (connected here; the preflight and the campaign use that
+    connection). Says what ``auto`` chose, one line each."""
+    from recipelab.agent.machine import resolve
+    from recipelab.runner import build_executor
+    from recipelab.runner.ray import RayUnavailable
 
+    executor = None
     try:
-        device = resolve_device(settings.executor.device)
-    except ValueError as error:
+        if settings.executor.kind == "ray":
+            executor = build_executor("ray", ray_address=settings.executor.ray_address)
+        resolved = resolve(settings, executor)
+    except RayUnavailable as error:
+        fail(str(error), "install Ray or use --executor local")
+    except SettingsError as error:
+        if executor is not None:
+            executor.close()
         fail(str(error))
-    settings, notes = resolve_auto(settings, device)
-    for note in notes:
+    for note in resolved.notes:
         errors.print(note, markup=False, highlight=False, soft_wrap=True)
-    return settings
+    return resolved
 
 
 def given_corpus(corpus: str | None, max_bytes: int | None) -> dict[str, Any] | None:
@@ -100,26 +128,6 @@ def new_campaign_defaults(settings: CampaignSettings, given: dict[str, Any]) -> 
     return settings
 
 
-STATUS_STYLES = {"ok": "green", "warning": "yellow", "error": "bold red"}
-
-
-def print_preflight(report: Preflight, out: Console) -> None:
-    """One block per check: status, name, what was found, and the fix when there is one."""
-    counts = {s: sum(r.status == s for r in report.results) for s in STATUS_STYLES}
-    out.print(f"preflight: {counts['ok']} ok, {counts['warning']} warning(s), "
-              f"{counts['error']} error(s)", markup=False, highlight=False)
-    for result in report.results:
-        out.print(check_line(result), soft_wrap=True, highlight=False)
-        if result.fix:
-            out.print(Text(f"{'':20}fix: {result.fix}"), soft_wrap=True, highlight=False)
-
-
-def check_line(result: CheckResult) -> Text:
-    line = Text(f"  {result.status:<8}", style=STATUS_STYLES[result.status])
-    line.append(f"{result.name:<10}  {result.what}")
-    return line
-
-
 def refuse_if_running(directory: Path) -> None:
     """Refuse a campaign another orchestrator runs now, before a preflight competes with it
     (the campaign takes the lock itself when it starts)."""
@@ -130,6 +138,7 @@ def refuse_if_running(directory: Path) -> None:
         fail(str(error))
     except OSError:
         pass  # an unwritable directory: the disk check says what to do
+
 
 
 def launch(options: dict[str, Any], *, check_only: bool) -> None:
@@ -161,33 +170,29 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
         "calibrate_from": tuple(str(Path(p).resolve()) for p in calibrate_from)
         if calibrate_from else None,
     }.items() if value is not None}
-    settings, new = resolve_settings(directory, name, given)
-    if settings.window.iterations is None and settings.window.hours is None and settings.window.until is None:
-        fail("give the campaign a budget: --iterations N, --hours H or --until HH:MM")
-    try:
-        settings.baseline()
-    except (ValueError, ValidationError) as error:
-        fail(str(error).splitlines()[0])
-    if settings.store.mlflow_uri is not None:
-        settings = settings.model_copy(update={"mlflow_uri": checked_mlflow_uri(settings.store.mlflow_uri)})
-    if new:
-        settings = new_campaign_defaults(settings, given)
-    elif not check_only:
+    resolved, new = resolve_settings(directory, name, given)
+    if not new and not check_only:
         refuse_if_running(directory)
     out = console if check_only else errors
-    report = Preflight(settings=settings)
-    if not options.get("skip_preflight"):
-        with out.status("preflight: checking that tonight's campaign can run…"):
-            report = run_preflight(settings, directory)
-        print_preflight(report, out)
-        if not report.ok:
-            failed = ", ".join(r.name for r in report.errors)
-            fail(f"the preflight found {len(report.errors)} error(s) ({failed}): apply the fixes "
-                 "above, then run the same command again")
-    if check_only:
-        out.print("preflight passed: 'recipelab run' with these options can start", markup=False)
-        return
-    start_campaign(settings, directory, stress_only=False, preflight=report,
+    report = Preflight()
+    starting = False
+    try:
+        if not options.get("skip_preflight"):
+            with out.status("preflight: checking that tonight's campaign can run…"):
+                report = run_preflight(resolved, directory)
+            print_preflight(report, out)
+            if not report.ok:
+                failed = ", ".join(r.name for r in report.errors)
+                fail(f"the preflight found {len(report.errors)} error(s) ({failed}): apply the "
+                     "fixes above, then run the same command again")
+        if check_only:
+            out.print("preflight passed: 'recipelab run' with these options can start", markup=False)
+            return
+        starting = True
+    finally:  # a Ray connection the campaign will not take over
+        if not starting and resolved.executor is not None:
+            resolved.executor.close()
+    start_campaign(resolved, directory, stress_only=False, preflight=report,
                    log_format=log_format)
 
 
@@ -214,20 +219,6 @@ def checked_mlflow_uri(uri: str) -> str:
         fail(str(error))
 
 
-def log_preflight(settings: CampaignSettings, directory: Path, report: Preflight) -> None:
-    """Record the preflight in ``events.jsonl`` (the console already showed its table)."""
-    from recipelab.eventlog import campaign_logger
-
-    log, sink = campaign_logger(settings.name, directory, Console(file=io.StringIO()))
-    try:
-        for result in report.results:
-            method = {"ok": log.info, "warning": log.warning, "error": log.error}[result.status]
-            method("preflight", check=result.name, status=result.status, what=result.what,
-                   fix=result.fix or None)
-    finally:
-        sink.close()
-
-
 def log_format_of(value: str) -> LogFormat:
     """``--log-format``'s value, or an error naming the choices."""
     from recipelab.eventlog import LOG_FORMATS
@@ -238,21 +229,15 @@ def log_format_of(value: str) -> LogFormat:
     fail(f"--log-format {value!r} is not one of {', '.join(LOG_FORMATS)}")
 
 
-def start_campaign(settings: CampaignSettings, directory: Path, *, stress_only: bool,
+def start_campaign(resolved: Resolved, directory: Path, *, stress_only: bool,
                    preflight: Preflight | None = None, log_format: LogFormat = "lines") -> None:
-    """Run the campaign. ``settings`` are saved; the preflight's (``auto`` resolved where
-    its checks ran) are what runs."""
+    """Save the resolved settings and run the campaign on them."""
     from recipelab.agent.campaign import Campaign
 
-    tonight = preflight.settings if preflight and preflight.settings else settings
+    settings = resolved.settings
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        campaign = Campaign(tonight, directory, console=errors, log_format=log_format)
-        ran = campaign.settings  # a Ray campaign's ``auto`` values, resolved now
-        resolved = {key: value for key, asked, value in (
-            ("parallel", settings.executor.parallel, ran.executor.parallel),
-            ("precision", settings.precision, ran.precision)) if asked == "auto"}
-        settings = settings.model_copy(update=resolved)
+        campaign = Campaign(resolved, directory, console=errors, log_format=log_format)
         settings_store.save(settings, directory)
         if preflight is not None and preflight.results:
             log_preflight(settings, directory, preflight)

@@ -203,5 +203,5 @@ def stress(
     given = {k: v for k, v in {"promote": promote, "top_seeds": top_seeds,
                                "stress_steps": stress_steps, "fidelity": fidelity}.items()
              if v is not None}
-    settings, _ = resolve_settings(directory, directory.name, given)
-    start_campaign(settings, directory, stress_only=True, log_format=log_format_of(log_format))
+    resolved, _ = resolve_settings(directory, directory.name, given)
+    start_campaign(resolved, directory, stress_only=True, log_format=log_format_of(log_format))
