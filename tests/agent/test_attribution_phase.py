@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from recipelab.agent.attribution_phase import (
+from recipelab.agent.attribution_cost import (
     attribution_rungs,
     choose_rung,
     expected_runs,
 )
-from recipelab.agent.campaign import Campaign
+from recipelab.agent.campaign import Campaign, CampaignSummary
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import TrialTimes, plan_window
 from recipelab.trajectory.attribution import ATTRIBUTION_KIND, RESULT_KIND, variant_key
@@ -38,12 +38,11 @@ def settings(tiny_settings: CampaignSettings) -> CampaignSettings:
                                             "attribution": True})
 
 
-def run(settings: CampaignSettings, directory: Path, **executor: object) -> Campaign:
+def run(settings: CampaignSettings, directory: Path, **executor: object) -> CampaignSummary:
     campaign = Campaign(settings, directory, proposer=ScriptedProposer(settings.baseline(),
                                                                        [PLANTED]),
                         executor=fake_executor(recipe_noise=0.002, **executor))
-    campaign.run()
-    return campaign
+    return campaign.run()
 
 
 def of_kind(directory: Path, kind: str) -> list[dict[str, object]]:
@@ -52,7 +51,7 @@ def of_kind(directory: Path, kind: str) -> list[dict[str, object]]:
 
 def test_a_planted_neutral_edit_is_dropped_and_the_real_one_kept(
         settings: CampaignSettings, tmp_path: Path) -> None:
-    campaign = run(settings, tmp_path)
+    summary = run(settings, tmp_path)
     runs = of_kind(tmp_path, ATTRIBUTION_KIND)
     # baseline, winner, winner without each of its two groups (the minimal edit is one of
     # those, so nothing more is needed), three seeds each, at the stress runs' steps and
@@ -80,7 +79,7 @@ def test_a_planted_neutral_edit_is_dropped_and_the_real_one_kept(
     assert (data["rung"], data["steps"], data["seeds"]) == ("stress", 30, [0, 1, 2])
     finished = events(tmp_path, "attribution_finished")
     assert finished and finished[-1]["kept"] == ["learning rate"]
-    assert campaign.summary().recommendation_line.startswith(
+    assert summary.recommendation_line.startswith(
         "recommended: the baseline plus the winner p0003's learning rate change(s), 1 of its 2 "
         "knob(s); dropped: optimizer betas (attribution at 30 steps, 3 seed(s)")
 

@@ -24,19 +24,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING
 
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.attribution_cost import Rung, attribution_rungs, choose_rung, expected_runs
+from recipelab.agent.campaign_context import POLL_INTERVAL_S, CampaignContext
 from recipelab.agent.trials import TRIALS_DIR
-from recipelab.agent.window import TrialTimes, measured_times
-from recipelab.guardrails import CHECKS, judge
+from recipelab.agent.window import measured_times
+from recipelab.guardrails import judge
 from recipelab.recipe import Recipe
 from recipelab.trajectory.attribution import (
     ATTRIBUTION_KIND,
     ATTRIBUTION_PROPOSER,
-    LEAVE_ONE_OUT_MAX_GROUPS,
     RESULT_KIND,
     Abandoned,
     Attribution,
@@ -48,51 +47,15 @@ from recipelab.trajectory.attribution import (
     variant_edit,
     variant_key,
 )
-from recipelab.trajectory.ledger import Ledger, Winner, has_score
+from recipelab.trajectory.ledger import Winner, has_score
 from recipelab.trajectory.record import TrialRecord, utc_now
-
-if TYPE_CHECKING:
-    from recipelab.agent.campaign import Campaign
 
 ATTEMPTS = 5
 """Interruptions after which a variant's run is given up (each resumes from its checkpoint)."""
 CURVE_POINTS = 20
-POLL_INTERVAL_S = 0.02
-EXPECTED_GROUPS = 4
-"""Groups the window planner reserves time for before a winner (and so its edit) is known."""
-
-Rung = tuple[str, int]
 LADDER_KINDS = ("rung", "stress")
 """Kinds of the ladder's runs above the proxy, whose baseline and winner runs attribution
 reuses."""
-
-
-def attribution_rungs(settings: CampaignSettings, proxy_steps: int) -> list[Rung]:
-    """The fidelities the variants may be measured at, highest first: the ladder's top rung
-    (when there are finalists), its middle rungs from the highest down, the proxy's."""
-    ladder = settings.ladder.ladder_steps(proxy_steps)
-    rungs: list[Rung] = [("stress", ladder[-1])] if settings.ladder.promote > 0 else []
-    rungs += [("rung", steps) for steps in reversed(ladder[:-1])]
-    rungs.append(("proxy", proxy_steps))
-    return rungs
-
-
-def expected_runs(groups: int, seeds: int) -> int:
-    """At most how many runs an attribution of ``groups`` groups takes: the baseline, the
-    winner and each group left out, plus the minimal edit (or, greedily, one per group),
-    each at every seed."""
-    extra = 1 if groups <= LEAVE_ONE_OUT_MAX_GROUPS else groups
-    return seeds * (2 + groups + extra)
-
-
-def choose_rung(rungs: Sequence[Rung], runs: int, parallel: int,
-                fits: Callable[[float], bool], times: TrialTimes | None) -> Rung | None:
-    """The highest rung at which ``runs`` runs (``parallel`` at a time) fit the window, or
-    None when none does. Without measured trial times (or a window) the highest rung."""
-    if times is None:
-        return rungs[0] if rungs else None
-    waves = math.ceil(runs / max(1, parallel))
-    return next((rung for rung in rungs if fits(waves * times.seconds(rung[1]))), None)
 
 
 def winner_edit(winner: TrialRecord, baseline: Recipe) -> dict[str, object]:
@@ -176,99 +139,90 @@ def describe_variant(key: GroupKey, all_groups: Sequence[str]) -> str:
 class AttributionPhase:
     """Runs one campaign's attribution (see the module)."""
 
-    def __init__(self, campaign: Campaign) -> None:
-        self.c = campaign
-
-    @property
-    def ledger(self) -> Ledger:
-        return self.c.ledger
-
-    def run(self) -> None:
-        c = self.c
-        if not c.settings.ladder.attribution:
-            c.log.info("attribution_skipped", reason="turned off (--no-attribution)")
+    def run(self, ctx: CampaignContext) -> None:
+        if not ctx.settings.ladder.attribution:
+            ctx.log.info("attribution_skipped", reason="turned off (--no-attribution)")
             return
-        winner = self.ledger.winner
+        winner = ctx.ledger.winner
         if winner is None:
-            c.log.info("attribution_skipped", reason="no winner to attribute")
+            ctx.log.info("attribution_skipped", reason="no winner to attribute")
             return
-        if result_of(self.ledger.records, winner.record.trial_id) is not None:
+        if result_of(ctx.ledger.records, winner.record.trial_id) is not None:
             return
-        groups = group_edit(winner_edit(winner.record, c.baseline))
+        groups = group_edit(winner_edit(winner.record, ctx.baseline))
         if not groups:
-            c.log.info("attribution_skipped", trial_id=winner.record.trial_id,
-                       reason="the winner's recipe is the baseline's")
+            ctx.log.info("attribution_skipped", trial_id=winner.record.trial_id,
+                         reason="the winner's recipe is the baseline's")
             return
-        seeds = self._seeds(winner)
-        rung = self._rung(len(groups), len(seeds))
+        seeds = self._seeds(ctx, winner)
+        rung = self._rung(ctx, len(groups), len(seeds))
         if rung is None:
-            c.log.warning("attribution_skipped", trial_id=winner.record.trial_id,
-                          reason="out of time: not even the proxy's steps fit the window's end "
-                          "(a longer --hours/--until, or fewer --stress-steps, leaves room)")
+            ctx.log.warning("attribution_skipped", trial_id=winner.record.trial_id,
+                            reason="out of time: not even the proxy's steps fit the window's end "
+                            "(a longer --hours/--until, or fewer --stress-steps, leaves room)")
             return
-        c.log.info("attribution_started", trial_id=winner.record.trial_id, rung=rung[0],
-                   steps=rung[1], seeds=list(seeds), groups={g: list(k) for g, k in groups.items()})
-        self._measure(winner, groups, seeds, rung)
+        ctx.log.info("attribution_started", trial_id=winner.record.trial_id, rung=rung[0],
+                     steps=rung[1], seeds=list(seeds), groups={g: list(k) for g, k in groups.items()})
+        self._measure(ctx, winner, groups, seeds, rung)
 
-    def _seeds(self, winner: Winner) -> tuple[int, ...]:
+    def _seeds(self, ctx: CampaignContext, winner: Winner) -> tuple[int, ...]:
         """The baseline's seeds (those its noise floor was measured at), else the winner's."""
-        noise = self.ledger.noise
+        noise = ctx.ledger.noise
         if noise is not None and noise.seeds:
             return tuple(noise.seeds)
         return (int(winner.record.recipe.get("seed", 0)),)
 
-    def _rung(self, groups: int, seeds: int) -> Rung | None:
-        c = self.c
-        times = measured_times(self.ledger.proxies) if c.deadline.at is not None else None
-        return choose_rung(attribution_rungs(c.settings, c.baseline.steps),
-                           expected_runs(groups, seeds), c.settings.executor.trials_in_flight,
-                           lambda seconds: c.deadline.fits_seconds(seconds), times)
+    def _rung(self, ctx: CampaignContext, groups: int, seeds: int) -> Rung | None:
+        times = measured_times(ctx.ledger.proxies) if ctx.deadline.at is not None else None
+        return choose_rung(attribution_rungs(ctx.settings, ctx.baseline.steps),
+                           expected_runs(groups, seeds), ctx.trials_in_flight,
+                           lambda seconds: ctx.deadline.fits_seconds(seconds), times)
 
-    def _measure(self, winner: Winner, groups: dict[str, dict[str, object]],
+    def _measure(self, ctx: CampaignContext, winner: Winner, groups: dict[str, dict[str, object]],
                  seeds: tuple[int, ...], rung: Rung) -> None:
-        c, winner_id, steps = self.c, winner.record.trial_id, rung[1]
+        winner_id, steps = winner.record.trial_id, rung[1]
         running: dict[str, tuple[GroupKey, int]] = {}
-        lr_factor = rung_lr_factor(self.ledger.records, self.ledger.baseline, steps)
+        lr_factor = rung_lr_factor(ctx.ledger.records, ctx.ledger.baseline, steps)
         while True:
-            for record in c.book.poll(cancel=c.stops.cancel):
+            for record in ctx.book.poll(cancel=ctx.stops.cancel):
                 running.pop(record.trial_id, None)
-            records = self.ledger.records
-            measured = reused_runs(records, c.baseline, groups, seeds, steps, lr_factor)
+            records = ctx.ledger.records
+            measured = reused_runs(records, ctx.baseline, groups, seeds, steps, lr_factor)
             for key, by_seed in measured_runs(records, winner_id, steps).items():
                 measured.setdefault(key, {}).update(by_seed)
-            decision = attribute(groups, measured, seeds, self.ledger.noise)
+            decision = attribute(groups, measured, seeds, ctx.ledger.noise)
             if isinstance(decision, Attribution):
-                self._write(winner, decision, rung, lr_factor)
+                self._write(ctx, winner, decision, rung, lr_factor)
                 return
             if isinstance(decision, Abandoned):
-                c.log.warning("attribution_abandoned", trial_id=winner_id, reason=decision.reason)
+                ctx.log.warning("attribution_abandoned", trial_id=winner_id, reason=decision.reason)
                 return
             assert isinstance(decision, Pending)
-            stopping = c.stops.stop
+            stopping = ctx.stops.stop
             for key, seed in decision.runs:
-                if stopping or len(c.book.inflight) >= c.settings.executor.trials_in_flight:
+                if stopping or len(ctx.book.inflight) >= ctx.trials_in_flight:
                     break
                 if (key, seed) in running.values():
                     continue
                 lost = self._lost(records, winner_id, steps, key, seed)
                 if len(lost) >= ATTEMPTS:
-                    c.log.warning("attribution_abandoned", trial_id=winner_id,
-                                  reason=f"a run of {describe_variant(key, list(groups))} was "
-                                  f"interrupted {len(lost)} times")
+                    ctx.log.warning("attribution_abandoned", trial_id=winner_id,
+                                    reason=f"a run of {describe_variant(key, list(groups))} was "
+                                    f"interrupted {len(lost)} times")
                     stopping = True
                     break
-                if not c.deadline.fits(self.ledger.proxies, steps):
-                    c.log.warning("attribution_skipped", trial_id=winner_id,
-                                  reason="out of time: the runs it still needs cannot finish "
-                                  "before the campaign's deadline")
+                if not ctx.deadline.fits(ctx.ledger.proxies, steps):
+                    ctx.log.warning("attribution_skipped", trial_id=winner_id,
+                                    reason="out of time: the runs it still needs cannot finish "
+                                    "before the campaign's deadline")
                     stopping = True
                     break
-                trial_id = self._launch(winner, groups, key, seed, steps, lr_factor, lost)
+                trial_id = self._launch(ctx, winner, groups, key, seed, steps, lr_factor, lost)
                 if trial_id is None:
                     stopping = True
                     break
                 running[trial_id] = (key, seed)
-            if not c.book.inflight and (stopping or not running):
+            if not ctx.book.inflight and (stopping or not running):
                 return
             time.sleep(POLL_INTERVAL_S)
 
@@ -279,55 +233,54 @@ class AttributionPhase:
                 and r.status == "interrupted" and r.budget_steps == steps
                 and variant_key(r.edit) == key and int(r.recipe.get("seed", 0)) == seed]
 
-    def _launch(self, winner: Winner, groups: dict[str, dict[str, object]], key: GroupKey,
-                seed: int, steps: int, lr_factor: float,
+    def _launch(self, ctx: CampaignContext, winner: Winner, groups: dict[str, dict[str, object]],
+                key: GroupKey, seed: int, steps: int, lr_factor: float,
                 lost: Sequence[TrialRecord]) -> str | None:
         """Judge and launch one variant's run; None (logged) when the guardrails reject it."""
-        c = self.c
         edit = variant_edit(groups, key)
         # judged as the proxy candidate it is (the guardrails hold a candidate to the
         # proxy's steps), then trained at the rung's steps and rate, as a stress run is
-        context = dataclasses.replace(c._context(), seen=frozenset())
-        verdict = judge(c.baseline.apply({**edit, "seed": seed}).at_tokens(c.baseline.tokens),
-                        context, checks=[k for k in CHECKS if k not in c.settings.search.skip_checks])
+        context = dataclasses.replace(ctx.guard_context(), seen=frozenset())
+        verdict = judge(ctx.baseline.apply({**edit, "seed": seed}).at_tokens(ctx.baseline.tokens),
+                        context, checks=ctx.checks)
         if not verdict.accepted or verdict.recipe is None:
-            c.log.warning("attribution_abandoned", trial_id=winner.record.trial_id,
-                          reason=f"the guardrails reject {describe_variant(key, list(groups))}: "
-                          + "; ".join(verdict.reasons))
+            ctx.log.warning("attribution_abandoned", trial_id=winner.record.trial_id,
+                            reason=f"the guardrails reject {describe_variant(key, list(groups))}: "
+                            + "; ".join(verdict.reasons))
             return None
-        recipe = variant_recipe(c.baseline, edit, seed, steps, lr_factor)
-        trial_id = self.ledger.next_id("a")
+        recipe = variant_recipe(ctx.baseline, edit, seed, steps, lr_factor)
+        trial_id = ctx.ledger.next_id("a")
         record = TrialRecord(
-            campaign=c.settings.name, trial_id=trial_id, iteration=winner.record.iteration,
+            campaign=ctx.settings.name, trial_id=trial_id, iteration=winner.record.iteration,
             kind=ATTRIBUTION_KIND, status="queued", recipe=recipe.model_dump(mode="json"),
             fingerprint=recipe.fingerprint(), parent=winner.record.trial_id, budget=steps,
             proposer=ATTRIBUTION_PROPOSER, edit=edit,
             hypothesis=describe_variant(key, list(groups)),
             retry_of=lost[-1].trial_id if lost else None)
-        c.book.launch(record, recipe, log_every=max(1, steps // CURVE_POINTS),
-                      checkpoint_every=c.settings.ladder.stress_checkpoint_every, resume=True,
-                      out_dir=c.directory / TRIALS_DIR / f"attribution-{recipe.fingerprint()}",
-                      timeout_s=c.settings.window.trial_timeout_s * max(1.0, steps / c.baseline.steps))
+        ctx.book.launch(record, recipe, log_every=max(1, steps // CURVE_POINTS),
+                        checkpoint_every=ctx.settings.ladder.stress_checkpoint_every, resume=True,
+                        out_dir=ctx.directory / TRIALS_DIR / f"attribution-{recipe.fingerprint()}",
+                        timeout_s=ctx.settings.window.trial_timeout_s * max(1.0, steps / ctx.baseline.steps))
         return trial_id
 
-    def _write(self, winner: Winner, decision: Attribution, rung: Rung, lr_factor: float) -> None:
+    def _write(self, ctx: CampaignContext, winner: Winner, decision: Attribution, rung: Rung,
+               lr_factor: float) -> None:
         """The result record. Its recipe is the minimal edit as its variant trained (the rung's
         tokens and learning rate), the measurement the export anchors its law at."""
-        c = self.c
-        recipe = variant_recipe(c.baseline, decision.minimal_edit,
+        recipe = variant_recipe(ctx.baseline, decision.minimal_edit,
                                 int(winner.record.recipe.get("seed", 0)), rung[1], lr_factor)
         data = {**decision.to_json(), "rung": rung[0], "steps": rung[1],
-                "winner": winner.record.trial_id, "full_edit": winner_edit(winner.record, c.baseline)}
+                "winner": winner.record.trial_id, "full_edit": winner_edit(winner.record, ctx.baseline)}
         record = TrialRecord(
-            campaign=c.settings.name, trial_id=self.ledger.next_id("m"),
+            campaign=ctx.settings.name, trial_id=ctx.ledger.next_id("m"),
             iteration=winner.record.iteration, kind=RESULT_KIND, status="complete",
             recipe=recipe.model_dump(mode="json"), fingerprint=recipe.fingerprint(),
             parent=winner.record.trial_id, proposer=ATTRIBUTION_PROPOSER,
             edit=decision.minimal_edit, val_bpb=decision.values.get("minimal"),
             hypothesis="the minimal winning edit: the baseline plus the groups that carry the gain",
             metrics={"attribution": data}, finished_at=utc_now())
-        c.book.write(record, say=partial(
-            c.log.info, "attribution_finished", trial_id=record.trial_id,
+        ctx.book.write(record, say=partial(
+            ctx.log.info, "attribution_finished", trial_id=record.trial_id,
             winner=winner.record.trial_id, method=decision.method, rung=rung[0], steps=rung[1],
             kept=[g.group for g in decision.kept], dropped=[g.group for g in decision.dropped],
             keeps_gain=decision.keeps_gain, minimal_edit=decision.minimal_edit))

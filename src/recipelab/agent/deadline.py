@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from recipelab.agent.attribution_phase import EXPECTED_GROUPS, attribution_rungs, expected_runs
+from recipelab.agent.attribution_cost import EXPECTED_GROUPS, attribution_rungs, expected_runs
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import (
     TrialTimes,
