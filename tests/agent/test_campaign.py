@@ -3,10 +3,13 @@ preset, and its scheduling on the in-memory fake executor."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 from pathlib import Path
 
 import pytest
 
+from recipelab.agent import campaign as campaign_module
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
 from recipelab.trajectory import TrajectoryStore
@@ -124,3 +127,27 @@ def test_a_campaign_out_of_time_launches_nothing_more(
     summary = Campaign(settings, tmp_path, executor=fake_executor()).run()
 
     assert summary.proxy_trials == 0
+
+
+def test_every_attribute_of_a_campaign_exists_from_its_construction() -> None:
+    """What a run opens (the store, the log, the trial book, the deadline) lives in one
+    CampaignContext the phases share; the campaign only points at it. So no attribute
+    appears half-way through a run for a phase to find missing."""
+    tree = ast.parse(inspect.getsource(campaign_module))
+    [campaign] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Campaign"]
+    created = {(method.name, target.attr)
+               for method in campaign.body if isinstance(method, ast.FunctionDef)
+               for node in ast.walk(method)
+               for target in assigned(node)
+               if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+               and target.value.id == "self"}
+    constructed = {attr for method, attr in created if method == "__init__"}
+    assert {attr for _, attr in created} <= constructed
+
+
+def assigned(node: ast.AST) -> list[ast.expr]:
+    """The targets ``node`` assigns, tuples unpacked."""
+    targets = (node.targets if isinstance(node, ast.Assign) else
+               [node.target] if isinstance(node, ast.AnnAssign) else [])
+    return [leaf for target in targets
+            for leaf in (target.elts if isinstance(target, ast.Tuple) else [target])]

@@ -5,6 +5,7 @@ processes follow 1 within 1e-4."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+import recipelab
 from recipelab.longrun.run import run_pretrain
 from recipelab.proposer.space import SHAPE_KNOBS, default_space
 from recipelab.recipe import Recipe, proxy_recipe
@@ -84,3 +86,16 @@ def test_two_gloo_processes_follow_one_for_a_recipe_with_every_knob_moved(
     double = [float(row["train_loss"]) for row in metrics(tmp_path / "two")]
     assert double == pytest.approx(single, rel=1e-4)
     assert json.loads((tmp_path / "two" / "manifest.json").read_text())["world_size"] == 2
+
+
+def test_the_trial_and_the_long_run_take_their_steps_in_one_loop() -> None:
+    """Only the step loop sets a step's learning rate and takes the core step; the trial and
+    the long run both drive it, so a change to a step reaches both."""
+    src = Path(recipelab.__file__).parent
+    calls: dict[str, set[str]] = {}
+    for module in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                calls.setdefault(node.func.id, set()).add(module.relative_to(src).as_posix())
+    assert calls["train_step"] == calls["set_learning_rate"] == {"trainer/step_loop.py"}
+    assert calls["run_steps"] == {"trainer/loop.py", "longrun/run.py"}

@@ -70,6 +70,9 @@ class CampaignSummary:
 
 
 class Campaign:
+    """One campaign in its directory (see the module): built before the night, run by
+    :meth:`run`, resumed by building it again."""
+
     def __init__(self, settings: CampaignSettings | Resolved, directory: Path, *,
                  executor: Executor | None = None, proposer: Proposer | None = None,
                  device: DeviceInfo | None = None, console: Console | None = None,
@@ -77,14 +80,15 @@ class Campaign:
         """``settings`` as :func:`~recipelab.agent.machine.resolve` left them (``recipelab
         run`` resolves them before its preflight), or raw settings, resolved here for
         ``executor`` (``device``: the one trials run on, when the caller knows it)."""
-        if isinstance(settings, CampaignSettings):
+        if isinstance(settings, Resolved):
+            resolved = settings
+        else:
             if executor is None and settings.executor.kind == "ray":
                 executor = build_executor("ray", ray_address=settings.executor.ray_address)
-            settings = resolve(settings, executor, device=device)
-        executor = executor or settings.executor
-        self.settings = settings.settings
-        self.device = settings.device
-        self.auto_notes = settings.notes
+            resolved = resolve(settings, executor, device=device)
+        executor = executor or resolved.executor
+        self.settings, self.device, self.auto_notes = (resolved.settings, resolved.device,
+                                                       resolved.notes)
         self.directory = directory
         self.baseline = self.settings.baseline()
         self.target = self.settings.target_spec()

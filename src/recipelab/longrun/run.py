@@ -68,7 +68,7 @@ from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 from recipelab.recipe import Recipe, StrictModel
 from recipelab.tracking import TrackingUnavailable, check_tracking_uri
 from recipelab.trainer import checkpoint
-from recipelab.trainer.core import build_model, build_optimizer, set_learning_rate, train_step
+from recipelab.trainer.core import build_model, build_optimizer
 from recipelab.trainer.data import Dataset, load_dataset, sample_batch
 from recipelab.trainer.device import (
     autocast,
@@ -81,6 +81,7 @@ from recipelab.trainer.device import (
 )
 from recipelab.trainer.evaluate import shard_sums
 from recipelab.trainer.spec import CHECKPOINT_LATEST, CorpusSpec
+from recipelab.trainer.step_loop import Interval, Step, Stepper, run_steps
 
 METRICS_FILE = "metrics.csv"
 METRICS_LONG_FILE = "metrics-long.csv"
@@ -223,6 +224,88 @@ def _param_norm(model: nn.Module) -> float:
     return math.sqrt(sum(float(p.detach().float().norm()) ** 2 for p in model.parameters()))
 
 
+class LongRunHooks:
+    """What a long run does after each step: the spike rehearsal's trace, a metrics row every
+    ``log_every`` (throughput, MFU, the budget's status) and ``eval_every`` (val_bpb), the stop
+    every rank agrees on (budget, SIGTERM, divergence), a checkpoint every
+    ``checkpoint_every``. A dry run only takes the steps."""
+
+    def __init__(self, run: LongRun, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 context: Callable[[], AbstractContextManager[Any]], interval: Interval,
+                 guard: BudgetGuard, *, start: int, writes: bool, preempted: list[bool]) -> None:
+        self.run, self.model, self.optimizer, self.interval = run, model, optimizer, interval
+        self.context = context
+        self.guard, self.writes, self.preempted = guard, writes, preempted
+        recipe, device = run.recipe, run.device
+        self.limit = run.config.divergence_factor * math.log(recipe.shape.vocab_size)
+        self.bytes_per_token = float(run.data.tokenizer.token_bytes[run.data.eval_tokens].mean())
+        self.flops_per_token = recipe.flops_per_token()
+        self.peak = run.peak_flops()
+        self.trouble = torch.zeros((), dtype=torch.bool, device=device)  # a NaN or a blow-up
+        self.timed_from = start + TIMED_WARMUP_STEPS
+        self.last_log = (time.perf_counter(), start)  # when and at which step the last row
+        self.below_floor = self.stale = False
+        self.stop: StopReason = "complete"
+
+    def timing_starts(self, step: int) -> None:
+        self.guard.start_timing(step)
+        self.last_log = (time.perf_counter(), step)
+        self.run.paused_s = 0.0
+
+    def after(self, step: Step) -> bool:
+        run, config, done = self.run, self.run.config, step.done
+        spike = run.spike
+        watched = spike is not None and spike.watching(done)
+        self.trouble |= ~torch.isfinite(step.loss)
+        if not watched:  # a rehearsed spike is meant to jump; only a NaN counts there
+            self.trouble |= step.loss > self.limit
+        if spike is not None and watched:
+            spike.record(done, float(run.comm.mean(step.loss.clone())), float(step.grad_norm))
+        if not self.writes:
+            return False
+        if spike is not None and done == spike.start:
+            run.rehearsal_started(done)
+        status = self.guard.status(done)
+        log_now = done % config.log_every == 0 or done == run.recipe.steps
+        eval_now = done % config.eval_every == 0 or done == run.recipe.steps
+        ckpt_now = bool(config.checkpoint_every) and done % config.checkpoint_every == 0
+        if log_now or eval_now:
+            row = run.row(done, self.bytes_per_token, step.lr, status)
+            if log_now:
+                row.update(self._train_metrics(done))
+            if eval_now:
+                row.update(run.evaluate(self.model, self.context))
+            run.append(row)
+            if log_now and run.world.main:
+                write_budget(run.out, status)
+                self.stale = run.watch_spend(done, status, self.guard, self.stale)
+        self.stop = run.decide(done, status, self.preempted[0], log_now, ckpt_now, self.trouble)
+        if self.stop != "complete":
+            return True
+        if ckpt_now:
+            run.save_checkpoint(self.model, self.optimizer, done, self.interval)
+        return False
+
+    def _train_metrics(self, done: int) -> dict[str, Any]:
+        """The interval's mean loss over every rank, its largest gradient norm, throughput and
+        MFU since the last row (evaluation and checkpoints left out); the interval restarts."""
+        run, interval = self.run, self.interval
+        mean = run.comm.mean(interval.loss_sum.clone()) / interval.steps
+        now = time.perf_counter()
+        measured = done - self.last_log[1]
+        window = now - self.last_log[0] - run.paused_s
+        tokens_per_s = (measured * run.recipe.tokens_per_step / window
+                        if done > self.timed_from and measured > 0 and window > 0 else None)
+        self.last_log, run.paused_s = (now, done), 0.0
+        mfu = (self.flops_per_token * tokens_per_s / (self.peak * run.world.size)
+               if tokens_per_s is not None and self.peak else None)
+        metrics = {"train_loss": float(mean), "grad_norm": float(interval.grad_max),
+                   "param_norm": _param_norm(self.model), "tokens_per_s": tokens_per_s, "mfu": mfu}
+        interval.reset()
+        self.below_floor = run.throughput_floor(done, tokens_per_s, mfu, self.below_floor)
+        return metrics
+
+
 def has_checkpoint(out: Path) -> bool:
     return (out / CHECKPOINT_DIR / CHECKPOINT_LATEST).exists()
 
@@ -249,7 +332,7 @@ class LongRun:
                          if config.mlflow_uri and self.world.main and not config.dry_run_budget
                          else None)
 
-    def _peak_flops(self) -> float | None:
+    def peak_flops(self) -> float | None:
         if self.config.peak_tflops is not None:
             return self.config.peak_tflops * 1e12
         return CUDA_PEAK_FLOPS if self.device.type == "cuda" else None
@@ -264,38 +347,19 @@ class LongRun:
             return self._run()
 
     def _run(self) -> PretrainResult:
-        config, recipe, world, comm, data = (self.config, self.recipe, self.world, self.comm,
-                                             self.data)
+        config, recipe, world, data = self.config, self.recipe, self.world, self.data
         writes = not config.dry_run_budget
         guard = config.budget_guard(read_elapsed(self.out) if writes else 0.0)
         torch.manual_seed(recipe.seed)
         model = build_model(recipe, self.device)
         optimizer = build_optimizer(model, recipe, self.device)
         context = autocast(recipe.precision, self.device)
-        interval = torch.zeros((), device=self.device)
-        grad_max = torch.zeros((), device=self.device)
-        trouble = torch.zeros((), dtype=torch.bool, device=self.device)
-        interval_steps = 0
-        start = 0
-        if config.resume_from_latest and writes:
-            state = checkpoint.load(self.out / CHECKPOINT_DIR, model, optimizer)
-            if state is not None:
-                start = state.step
-                self.rows = state.extra["rows"]
-                interval.fill_(state.extra["interval_sum"])
-                grad_max.fill_(state.extra["grad_max"])
-                interval_steps = int(state.extra["interval_steps"])
-                if self.spike is not None:
-                    self.spike.trace = [(int(s), float(v), float(g))
-                                        for s, v, g in state.extra.get("spike", [])]
+        interval = Interval.zeros(self.device)
+        start = self._restore(model, optimizer, interval) if config.resume_from_latest and writes else 0
         ddp = DistributedDataParallel(model) if world.size > 1 else None
         compile_model = config.compile if config.compile is not None else self.device.type == "cuda"
-        forward = maybe_compile(ddp if ddp is not None else model, compile_model)
-        bytes_per_token = float(data.tokenizer.token_bytes[data.eval_tokens].mean())
         rare = (rarest_tokens(data.train, recipe.shape.vocab_size) if self.spike is not None
                 else None)
-        peak = self._peak_flops()
-        flops_per_token = recipe.flops_per_token()
         if world.main and writes:
             self._rewrite_metrics()  # a new run's header, or the rows of the checkpoint resumed
         self.events.emit("pretrain_start", params=model.param_count(), world_size=world.size,
@@ -305,10 +369,8 @@ class LongRun:
         if self.tracking is not None:
             self.tracking.params({"recipe": recipe.model_dump(mode="json"),
                                   "corpus": config.corpus.source})
-        params = [p for p in model.parameters() if p.requires_grad]
         rows_per_rank = recipe.batch_size // world.size
         mine = slice(world.rank * rows_per_rank, (world.rank + 1) * rows_per_rank)
-        limit = config.divergence_factor * math.log(recipe.shape.vocab_size)
 
         def batch(index: int) -> tuple[torch.Tensor, torch.Tensor]:
             step_done = index // recipe.grad_accum + 1
@@ -320,97 +382,58 @@ class LongRun:
                                     index)
             return x[mine].to(self.device), y[mine].to(self.device)
 
-        timed_from = start + TIMED_WARMUP_STEPS
-        last_log = (time.perf_counter(), start)
-        below_floor = stale = False
-        stop: StopReason = "complete"
-        steps_done = start
+        stepper = Stepper(maybe_compile(ddp if ddp is not None else model, compile_model),
+                          optimizer, [p for p in model.parameters() if p.requires_grad], recipe,
+                          batch, context, ddp.no_sync if ddp is not None else None)
         end = min(recipe.steps, start + config.dry_run_steps) if not writes else recipe.steps
         with sigterm_flag() as preempted:
-            for step in range(start, end):
-                if step == timed_from:
-                    synchronize(self.device)
-                    guard.start_timing(step)
-                    last_log = (time.perf_counter(), step)
-                    self.paused_s = 0.0
-                lr = set_learning_rate(optimizer, recipe, step)
-                step_loss, grad_norm = train_step(forward, optimizer, params, recipe, step, batch,
-                                                  context, ddp.no_sync if ddp is not None else None)
-                interval += step_loss
-                torch.maximum(grad_max, grad_norm, out=grad_max)
-                steps_done = step + 1
-                watched = self.spike is not None and self.spike.watching(steps_done)
-                trouble |= ~torch.isfinite(step_loss)
-                if not watched:  # a rehearsed spike is meant to jump; only a NaN counts there
-                    trouble |= step_loss > limit
-                interval_steps += 1
-                if watched:
-                    assert self.spike is not None
-                    loss_now = float(comm.mean(step_loss.clone()))
-                    self.spike.record(steps_done, loss_now, float(grad_norm))
-                if not writes:
-                    continue
-                if self.spike is not None and steps_done == self.spike.start:
-                    self.events.emit("spike_rehearsal", level="warning", step=steps_done,
-                                     steps=self.spike.steps, how="rare-token batches injected "
-                                     "on purpose (--inject-spike-at-step); not a real spike")
-                    if self.tracking is not None:
-                        self.tracking.tag("recipelab.spike_rehearsal", f"steps {steps_done}-"
-                                          f"{steps_done + self.spike.steps - 1}")
-                status = guard.status(steps_done)
-                log_now = steps_done % config.log_every == 0 or steps_done == recipe.steps
-                eval_now = steps_done % config.eval_every == 0 or steps_done == recipe.steps
-                ckpt_now = bool(config.checkpoint_every) and steps_done % config.checkpoint_every == 0
-                if log_now or eval_now:
-                    row = self._row(steps_done, bytes_per_token, lr, status)
-                    if log_now:
-                        mean = comm.mean(interval.clone()) / interval_steps
-                        now = time.perf_counter()
-                        measured = steps_done - last_log[1]
-                        window = now - last_log[0] - self.paused_s
-                        tokens_per_s = (measured * recipe.tokens_per_step / window
-                                        if steps_done > timed_from and measured > 0 and window > 0
-                                        else None)
-                        last_log, self.paused_s = (now, steps_done), 0.0
-                        mfu = (flops_per_token * tokens_per_s / (peak * world.size)
-                               if tokens_per_s is not None and peak else None)
-                        row.update(train_loss=float(mean), grad_norm=float(grad_max),
-                                   param_norm=_param_norm(model), tokens_per_s=tokens_per_s,
-                                   mfu=mfu)
-                        interval.zero_()
-                        grad_max.zero_()
-                        interval_steps = 0
-                        below_floor = self._throughput_floor(steps_done, tokens_per_s, mfu,
-                                                             below_floor)
-                    if eval_now:
-                        row.update(self._evaluate(model, context))
-                    self._append(row)
-                    if log_now and world.main:
-                        write_budget(self.out, status)
-                        stale = self._watch_spend(steps_done, status, guard, stale)
-                stop = self._decide(steps_done, status, preempted[0], log_now, ckpt_now, trouble)
-                if stop != "complete":
-                    break
-                if ckpt_now:
-                    self._checkpoint(model, optimizer, steps_done, interval, grad_max,
-                                     interval_steps)
-            if stop in CHECKPOINTED_STOPS:
-                self._checkpoint(model, optimizer, steps_done, interval, grad_max, interval_steps)
+            hooks = LongRunHooks(self, model, optimizer, context, interval, guard, start=start,
+                                 writes=writes, preempted=preempted)
+            steps_done = run_steps(stepper, interval, self.device, start=start, end=end,
+                                   timed_from=start + TIMED_WARMUP_STEPS, hooks=hooks)
+            if hooks.stop in CHECKPOINTED_STOPS:
+                self.save_checkpoint(model, optimizer, steps_done, interval)
         synchronize(self.device)
         final = guard.status(steps_done)
         if not writes:
             return PretrainResult("complete", steps_done, budget=final)
-        if stop != "complete":
-            self._announce_stop(stop, steps_done, final)
+        if hooks.stop != "complete":
+            self._announce_stop(hooks.stop, steps_done, final)
         if world.main:
-            self._finish(model, final, stop, steps_done)
-        comm.barrier()
+            self._finish(model, final, hooks.stop, steps_done)
+        self.comm.barrier()
         self.events.close()
-        return PretrainResult(stop, steps_done, self.rows, final)
+        return PretrainResult(hooks.stop, steps_done, self.rows, final)
+
+    def _restore(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 interval: Interval) -> int:
+        """The step the latest checkpoint holds (0 without one), its model, optimizer, rows,
+        partial interval and spike trace loaded."""
+        state = checkpoint.load(self.out / CHECKPOINT_DIR, model, optimizer)
+        if state is None:
+            return 0
+        self.rows = state.extra["rows"]
+        interval.loss_sum.fill_(state.extra["interval_sum"])
+        interval.grad_max.fill_(state.extra["grad_max"])
+        interval.steps = int(state.extra["interval_steps"])
+        if self.spike is not None:
+            self.spike.trace = [(int(s), float(v), float(g))
+                                for s, v, g in state.extra.get("spike", [])]
+        return state.step
+
+    def rehearsal_started(self, step: int) -> None:
+        """Say that the rare-token batches of ``--inject-spike-at-step`` start now."""
+        assert self.spike is not None
+        self.events.emit("spike_rehearsal", level="warning", step=step, steps=self.spike.steps,
+                         how="rare-token batches injected on purpose (--inject-spike-at-step); "
+                             "not a real spike")
+        if self.tracking is not None:
+            self.tracking.tag("recipelab.spike_rehearsal",
+                              f"steps {step}-{step + self.spike.steps - 1}")
 
     # --- decisions -----------------------------------------------------------------------
 
-    def _decide(self, step: int, status: BudgetStatus, preempted: bool, log_now: bool,
+    def decide(self, step: int, status: BudgetStatus, preempted: bool, log_now: bool,
                 ckpt_now: bool, trouble: torch.Tensor) -> StopReason:
         """The stop every rank agrees on after ``step`` ("complete": go on)."""
         asked: StopReason = "preempted" if preempted else "complete"
@@ -449,7 +472,7 @@ class LongRun:
                                  "last good checkpoint with a lower learning rate or tighter "
                                  "clipping (--set optimizer.lr=... --resume-from-latest)")
 
-    def _watch_spend(self, step: int, status: BudgetStatus, guard: BudgetGuard,
+    def watch_spend(self, step: int, status: BudgetStatus, guard: BudgetGuard,
                      stale: bool) -> bool:
         """Events for the alert level and a sidecar that stopped updating (once each time)."""
         if guard.alert_due(status):
@@ -466,7 +489,7 @@ class LongRun:
 
     # --- pieces of a step ------------------------------------------------------------------
 
-    def _row(self, step: int, bytes_per_token: float, lr: float,
+    def row(self, step: int, bytes_per_token: float, lr: float,
              status: BudgetStatus) -> dict[str, Any]:
         tokens = step * self.recipe.tokens_per_step
         return {"step": step, "tokens": tokens, "bytes_seen": round(tokens * bytes_per_token),
@@ -483,7 +506,7 @@ class LongRun:
             synchronize(self.device)
             self.paused_s += time.perf_counter() - began
 
-    def _evaluate(self, model: nn.Module,
+    def evaluate(self, model: nn.Module,
                   context: Callable[[], AbstractContextManager[Any]]) -> dict[str, float]:
         """val_bpb and val loss (nats/token) on the held-out slice, each rank scoring its
         share of the evaluation batches."""
@@ -494,7 +517,7 @@ class LongRun:
             nats, n_bytes, tokens = self.comm.sum(sums.to(self.comm.device)).tolist()
         return {"val_bpb": nats / (math.log(2) * n_bytes), "val_loss": nats / tokens}
 
-    def _throughput_floor(self, step: int, tokens_per_s: float | None, mfu: float | None,
+    def throughput_floor(self, step: int, tokens_per_s: float | None, mfu: float | None,
                           below: bool) -> bool:
         """Emit an event when throughput falls below the floor (once per fall)."""
         config = self.config
@@ -509,7 +532,7 @@ class LongRun:
                                   "thermal throttling) before the bill grows")
         return low
 
-    def _append(self, row: dict[str, Any]) -> None:
+    def append(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
         if self.world.main:
             with (self.out / METRICS_FILE).open("a", newline="") as handle:
@@ -532,15 +555,15 @@ class LongRun:
             for row in self.rows:
                 long.writerows(_long_rows(row))
 
-    def _checkpoint(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                    interval: torch.Tensor, grad_max: torch.Tensor, interval_steps: int) -> None:
+    def save_checkpoint(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
+                    interval: Interval) -> None:
         with self._paused():
             # Every rank holds the global mean of the partial interval from here on, so a
             # resume (which loads rank 0's copy on every rank) sums exactly what this run would.
-            self.comm.mean(interval)
+            self.comm.mean(interval.loss_sum)
             if self.world.main:
-                extra = {"rows": self.rows, "interval_sum": float(interval),
-                         "grad_max": float(grad_max), "interval_steps": interval_steps,
+                extra = {"rows": self.rows, "interval_sum": float(interval.loss_sum),
+                         "grad_max": float(interval.grad_max), "interval_steps": interval.steps,
                          "spike": self.spike.trace if self.spike else []}
                 checkpoint.save(self.out / CHECKPOINT_DIR, step, model, optimizer, extra,
                                 keep=self.config.keep_last)

@@ -23,7 +23,7 @@ from torch import nn
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.trainer import checkpoint
-from recipelab.trainer.core import build_model, build_optimizer, set_learning_rate, train_step
+from recipelab.trainer.core import build_model, build_optimizer
 from recipelab.trainer.data import DataError, Dataset, load_dataset, sample_batch
 from recipelab.trainer.device import (
     UnsupportedPrecision,
@@ -43,6 +43,7 @@ from recipelab.trainer.device import (
 from recipelab.trainer.evaluate import bits_per_byte
 from recipelab.trainer.model import GPT
 from recipelab.trainer.spec import CurvePoint, FailureReason, TrialResult, TrialSpec
+from recipelab.trainer.step_loop import Interval, Step, Stepper, run_steps
 from recipelab.trainer.telemetry import DeviceSampler
 
 TIMED_WARMUP_STEPS = 5
@@ -68,45 +69,6 @@ class Progress:
     timed_s: float = 0.0
 
 
-@dataclass
-class Interval:
-    """Loss and grad-norm accumulated since the last curve point, kept on the device so the
-    hot loop never waits for the host. Checkpointed, so a resume between two curve points
-    still reports the uninterrupted curve."""
-
-    loss_sum: torch.Tensor
-    grad_max: torch.Tensor
-    steps: int = 0
-    losses: list[torch.Tensor] = field(default_factory=list)  # each step's, on the device
-
-    @classmethod
-    def zeros(cls, device: torch.device) -> Interval:
-        return cls(torch.zeros((), device=device), torch.zeros((), device=device))
-
-    def state(self) -> dict[str, Any]:
-        return {"loss_sum": self.loss_sum.item(), "grad_max": self.grad_max.item(),
-                "steps": self.steps, "losses": self.step_losses()}
-
-    def load(self, state: dict[str, Any]) -> None:
-        self.loss_sum.fill_(state["loss_sum"])
-        self.grad_max.fill_(state["grad_max"])
-        self.steps = int(state["steps"])
-        self.losses = [torch.tensor(math.nan if v is None else v, device=self.loss_sum.device)
-                       for v in state.get("losses", [])]
-
-    def step_losses(self) -> list[float | None]:
-        """The interval's per-step losses read back in one transfer; None where not finite."""
-        if not self.losses:
-            return []
-        return [v if math.isfinite(v) else None for v in torch.stack(self.losses).tolist()]
-
-    def reset(self) -> None:
-        self.loss_sum.zero_()
-        self.grad_max.zero_()
-        self.steps = 0
-        self.losses = []
-
-
 def _timed_warmup(steps: int, requested: int | None = None) -> int:
     """Steps excluded from throughput: the first few pay for allocator and kernel warm-up.
     ``requested`` (the spec's ``timed_warmup_steps``) overrides the default, keeping one
@@ -130,12 +92,12 @@ class TrialRunner:
         self.spec, self.recipe, self.resume, self.log = spec, spec.recipe, resume, log
         self.progress = Progress()
 
-    def _say(self, message: str) -> None:
+    def say(self, message: str) -> None:
         """Log a line; a log that can no longer be written (a full disk) keeps what it has."""
         with contextlib.suppress(OSError):
             print(message, file=self.log, flush=True)
 
-    def _save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
+    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
               interval: Interval) -> None:
         extra = {"curve": [p.model_dump() for p in self.progress.curve],
                  "losses": self.progress.losses, "interval": interval.state()}
@@ -152,55 +114,33 @@ class TrialRunner:
         self.progress.losses = list(state.extra.get("losses", []))
         interval.load(state.extra["interval"])
         self.progress.resumed_from = self.progress.steps_done = state.step
-        self._say(f"resumed from checkpoint at step {state.step}")
+        self.say(f"resumed from checkpoint at step {state.step}")
         return state.step
 
     def train(self, model: GPT, data: Dataset, device: torch.device,
               context: Callable[[], AbstractContextManager[Any]]) -> float:
         """Run the optimizer steps; returns the mean train loss of the last interval."""
-        recipe, spec, progress = self.recipe, self.spec, self.progress
+        recipe, spec = self.recipe, self.spec
         optimizer = build_optimizer(model, recipe, device)
-        forward = maybe_compile(model, spec.compile)
         interval = Interval.zeros(device)
         start = self._restore(model, optimizer, interval)
-        params = [p for p in model.parameters() if p.requires_grad]
-        limit = spec.divergence_factor * math.log(recipe.shape.vocab_size)
-        timed_from = max(start, _timed_warmup(recipe.steps, spec.timed_warmup_steps))
-        last_loss = progress.curve[-1].loss if progress.curve else math.nan
 
         def batch(index: int) -> tuple[torch.Tensor, torch.Tensor]:
             x, y = sample_batch(data.train, recipe.batch_size, recipe.seq_len, recipe.seed, index)
             return to_device(x, device), to_device(y, device)
 
-        clock = time.perf_counter()
-        for step in range(start, recipe.steps):
-            if step == timed_from:
-                synchronize(device)
-                clock = time.perf_counter()
-            lr = set_learning_rate(optimizer, recipe, step)
-            step_loss, grad_norm = train_step(forward, optimizer, params, recipe, step, batch,
-                                              context)
-            interval.loss_sum += step_loss
-            interval.losses.append(step_loss)
-            torch.maximum(interval.grad_max, grad_norm, out=interval.grad_max)
-            interval.steps += 1
-            progress.steps_done = step + 1
-            if progress.steps_done % spec.log_every == 0 or progress.steps_done == recipe.steps:
-                last_loss = interval.loss_sum.item() / interval.steps
-                point = CurvePoint(step=progress.steps_done, loss=last_loss,
-                                   grad_norm=interval.grad_max.item(), lr=lr)
-                progress.curve.append(point)
-                self._say(point.log_line())
-                progress.losses += interval.step_losses()
-                _check_loss(last_loss, progress.steps_done, limit)
-                interval.reset()
-            if spec.checkpoint_every and progress.steps_done % spec.checkpoint_every == 0:
-                self._save(model, optimizer, progress.steps_done, interval)
+        stepper = Stepper(maybe_compile(model, spec.compile), optimizer,
+                          [p for p in model.parameters() if p.requires_grad], recipe, batch,
+                          context)
+        hooks = TrialHooks(self, model, optimizer, interval)
+        timed_from = max(start, _timed_warmup(recipe.steps, spec.timed_warmup_steps))
+        run_steps(stepper, interval, device, start=start, end=recipe.steps,
+                  timed_from=timed_from, hooks=hooks)
         synchronize(device)
         if recipe.steps > timed_from:
-            progress.timed_steps = recipe.steps - timed_from
-            progress.timed_s = time.perf_counter() - clock
-        return last_loss
+            self.progress.timed_steps = recipe.steps - timed_from
+            self.progress.timed_s = time.perf_counter() - hooks.clock
+        return hooks.last_loss
 
     def run(self) -> TrialResult:
         recipe, spec = self.recipe, self.spec
@@ -216,7 +156,7 @@ class TrialRunner:
                             min_train_tokens=recipe.batch_size * recipe.seq_len + 1)
         model = build_model(recipe, device)
         context = autocast(recipe.precision, device)
-        self._say(f"trial {spec.trial_id}: {model.param_count():,} parameters on {device}, "
+        self.say(f"trial {spec.trial_id}: {model.param_count():,} parameters on {device}, "
                   f"{data.description}")
         trained = time.perf_counter()
         train_loss = self.train(model, data, device, context)
@@ -226,7 +166,7 @@ class TrialRunner:
         done = time.perf_counter()
         if not math.isfinite(score.bpb):
             raise TrialFailure("nan", f"val_bpb is {score.bpb}")
-        self._say(f"val_bpb {score.bpb:.4f} over {score.bytes:,} bytes")
+        self.say(f"val_bpb {score.bpb:.4f} over {score.bytes:,} bytes")
         progress = self.progress
         tokens_per_s = (progress.timed_steps * recipe.tokens_per_step / progress.timed_s
                         if progress.timed_s > 0 else None)
@@ -243,13 +183,47 @@ class TrialRunner:
         )
 
     def failure(self, reason: FailureReason, message: str) -> TrialResult:
-        self._say(f"trial failed ({reason}): {message}")
+        self.say(f"trial failed ({reason}): {message}")
         return TrialResult(
             trial_id=self.spec.trial_id, status="failed", reason=reason,
             message=message, steps_done=self.progress.steps_done, curve=self.progress.curve,
             losses=self.progress.losses,
             resumed_from_step=self.progress.resumed_from,
         )
+
+
+class TrialHooks:
+    """What a trial does after each step: a curve point every ``log_every`` steps (logged,
+    and checked for divergence), a checkpoint every ``checkpoint_every``."""
+
+    def __init__(self, runner: TrialRunner, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 interval: Interval) -> None:
+        self.runner, self.model, self.optimizer, self.interval = runner, model, optimizer, interval
+        recipe = runner.recipe
+        self.limit = runner.spec.divergence_factor * math.log(recipe.shape.vocab_size)
+        curve = runner.progress.curve
+        self.last_loss = curve[-1].loss if curve else math.nan
+        self.clock = time.perf_counter()
+
+    def timing_starts(self, step: int) -> None:
+        self.clock = time.perf_counter()
+
+    def after(self, step: Step) -> bool:
+        runner, progress, interval = self.runner, self.runner.progress, self.interval
+        spec, steps = runner.spec, runner.recipe.steps
+        progress.steps_done = step.done
+        if step.done % spec.log_every == 0 or step.done == steps:
+            self.last_loss = interval.loss_sum.item() / interval.steps
+            point = CurvePoint(step=step.done, loss=self.last_loss,
+                               grad_norm=interval.grad_max.item(), lr=step.lr)
+            progress.curve.append(point)
+            runner.say(point.log_line())
+            progress.losses += interval.step_losses()
+            _check_loss(self.last_loss, step.done, self.limit)
+            interval.reset()
+        if spec.checkpoint_every and step.done % spec.checkpoint_every == 0:
+            runner.save(self.model, self.optimizer, step.done, interval)
+        return False
 
 
 def run_trial(spec: TrialSpec, *, resume: bool = False, log: TextIO) -> TrialResult:
