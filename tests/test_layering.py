@@ -116,3 +116,23 @@ def test_a_presets_default_target_is_read_in_one_place() -> None:
                 if isinstance(node, ast.Attribute) and node.attr == "default_target":
                     readers.append(f"{path.relative_to(PACKAGE)}:{function.name}")
     assert sorted(set(readers)) == ["recipe.py:target_name"]
+
+
+def test_the_agents_modules_form_no_import_circle() -> None:
+    """Within ``agent/`` each module imports only what it builds on (type-only imports
+    included): the campaign over its phases, each phase over the context. A circle would
+    mean a phase reaching back into what runs it."""
+    agent = PACKAGE / "agent"
+    graph: dict[str, set[str]] = {}
+    for path in sorted(agent.glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        graph[path.stem] = {
+            node.module.removeprefix("recipelab.agent.")
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.ImportFrom) and node.module
+            and node.module.startswith("recipelab.agent.")}
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as error:
+        raise AssertionError(f"an import circle in agent/: {error.args[1]}") from None
