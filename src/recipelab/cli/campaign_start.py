@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from recipelab.agent import settings as settings_store
 from recipelab.agent.campaign_lock import CampaignLock, CampaignLocked
-from recipelab.agent.settings import CampaignSettings, SettingsError, default_campaign_dir
+from recipelab.agent.settings import AUTO, CampaignSettings, SettingsError, default_campaign_dir
 from recipelab.agent.settings_components import parse_edit
 from recipelab.cli.common import console, errors, fail, one_line
 from recipelab.cli.preflight_view import log_preflight, print_preflight
@@ -34,6 +34,9 @@ def resolve_settings(directory: Path, name: str, given: dict[str, Any]
     where trials run (the one :func:`~recipelab.agent.machine.resolve` of the command). And
     whether they are new."""
     settings, saved = merged_settings(directory, name, given)
+    if saved is not None:  # before the baseline is built: a new target's proxy may not be
+        refuse_changes(saved, settings if settings.precision != AUTO else  # `auto`: once resolved
+                       settings.model_copy(update={"precision": saved.precision}))
     window = settings.window
     if window.iterations is None and window.hours is None and window.until is None:
         fail("give the campaign a budget: --iterations N, --hours H or --until HH:MM")
@@ -47,11 +50,16 @@ def resolve_settings(directory: Path, name: str, given: dict[str, Any]
         settings = new_campaign_defaults(settings, given)
     resolved = resolved_where_trials_run(settings)
     if saved is not None:
-        try:
-            settings_store.check_resume(saved, resolved.settings)
-        except SettingsError as error:
-            fail(str(error))
+        refuse_changes(saved, resolved.settings)
     return resolved, saved is None
+
+
+def refuse_changes(saved: CampaignSettings, requested: CampaignSettings) -> None:
+    """One error line when a resume would change what the trajectory's numbers mean."""
+    try:
+        settings_store.check_resume(saved, requested)
+    except SettingsError as error:
+        fail(str(error))
 
 
 def merged_settings(directory: Path, name: str, given: dict[str, Any]
