@@ -243,4 +243,3 @@ class LadderPhase:
             checkpoint_every=ctx.settings.ladder.stress_checkpoint_every, resume=True,
             out_dir=ctx.directory / TRIALS_DIR / job.folder,
             timeout_s=ctx.settings.window.trial_timeout_s * max(1.0, job.steps / ctx.baseline.steps))
-

@@ -586,4 +586,3 @@ def _run_checks(settings: CampaignSettings, directory: Path, baseline: Recipe,
                         "fix them, then run 'recipelab check' again"))
     add(check_llm(settings, baseline))
     return report
-

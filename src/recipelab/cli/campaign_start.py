@@ -148,7 +148,6 @@ def refuse_if_running(directory: Path) -> None:
         pass  # an unwritable directory: the disk check says what to do
 
 
-
 def launch(options: dict[str, Any], *, check_only: bool) -> None:
     """``run`` and ``check``: validate what was typed, resolve the settings, run the
     preflight, then (for ``run``) the campaign. Nothing is written before the input is valid
