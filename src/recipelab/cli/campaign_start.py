@@ -95,7 +95,7 @@ def resolved_where_trials_run(settings: CampaignSettings) -> Resolved:
             executor = build_executor("ray", ray_address=settings.executor.ray_address)
         resolved = resolve(settings, executor)
     except RayUnavailable as error:
-        fail(str(error), "install Ray or use --executor local")
+        fail(str(error), "use --executor local to train on this machine instead")
     except SettingsError as error:
         if executor is not None:
             executor.close()

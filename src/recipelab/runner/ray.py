@@ -48,6 +48,8 @@ CHECKPOINT_POLL_S = 0.5
 CANCEL_MARGIN_S = 30.0
 AUTH_MODE_VARIABLE = "RAY_AUTH_MODE"
 TOKEN_VARIABLES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+RAY_CONNECT_TIMEOUT_S = 5.0
+"""How long a head node's port has to accept a connection."""
 TOKEN_FILE = Path("~/.ray/auth_token")  # where `ray start --head` keeps the cluster's token
 
 
@@ -99,6 +101,7 @@ class RayExecutor(Executor):
         self.shared_files = shared_files
         self._owns_ray = not self.ray.is_initialized()
         if self._owns_ray:
+            _refuse_unreachable(address)
             try:
                 # "local": a new instance even when a `ray start` cluster runs here (or its
                 # address file outlived it); joining one is what --ray-address auto asks for.
@@ -214,6 +217,24 @@ def _settle(spec: TrialSpec, payload: dict[str, Any]) -> TrialResult:
     tail = " | ".join(payload["log"].strip().splitlines()[-launch.LOG_TAIL_LINES:])
     return failed(spec, "crash", f"the trainer on {payload['host']} {payload['exit']} "
                   "without a result" + (f"; last log lines: {tail}" if tail else ""))
+
+
+def _refuse_unreachable(address: str | None) -> None:
+    """Raise RayUnavailable at once when nothing answers at a ``HOST:PORT`` address: Ray
+    itself retries an unreachable head node for minutes, printing a warning every few
+    seconds, before it gives up."""
+    if address is None or address in ("auto", "local") or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "localhost", int(port)),
+                                      timeout=RAY_CONNECT_TIMEOUT_S):
+            return
+    except (OSError, ValueError) as err:
+        raise RayUnavailable(
+            f"cannot reach the Ray cluster at {address}: nothing answers there ({err}). "
+            "Start it with 'ray start --head' (and 'ray start --address HEAD:6379' on the "
+            "other machines), then pass --ray-address auto or the head's HOST:6379") from None
 
 
 def _use_token_auth_if_set_up(address: str | None) -> None:
