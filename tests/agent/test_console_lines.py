@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.console_lines import LINE_LIMIT
+from recipelab.agent.console_lines import LINE_LIMIT, ReadableLines
 from recipelab.agent.settings import CampaignSettings
 
 from .conftest import ScriptedProposer, fake_executor, read_jsonl
@@ -62,3 +62,19 @@ def test_json_log_format_prints_every_event_as_events_jsonl_holds_it(
     printed = [json.loads(line) for line in lines if line.startswith("{")]
     kept = read_jsonl(tmp_path / "events.jsonl")
     assert [e["event"] for e in printed] == [e["event"] for e in kept]
+
+
+def test_a_learning_rate_family_run_says_whose_rate_it_multiplies() -> None:
+    """The baseline's family and a candidate's probe are both ``lr-family`` runs; each line
+    names the recipe whose rate it multiplies."""
+    lines = ReadableLines()
+    for trial, proposer, parent, edit in (
+            ("p0000", "baseline", None, {}),
+            ("r0000", "lr-family", "p0000", {"lr_family": 0.5}),
+            ("r0002", "lr-family", "p0005", {"optimizer.lr": 0.007, "lr_family": 2.61})):
+        lines.line({"event": "trial_started", "trial_id": trial, "kind": "rung",
+                    "proposer": proposer, "parent": parent, "edit": edit, "seed": 0})
+    finished = {"event": "trial_finished", "kind": "rung", "steps": 20, "tokens": 10240,
+                "status": "complete", "val_bpb": 4.5, "wall_s": 3.0}
+    assert str(lines.line({**finished, "trial_id": "r0000"})).endswith("the baseline at lr × 0.5")
+    assert str(lines.line({**finished, "trial_id": "r0002"})).endswith("p0005 at lr × 2.61")

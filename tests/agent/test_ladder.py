@@ -26,7 +26,7 @@ from recipelab.recipe import get_target
 from recipelab.report.export import ExportOptions, write_export
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.trainer.spec import TrialResult, TrialSpec
-from recipelab.trajectory.horizon import PRIOR_ALPHA
+from recipelab.trajectory.horizon import PRIOR_ALPHA, probe_multiple
 from recipelab.trajectory.ladder import RungPlan, plan_ladder
 from recipelab.trajectory.ledger import Ledger, Rung
 from recipelab.trajectory.record import TrialRecord
@@ -80,20 +80,21 @@ def test_the_night_climbs_by_successive_halving_with_the_baseline_at_every_rung(
 
     [planned] = events(tmp_path, "ladder_planned")
     assert planned["rungs"] == [60, 180, 400]
-    # six candidates: the best ceil(6 / 3) = 2 climb (never fewer than --promote 2)
-    assert climbed(records, 60) == {(0.01, 0), (0.02, 0), (0.015, 0)}, (
-        "the proxy's top two and the baseline")
-    assert climbed(records, 180) == {(0.01, 0), (0.02, 0), (0.015, 0)}
-    assert climbed(records, 400) == {(lr, s) for lr in (0.01, 0.02, 0.015) for s in (0, 1)}, (
+    # six candidates: the best ceil(6 / 3) = 2 climb (never fewer than --promote 2), by the
+    # better of each one's proxy and its probe (0.007's probe, at 0.018, is second best)
+    assert climbed(records, 60) == {(0.01, 0), (0.02, 0), (0.007, 0)}, (
+        "the top two at the proxy's steps and the baseline")
+    assert climbed(records, 180) == {(0.01, 0), (0.02, 0), (0.007, 0)}
+    assert climbed(records, 400) == {(lr, s) for lr in (0.01, 0.02, 0.007) for s in (0, 1)}, (
         "the top rung: both finalists and the baseline at two seeds")
-    others = {r.parent for r in records if r.kind != "proxy"}
+    others = {r.parent for r in records if r.kind != "proxy" and r.budget_steps > 20}
     assert not others & {r.trial_id for r in records if r.kind == "proxy"
-                         and r.recipe["optimizer"]["lr"] in (0.04, 0.03, 0.007, 0.005)}, (
-        "a candidate cut at the proxy climbed anyway")
+                         and r.recipe["optimizer"]["lr"] in (0.04, 0.03, 0.015, 0.005)}, (
+        "a candidate cut at the proxy's steps climbed anyway")
     # every rung trains at the rule's rate, which lands 0.02 on each rung's best rate
     ledger = Ledger(records, promote=2)
-    assert [lr_of(records, r.trial_id) for r in ledger.level_ranked(60)] == [0.02, 0.015]
-    assert [lr_of(records, r.trial_id) for r in ledger.level_ranked(400)] == [0.02, 0.015]
+    assert [lr_of(records, r.trial_id) for r in ledger.level_ranked(60)] == [0.02, 0.007]
+    assert [lr_of(records, r.trial_id) for r in ledger.level_ranked(400)] == [0.02, 0.007]
     assert summary.winner is not None and summary.winner.record.edit == {"optimizer.lr": 0.02}
     assert summary.winner.evidence == "stress"
     assert ledger.top_rung() == Rung(400, (0, 1), "stress")
@@ -125,16 +126,43 @@ def test_each_rung_trains_at_the_rule_rate_and_the_baseline_also_at_half_and_twi
     for r in records:
         if r.kind == "rung" and r.proposer != "lr-family" and r.budget_steps == 60:
             assert r.recipe["optimizer"]["lr"] == pytest.approx(
-                lr_of(records, r.parent) * started[60]["lr_factor"])
+                lr_of(records, r.parent) * started[60]["lr_factor"]), "a probe's climber too"
     family = sorted((r.budget_steps, r.recipe["optimizer"]["lr"]) for r in records
-                    if r.proposer == "lr-family")
+                    if r.proposer == "lr-family" and r.parent == "p0000")
     factors = {20: 1.0, **{steps: e["lr_factor"] for steps, e in started.items()}}
     expected = sorted((steps, 0.01 * factor * m) for steps, factor in factors.items()
                       for m in (0.5, 2.0))
     assert [s for s, _ in family] == [s for s, _ in expected]
     assert [lr for _, lr in family] == pytest.approx([lr for _, lr in expected]), (
         "the baseline (lr 0.01) at lr × {½, 2} at the proxy's budget and at every rung")
-    assert {r.parent for r in records if r.proposer == "lr-family"} == {"p0000"}
+
+
+def test_a_candidate_whose_rate_suits_the_long_run_climbs_by_its_probe(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    """0.007 is too low for 20 steps (fifth of six at its own rate) but the rule's choice
+    for 400: its probe at the prior's 2.61 × finds that, so it climbs (at the rule's rate)."""
+    _, records = run(ladder_settings, tmp_path)
+
+    multiple = probe_multiple(20, 400)
+    assert multiple == pytest.approx((400 / 20) ** PRIOR_ALPHA, abs=0.005)
+    [started] = events(tmp_path, "probes_started")
+    assert started["lr_multiple"] == multiple
+    probes = [r for r in records if r.proposer == "lr-family" and r.parent != "p0000"]
+    assert len(probes) == 6 == len(started["candidates"]), "probed(6, 3, 2): all six"
+    assert all(r.kind == "rung" and r.budget_steps == 20 for r in probes)
+    assert all(r.recipe["optimizer"]["lr"] == pytest.approx(lr_of(records, r.parent) * multiple)
+               for r in probes)
+    low = next(r for r in records if r.kind == "proxy" and r.edit == {"optimizer.lr": 0.007})
+    ledger = Ledger(records, promote=2)
+    assert [c.trial_id for c in ledger.contenders].index(low.trial_id) == 4, "fifth of six at × 1"
+    assert ledger.at_proxy_steps(low)[1] == multiple
+    assert low in ledger.climbing_to(60)
+    [at_60] = ledger.runs_at(low.trial_id, 60)
+    factor = next(e for e in events(tmp_path, "rung_started") if e["steps"] == 60)["lr_factor"]
+    assert at_60.recipe["optimizer"]["lr"] == pytest.approx(0.007 * factor)
+    report = " ".join((tmp_path / "report" / "report.md").read_text().split())
+    assert f"6 probe(s) trained candidates again at the proxy's steps at lr × {multiple:g}" in report
+    assert f"Climbed by its probe: {low.trial_id}." in report
 
 
 def test_the_winner_line_is_the_same_on_the_console_in_status_the_report_and_export(
@@ -205,7 +233,7 @@ def test_a_campaign_that_dies_on_a_rung_resumes_it_without_losing_or_repeating_a
     runs = [(r.parent, r.recipe["steps"], r.recipe["seed"], r.edit.get("lr_family"))
             for r in records if r.kind != "proxy" and r.status == "complete"]
     assert len(runs) == len(set(runs)), "a ladder run was trained twice"
-    assert climbed(records, 400) == {(lr, s) for lr in (0.01, 0.02, 0.015) for s in (0, 1)}
+    assert climbed(records, 400) == {(lr, s) for lr in (0.01, 0.02, 0.007) for s in (0, 1)}
 
 
 def test_a_top_rung_run_lost_midway_is_resumed_from_its_checkpoint(
@@ -254,6 +282,12 @@ def test_the_window_plan_prices_every_rung_from_measured_costs() -> None:
     assert plan.rung_runs == 9 and plan.stress_runs == 8
     assert "9 middle-rung runs" in plan.describe() and "8 top-rung runs" in plan.describe()
 
+    probed = [RungPlan(180, 4, probes=12), *ladder[1:]]
+    with_probes = plan_window(deadline, times, rungs=probed, **common)
+    assert with_probes.phase2_s - plan.phase2_s == pytest.approx(
+        MARGIN * math.ceil(12 / 2) * times.seconds(60)), "12 probes at the proxy's 60 steps"
+    assert with_probes.rung_runs == 9 + 12
+
 
 def test_more_top_seeds_on_a_resume_add_the_missing_seeds_and_repeat_no_run(
         tmp_path: Path, ladder_settings: CampaignSettings) -> None:
@@ -264,7 +298,7 @@ def test_more_top_seeds_on_a_resume_add_the_missing_seeds_and_repeat_no_run(
 
     summary, records = run(ladder_settings.model_copy(update={"top_seeds": 3}), tmp_path)
 
-    assert climbed(records, 400) == {(lr, s) for lr in (0.01, 0.02, 0.015) for s in (0, 1, 2)}
+    assert climbed(records, 400) == {(lr, s) for lr in (0.01, 0.02, 0.007) for s in (0, 1, 2)}
     runs = [(r.parent, r.recipe["steps"], r.recipe["seed"]) for r in records
             if r.kind == "stress" and r.status == "complete"]
     assert len(runs) == len(set(runs)) == 9, "a top-rung run was trained twice"

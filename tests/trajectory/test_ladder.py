@@ -10,6 +10,7 @@ from recipelab.trajectory.ladder import (
     climbers,
     describe_ladder,
     plan_ladder,
+    probed,
     rung_steps,
 )
 from recipelab.trajectory.ledger import Ledger, Rung
@@ -74,6 +75,20 @@ def test_each_rung_keeps_the_best_third_but_never_fewer_than_the_finalists() -> 
     assert plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=0) == []
 
 
+def test_the_first_rung_is_chosen_with_probes_of_eta_times_its_climbers() -> None:
+    """With the horizon rule on, the best ``eta`` × the first rung's climbers train again at
+    the proxy's steps at a higher rate; none when every candidate climbs anyway."""
+    assert probed(17, 3, 3, cap=6) == 17, "6 climb: the best 18, all 17"
+    assert probed(100, 3, 3, cap=10) == 30
+    assert probed(3, 3, 3) == 0, "all three climb: nothing to choose"
+    plan = plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=3, first_size=6,
+                       family=True)
+    assert [r.probes for r in plan] == [17, 0, 0]
+    assert plan[0].runs == 6 + 1 + 2, "the probes are priced apart: they train the proxy's steps"
+    assert describe_ladder(plan, 60, 17).startswith(
+        "60 steps ×17 (the best 17 again at a higher rate) → 180 ×6 → 540 ×3")
+
+
 def test_a_rung_ranks_by_paired_gain_and_decides_who_climbs_to_the_next() -> None:
     """The 180-step rung reverses the proxy's order of p0001 and p0002; the 540-step rung's
     climbers come from it, and the proxy's p0003 (not among them) never climbs again."""
@@ -86,6 +101,50 @@ def test_a_rung_ranks_by_paired_gain_and_decides_who_climbs_to_the_next() -> Non
     assert [r.trial_id for r in ledger.climbing_to(540)] == ["p0002"]
     assert [r.trial_id for r in ledger.climbing_to(1000, top=True)] == ["p0002"]
     assert ledger.top_rung() == Rung(180, (0,), "rung")
+
+
+def probe(trial_id: str, parent: str, val_bpb: float, *, seed: int = 0,
+          status: str = "complete") -> TrialRecord:
+    """``parent``'s probe: a family run at the proxy's 60 steps at 2.5 × its rate."""
+    return run(trial_id, parent, 60, val_bpb, seed=seed).model_copy(update={
+        "proposer": "lr-family", "edit": {"lr_family": 2.5}, "status": status})
+
+
+def test_the_first_rung_takes_each_candidates_better_of_its_proxy_and_its_probe() -> None:
+    """p0005 (fifth at its own rate) probes best and climbs, at 2.5 × its rate; a probe
+    that failed, trained another seed, or is the baseline's family ranks nothing."""
+    records = [*PROXIES, probe("r0", "p0005", 1.85), probe("r1", "p0001", 1.95),
+               probe("r2", "p0004", 1.80, seed=1), probe("r3", "p0003", 1.70, status="failed"),
+               probe("r4", "p0000", 1.60)]
+    ledger = Ledger(records, promote=1, rung_size=10, eta=3)
+    assert [r.trial_id for r in ledger.climbing_to(180)] == ["p0005", "p0001"]
+    assert ledger.rung_candidates == ledger.climbing_to(180)
+    by_id = {r.trial_id: r for r in records}
+    assert ledger.at_proxy_steps(by_id["p0005"]) == (1.85, 2.5)
+    assert ledger.at_proxy_steps(by_id["p0001"]) == (1.90, 1.0), "its own rate scored better"
+    assert ledger.at_proxy_steps(by_id["p0004"]) == (1.93, 1.0), "the probe trained seed 1"
+    assert ledger.at_proxy_steps(by_id["p0003"]) == (1.92, 1.0), "the probe failed"
+    assert [r.trial_id for r in ledger.contenders][:2] == ["p0001", "p0002"], (
+        "the proxy's own ranking is unchanged")
+    assert ledger.level_ranked(60) == [], "a probe is no rung of its own"
+
+
+def test_a_candidate_tied_with_the_last_climber_at_the_proxy_climbs_too() -> None:
+    """The baseline's seeds put the proxy's noise floor at 0.03: p0003, 0.02 behind the
+    second climber, is tied with it and climbs; p0004, 0.08 behind, is not; ``rung_size``
+    still caps the rung."""
+    records = [proxy("p0000", 2.00, baseline=True), proxy("p0007", 2.03, baseline=True, seed=1),
+               proxy("p0001", 1.90), proxy("p0002", 1.91), proxy("p0003", 1.93),
+               proxy("p0004", 1.99), proxy("p0005", 2.10), proxy("p0006", 2.20)]
+    ledger = Ledger(records, promote=1, rung_size=10, eta=3)
+    assert ledger.noise is not None and ledger.noise.spread == pytest.approx(0.03)
+    assert [r.trial_id for r in ledger.climbing_to(180)] == ["p0001", "p0002", "p0003"]
+    assert ledger.rung_candidates == ledger.climbing_to(180)
+    capped = Ledger(records, promote=1, rung_size=2, eta=3)
+    assert [r.trial_id for r in capped.climbing_to(180)] == ["p0001", "p0002"]
+    unseeded = Ledger([r for r in records if r.trial_id != "p0007"], promote=1, eta=3)
+    assert [r.trial_id for r in unseeded.climbing_to(180)] == ["p0001", "p0002"], (
+        "one baseline seed: no floor, no ties")
 
 
 def test_learning_rate_family_runs_rank_nothing() -> None:

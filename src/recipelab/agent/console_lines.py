@@ -60,6 +60,7 @@ class ReadableLines:
         self.edits: dict[str, Mapping[str, Any]] = {}
         self.seeds: dict[str, int] = {}
         self.reruns: dict[str, str] = {}  # seed re-run -> the trial it repeats
+        self.parents: dict[str, str] = {}
         self.baseline_runs: set[str] = set()
         self.baseline: dict[tuple[int, int], float] = {}  # (tokens, seed) -> val_bpb
 
@@ -86,6 +87,8 @@ class ReadableLines:
         trial = str(event.get("trial_id"))
         self.edits[trial] = event.get("edit") or {}
         self.seeds[trial] = int(event.get("seed") or 0)
+        if event.get("parent"):
+            self.parents[trial] = str(event["parent"])
         unseeded = {k: v for k, v in (event.get("edit") or {}).items() if k != "seed"}
         if event.get("proposer") == BASELINE_PROPOSER or (
                 event.get("kind") == "attribution" and not unseeded):
@@ -117,8 +120,10 @@ class ReadableLines:
         edit = self.edits.get(trial, {})
         shown = {k: v for k, v in edit.items() if k not in ("seed", "lr_family")}
         what = "" if trial in self.baseline_runs else compact_edit(shown, {})
-        if "lr_family" in edit:
-            what = f"the baseline at lr × {edit['lr_family']:g}"
+        if "lr_family" in edit:  # the baseline's family, or a candidate's probe
+            parent = self.parents.get(trial)
+            whose = "the baseline" if parent is None or parent in self.baseline_runs else parent
+            what = f"{whose} at lr × {edit['lr_family']:g}"
         elif trial in self.reruns:
             what = f"{self.reruns[trial]} at seed {self.seeds.get(trial, 0)}"
         return clip(f"{head}  val_bpb {_number(value)}  {gain:<20} "

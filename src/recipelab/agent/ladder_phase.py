@@ -1,8 +1,12 @@
 """The ladder of fidelities: seed re-runs settle close finalists, then successive halving
 climbs from the proxy to the top rung.
 
-Each middle rung (:mod:`recipelab.trajectory.ladder`, by ``eta``) trains the best of the one
-below and the baseline beside them, for ``steps`` of the baseline's tokens at the horizon
+Before the first middle rung, the candidates it chooses from train again at the proxy's
+steps at a higher rate (a *probe*, :func:`~recipelab.trajectory.horizon.probe_multiple`),
+so a recipe whose rate suits the long run is not culled for starting slowly (the probe
+ranks; every climber still trains at the rule's rate). Each middle rung
+(:mod:`recipelab.trajectory.ladder`, by ``eta``) trains the best of the one below and the
+baseline beside them, for ``steps`` of the baseline's tokens at the horizon
 rule's learning rate; the top rung, at ``stress_steps``, trains the ``promote`` finalists and
 the baseline at ``top_seeds`` seeds, so the winner is named only outside the paired interval
 (:meth:`~recipelab.trajectory.ledger.Ledger.recommendation`). The baseline's learning-rate
@@ -21,8 +25,8 @@ from recipelab.agent.proxy_trials import ProxyTrials
 from recipelab.agent.seeds import noise_marks, rerun_proposals
 from recipelab.agent.trials import TRIALS_DIR
 from recipelab.recipe import Recipe
-from recipelab.trajectory.horizon import HorizonFit, HorizonRule, horizon_rule
-from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder
+from recipelab.trajectory.horizon import HorizonFit, HorizonRule, horizon_rule, probe_multiple
+from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder, probed
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER
 from recipelab.trajectory.record import TrialRecord
 
@@ -106,6 +110,8 @@ class LadderPhase:
             ctx.log.info("rung_skipped", reason=reason)
         # the baseline's family at the proxy's steps: the horizon rule's first point
         self._in_waves(ctx, self._family(ctx, proxy_steps, 1.0, self._rule(ctx)))
+        if reason is None:
+            self._in_waves(ctx, self._probes(ctx, proxy_steps))
         plan = ctx.settings.ladder.planned_ladder(proxy_steps, len(ctx.ledger.contenders))
         ctx.log.info("ladder_planned", eta=ctx.settings.ladder.eta, rungs=steps,
                      ladder=describe_ladder(plan, proxy_steps, len(ctx.ledger.contenders)))
@@ -130,6 +136,23 @@ class LadderPhase:
             return []
         return [RungJob(baseline, steps, ctx.settings.seed, factor * m, family=m)
                 for m in LR_FAMILY]
+
+    def _probes(self, ctx: CampaignContext, proxy_steps: int) -> list[RungJob]:
+        """The best :func:`~recipelab.trajectory.ladder.probed` contenders at
+        :func:`~recipelab.trajectory.horizon.probe_multiple` × their rate, for the proxy's
+        steps at their own seed; nothing when the horizon rule is off (every rung then trains
+        the proxy's rate)."""
+        ladder = ctx.settings.ladder
+        if not ladder.horizon_rule:
+            return []
+        pool = ctx.ledger.contenders
+        n = probed(len(pool), ladder.eta, ladder.promote, ladder.rung_size)
+        multiple = probe_multiple(proxy_steps, ladder.stress_steps)
+        if n:
+            ctx.log.info("probes_started", steps=proxy_steps, lr_multiple=multiple,
+                         candidates=[c.trial_id for c in pool[:n]])
+        return [RungJob(c, proxy_steps, int(c.recipe.get("seed", ctx.settings.seed)), multiple,
+                        family=multiple) for c in pool[:n]]
 
     def _climb(self, ctx: CampaignContext, steps: int, *, top: bool) -> None:
         """Train one rung: its climbers and the baseline at the rule's learning rate for

@@ -249,15 +249,16 @@ def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int
     ladder = settings.ladder.planned_ladder(baseline.steps, max(0, trials - settings.search.noise_seeds))
     stress = (ladder[-1].runs if ladder else 0) + settings.ladder.fidelity
     rung = sum(r.runs for r in ladder[:-1])
+    probes = sum(r.probes for r in ladder)  # proxy-length: no checkpoint
     longer = stress + rung
     params = baseline.param_count()
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
     # each rung and stress run keeps its last checkpoint; one being written briefly doubles
     # its run's
     checkpoints = (longer + min(longer, planned_in_flight(settings))) * checkpoint if longer else 0
-    files = (trials + longer) * TRIAL_FILES_BYTES
+    files = (trials + probes + longer) * TRIAL_FILES_BYTES
     corpus = 4 * (settings.corpus.max_bytes or 0)  # int32 token ids of the capped text
-    how = (f"{trials:,} proxy trials x {TRIAL_FILES_BYTES // 1024} KiB, {stress} stress "
+    how = (f"{trials + probes:,} proxy trials and probes x {TRIAL_FILES_BYTES // 1024} KiB, {stress} stress "
            f"and {rung} rung checkpoint(s) of {params:,} params x {CHECKPOINT_BYTES_PER_PARAM} B = "
            f"{size(checkpoint)}" + (f", tokenized corpus {size(corpus)}" if corpus else ""))
     return files + checkpoints + corpus, how

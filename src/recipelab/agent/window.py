@@ -160,8 +160,9 @@ def plan_window(deadline: datetime, times: TrialTimes, *, proxy_steps: int, stre
     """Reserve Phase 2's time at the end of the window, from the measured trial costs.
 
     Phase 2 is the seed re-runs (in waves of ``parallel``), then the ladder rung by rung:
-    each middle rung of ``rungs`` (its runs in waves of ``parallel``; a rung ends before the
-    next starts, since it chooses the next one's climbers), then the top rung (its runs, and
+    each middle rung of ``rungs`` (its probes at the proxy's steps, then its runs, in waves
+    of ``parallel``; a rung ends before the next starts, since it chooses the next one's
+    climbers), then the top rung (its runs, and
     the ``fidelity`` mid-ranked trials, in waves of ``parallel``). Without ``rungs`` the top
     rung is the ``promote`` finalists at one seed each.
     """
@@ -171,9 +172,11 @@ def plan_window(deadline: datetime, times: TrialTimes, *, proxy_steps: int, stre
     reruns = expected_reruns(promote, noise_seeds) if promote else 0
     middle = list(rungs[:-1])
     stress_runs = (rungs[-1].runs if rungs else promote) + fidelity
-    rung_runs = sum(r.runs for r in middle)
+    rung_runs = sum(r.runs + r.probes for r in middle)
+    probes_s = sum(math.ceil(r.probes / parallel) for r in middle) * proxy_s
     rung_total = sum(math.ceil(r.runs / parallel) * times.seconds(r.steps) for r in middle)
     rung_s = rung_total / max(1, sum(math.ceil(r.runs / parallel) for r in middle))
+    rung_total += probes_s
     phase2_s = MARGIN * (math.ceil(reruns / parallel) * proxy_s + rung_total
                          + math.ceil(stress_runs / parallel) * stress_s
                          + math.ceil(attribution_runs / parallel) * attribution_s) + REPORT_RESERVE_S

@@ -170,7 +170,12 @@ def rung_runs(records: Sequence[TrialRecord], horizon_fits: Sequence[HorizonFit]
                          candidate.trial_id, str(len(scores)),
                          _fmt(statistics.fmean(scores.values()) if scores else None), gain,
                          "baseline" if is_base else str(rank.get(candidate.trial_id, "excluded"))))
-    family = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal]
+    family = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal
+              and base is not None and r.parent == base.trial_id]
+    probes = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal
+              and r not in family]
+    carried = [c.trial_id for c in ledger.contenders if ledger.at_proxy_steps(c)[1] != 1.0
+               and any(ledger.runs_at(c.trial_id, s) for s in ledger.rung_levels)]
     blocks: list[Block] = [
         Paragraph("Each rung trains the best of the rung below for more tokens, and the "
                   "baseline beside them as the control; a rung ranks by the paired gain over the "
@@ -186,6 +191,15 @@ def rung_runs(records: Sequence[TrialRecord], horizon_fits: Sequence[HorizonFit]
         f"Each rung trains at the proxy's learning rate × (rung tokens / proxy tokens)^-alpha, "
         f"the horizon rule: {rule.describe()}. {len(family)} learning-rate family run(s) (the "
         "baseline at lr × ½ and × 2 at each budget) fed it; they rank nothing."))
+    if probes:
+        multiple = float(probes[0].edit["lr_family"])
+        blocks.append(Paragraph(
+            f"{len(probes)} probe(s) trained candidates again at the proxy's steps at lr × "
+            f"{multiple:g}, the rate the rule would choose there were a candidate's own rate "
+            "right for the top rung; the first rung took the best by each one's better of its "
+            "proxy and its probe, and every climber still trains at the rule's rate. "
+            + (f"Climbed by its probe: {', '.join(carried)}." if carried else
+               "No candidate climbed by its probe.")))
     return Section(title, tuple(blocks))
 
 

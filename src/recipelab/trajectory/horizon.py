@@ -106,6 +106,23 @@ class HorizonRule:
 PRIOR_RULE = HorizonRule(alpha=PRIOR_ALPHA)
 
 
+def probe_multiple(proxy_steps: int, stress_steps: int) -> float:
+    """The rate, as a multiple of a candidate's, at which its *probe* trains at the proxy's
+    steps: the rate the published rule would choose at the proxy were the candidate's own
+    the right one at the top rung, ``(stress / proxy) ** PRIOR_ALPHA`` (2.6 from 20 to 400
+    steps), to two decimals.
+
+    A candidate's rate may be meant for the long run, and such a recipe starts slowly: at
+    20 steps its best rate is higher. Ranking the first rung by the better of a candidate's
+    proxy and its probe lets it climb (in ``bench/search_quality.py``'s campaigns the long
+    run's best survived the first rung in 6 of 10 on its proxy rate alone, 8 of 10 by the
+    better of × 1 and × 3). The prior, not the campaign's fit, sets it: a probe is
+    launched before the rung that fits the rule, and a resumed campaign must ask for the
+    same one.
+    """
+    return round(1 / PRIOR_RULE.factor(proxy_steps, stress_steps), 2)
+
+
 def best_log_lr(points: Sequence[tuple[float, float]]) -> float | None:
     """The log learning rate at the minimum of a quadratic fitted to (log lr, val_bpb), kept
     within the measured range; None with fewer than 3 distinct rates or no minimum."""

@@ -63,6 +63,14 @@ def climbers(entrants: int, eta: int, promote: int, cap: int | None = None) -> i
     return min(n, cap) if cap is not None else n
 
 
+def probed(entrants: int, eta: int, promote: int, cap: int | None = None) -> int:
+    """How many of ``entrants`` proxy candidates also train a probe at a higher rate (see
+    :func:`~recipelab.trajectory.horizon.probe_multiple`) before the first rung chooses its
+    climbers: the best ``eta`` times as many as climb, none when all of them climb anyway."""
+    climbing = climbers(entrants, eta, promote, cap)
+    return 0 if climbing >= entrants else min(entrants, eta * climbing)
+
+
 LR_FAMILY = (0.5, 2.0)
 """The baseline's learning-rate family at every budget (times the rule's rate): with its own
 run, three rates, what a quadratic in log lr needs to place the best one."""
@@ -76,10 +84,12 @@ class RungPlan:
     candidates: int  # climbing candidates, the baseline not counted
     seeds: int = 1
     family: int = 0  # the baseline's learning-rate family runs at this rung
+    probes: int = 0  # runs at the proxy's steps that choose this rung's candidates
 
     @property
     def runs(self) -> int:
-        """Runs at this rung: every candidate and the baseline at each seed, and the family."""
+        """Runs at this rung: every candidate and the baseline at each seed, and the family
+        (the probes, shorter, are not counted)."""
         return (self.candidates + 1) * self.seeds + self.family
 
 
@@ -89,8 +99,9 @@ def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: in
                 family: bool = False) -> list[RungPlan]:
     """The rungs above the proxy for ``candidates`` proxy candidates (the baseline not
     counted): each takes the best :func:`climbers` of the one below (the first at most
-    ``first_size``); the top rung takes ``promote`` finalists at ``top_seeds`` seeds. With
-    ``family``, every rung also trains the baseline's learning-rate family."""
+    ``first_size``, chosen with :func:`probed` probes); the top rung takes ``promote``
+    finalists at ``top_seeds`` seeds. With ``family`` (the horizon rule on), every rung also
+    trains the baseline's learning-rate family, and the first rung's climbers are probed."""
     if promote == 0:
         return []
     steps = rung_steps(proxy_steps, stress_steps, eta, first_steps)
@@ -98,15 +109,19 @@ def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: in
     plan: list[RungPlan] = []
     entrants = candidates
     for i, at in enumerate(steps[:-1]):
-        entrants = climbers(entrants, eta, promote, first_size if i == 0 else None)
-        plan.append(RungPlan(at, entrants, family=extra))
+        cap = first_size if i == 0 else None
+        probes = probed(entrants, eta, promote, cap) if family and i == 0 else 0
+        entrants = climbers(entrants, eta, promote, cap)
+        plan.append(RungPlan(at, entrants, family=extra, probes=probes))
     plan.append(RungPlan(steps[-1], min(promote, entrants), top_seeds, family=extra))
     return plan
 
 
 def describe_ladder(plan: Sequence[RungPlan], proxy_steps: int, candidates: int) -> str:
     """``60 steps ×12 → 180 ×4 → 1000 ×3 at 2 seeds (+ the baseline at every rung)``."""
-    parts = [f"{proxy_steps} steps ×{candidates}"]
+    probes = plan[0].probes if plan else 0
+    parts = [f"{proxy_steps} steps ×{candidates}"
+             + (f" (the best {probes} again at a higher rate)" if probes else "")]
     parts += [f"{r.steps} ×{r.candidates}" + (f" at {r.seeds} seeds" if r.seeds > 1 else "")
               for r in plan]
     family = " and its learning-rate family" if any(r.family for r in plan) else ""

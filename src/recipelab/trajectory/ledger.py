@@ -26,8 +26,10 @@ never disagree:
   two or more seeds; a rung ranks the candidates it trained by their paired gain over the
   baseline's run at the same steps and seed (:meth:`Ledger.level_ranked`); the candidates
   climbing to a rung are the best of the highest rung below it that has scored runs
-  (:meth:`Ledger.ranking_below`); learning-rate family runs (proposer ``lr-family``) feed the
-  horizon rule and rank nothing;
+  (:meth:`Ledger.ranking_below`); the first rung's climbers are the best by
+  :meth:`Ledger.proxy_ranked`, each candidate's better of its proxy trial and its *probe*
+  (a family run at the proxy's steps at a higher rate); the baseline's learning-rate family
+  runs (proposer ``lr-family``) feed the horizon rule and rank nothing;
 - **recommendation** (:meth:`Ledger.recommendation`): when the top rung holds paired seeds
   for the baseline and a finalist, the finalist with the largest mean paired gain there is the
   winner only when its interval excludes 0 (else there is *no winner beyond noise*, with the
@@ -75,7 +77,8 @@ from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.rung import rung_score
 
 LR_FAMILY_PROPOSER = "lr-family"
-"""A rung run of a climbing candidate at half or twice its rate: data for the horizon rule."""
+"""A rung run of a recipe at a multiple of its rate (``edit["lr_family"]``): the baseline's
+family, data for the horizon rule, or a candidate's probe at the proxy's steps."""
 
 T = TypeVar("T")
 Evidence = Literal["stress", "rung", "proxy"]
@@ -287,19 +290,52 @@ class Ledger:
     def rung_candidates(self) -> list[TrialRecord]:
         """The candidates that climb to the first rung above the proxy (``rung_size`` at most,
         see :func:`~recipelab.trajectory.ladder.climbers`)."""
-        n = climbers(len(self.contenders), self.eta, self.promote, self.rung_size)
-        return self.contenders[:n]
+        return self._first_climbers()
+
+    def _first_climbers(self) -> list[TrialRecord]:
+        """The best :func:`~recipelab.trajectory.ladder.climbers` of :attr:`proxy_ranked`, and
+        those tied with the last of them: within the proxy's noise floor of its score (the
+        floor is measured at the proxy's steps, so only this cut has one), ``rung_size`` at
+        most. In ``bench/search_quality.py``'s campaigns, a long run's best lost at this cut
+        to a candidate 0.008 val_bpb ahead, a third of the floor."""
+        ranked = self.proxy_ranked
+        n = climbers(len(ranked), self.eta, self.promote, self.rung_size)
+        floor = self.noise.paired_spread or self.noise.spread if self.noise is not None else 0.0
+        if 0 < n < len(ranked) and floor > 0:
+            cut = self.at_proxy_steps(ranked[n - 1])[0] + floor
+            while (n < min(len(ranked), self.rung_size)
+                   and self.at_proxy_steps(ranked[n])[0] <= cut):
+                n += 1
+        return ranked[:n]
+
+    def at_proxy_steps(self, candidate: TrialRecord) -> tuple[float, float]:
+        """The candidate's best score at the proxy's steps and the multiple of its rate that
+        reached it: its own trial's (× 1) or its probe's, at the same seed."""
+        best = (float(candidate.val_bpb) if candidate.val_bpb is not None else math.inf, 1.0)
+        for probe in self.rung:
+            if (probe.proposer == LR_FAMILY_PROPOSER and probe.parent == candidate.trial_id
+                    and probe.budget_steps == candidate.budget_steps
+                    and probe.recipe.get("seed") == candidate.recipe.get("seed")
+                    and (score := rung_score(probe)) is not None and score < best[0]):
+                best = (score, float(probe.edit["lr_family"]))
+        return best
+
+    @cached_property
+    def proxy_ranked(self) -> list[TrialRecord]:
+        """The contenders by their best score at the proxy's steps (:meth:`at_proxy_steps`):
+        the ranking the first rung's climbers are taken from."""
+        return sorted(self.contenders, key=lambda c: (self.at_proxy_steps(c)[0], c.trial_id))
 
     def climbing_to(self, steps: int, *, top: bool = False) -> list[TrialRecord]:
         """The candidates that train at the rung of ``steps``: the best of the highest rung
-        below it with scored runs (the proxy's ranking when none), ``promote`` of them at
+        below it with scored runs (:attr:`proxy_ranked` when none), ``promote`` of them at
         the top rung, else :func:`~recipelab.trajectory.ladder.climbers` of them."""
         below = self.ranking_below(steps)
         if top:
             return below[:self.promote]
-        first = below is self.contenders
-        return below[:climbers(len(below), self.eta, self.promote,
-                               self.rung_size if first else None)]
+        if below is self.proxy_ranked:
+            return self._first_climbers()
+        return below[:climbers(len(below), self.eta, self.promote)]
 
     @property
     def climbing(self) -> list[TrialRecord]:
@@ -394,12 +430,12 @@ class Ledger:
         return [c for *_, c in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
     def ranking_below(self, steps: int) -> list[TrialRecord]:
-        """The contenders ranked by the highest rung below ``steps`` with scored runs (the
-        proxy ranking when there is none)."""
+        """The contenders ranked by the highest rung below ``steps`` with scored runs
+        (:attr:`proxy_ranked` when there is none)."""
         for level in reversed(self.rung_levels):
             if level < steps and (ranked := self.level_ranked(level)):
                 return ranked
-        return self.contenders
+        return self.proxy_ranked
 
     @cached_property
     def rung_ranked(self) -> list[TrialRecord]:
