@@ -288,8 +288,10 @@ class Ledger:
 
     @property
     def rung_candidates(self) -> list[TrialRecord]:
-        """The candidates that climb to the first rung above the proxy (``rung_size`` at most,
-        see :func:`~recipelab.trajectory.ladder.climbers`)."""
+        """The candidates that climb to the first rung above the proxy: the best
+        :func:`~recipelab.trajectory.ladder.climbers` and their ties, ``rung_size`` at most
+        (the window planner prices the climbers without ties; the deadline still guards
+        each run)."""
         return self._first_climbers()
 
     def _first_climbers(self) -> list[TrialRecord]:
