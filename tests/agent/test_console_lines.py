@@ -78,3 +78,10 @@ def test_a_learning_rate_family_run_says_whose_rate_it_multiplies() -> None:
                 "status": "complete", "val_bpb": 4.5, "wall_s": 3.0}
     assert str(lines.line({**finished, "trial_id": "r0000"})).endswith("the baseline at lr × 0.5")
     assert str(lines.line({**finished, "trial_id": "r0002"})).endswith("p0005 at lr × 2.61")
+
+
+def test_the_probes_are_one_line_that_says_why_they_run() -> None:
+    line = ReadableLines().line({"event": "probes_started", "steps": 20, "lr_multiple": 2.09,
+                                 "candidates": ["p0009", "p0012", "p0003"]})
+    assert line == ("── probes: 20 steps again at lr × 2.09 for 3 candidate(s), so one whose "
+                    "rate suits the long run is not cut for a slow start: p0009, p0012, p0003")

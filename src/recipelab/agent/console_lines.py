@@ -157,6 +157,13 @@ class ReadableLines:
                 f"{climbers} × {seeds} seed(s) beside the baseline, "
                 f"lr × {_number(event.get('lr_factor'), 3)} ({event.get('rule_source')} horizon rule)")
 
+    def _probes_started(self, event: Mapping[str, Any]) -> str:
+        candidates = event.get("candidates") or []
+        return clip(f"── probes: {event.get('steps')} steps again at lr × "
+                    f"{_number(event.get('lr_multiple'), 2)} for {len(candidates)} candidate(s), "
+                    "so one whose rate suits the long run is not cut for a slow start: "
+                    + ", ".join(candidates), LINE_LIMIT)
+
     def _stress_verdict(self, event: Mapping[str, Any]) -> str | None:
         if event.get("verdict") == "stable":
             return None
