@@ -25,14 +25,15 @@ that owes nothing to the campaign's own horizon rule. It prints, per campaign, t
 pick's truth against the best candidate's (the regret) and against the **tuned baseline**'s
 (the baseline at the better of those rates: what a user gets for free by lowering the rate),
 beside the paired noise floor (the pick and the baseline again at a second seed); where no
-winner is named the pick is the baseline. Campaigns and long trials are cached in
-``--out``, so an interrupted run resumes.
+winner is named the pick is the baseline. The long trials train ``--truth-workers`` at a
+time, one thread each. Campaigns and long trials are cached in ``--out``, so an interrupted
+run resumes.
 
     python bench/search_quality.py [--preset cpu] [--trials 16] [--seeds 3]
         [--proposers tpe,cmaes,random,hybrid,llm] [--llm-base-url URL]
         [--llm-structured-output json_object] [--steer cmaes] [--searchable shape.norm]
     python bench/search_quality.py --campaigns 3 [--preset tiny] [--trials 16]
-        [--long-steps 1000] [--campaign-proposer classical] [--out DIR]
+        [--long-steps 1000] [--campaign-proposer classical] [--truth-workers 2] [--out DIR]
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import get_args
 
@@ -217,17 +219,24 @@ def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutc
             f"l{args.long_steps}-{candidate.trial_id}-x{rate:.3g}-s{recipe.seed}",
             threads=1, corpus=settings.corpus, tokens_per_step=baseline.tokens_per_step))
 
-    truth: dict[str, float] = {}
-    rate_of: dict[str, float] = {}
-    for candidate in ledger.ranked:
-        at = {rate: long_run(candidate, rate) for rate in TRUTH_RATES}
-        rate_of[candidate.trial_id] = min(at, key=lambda r: at[r])
-        truth[candidate.trial_id] = at[rate_of[candidate.trial_id]]
-    winner = ledger.winner
-    pick = winner.record.trial_id if winner is not None else baseline.trial_id
-    best = min(truth, key=lambda i: (truth[i], i))
-    by_id = {r.trial_id: r for r in ledger.ranked}
-    second = {i: long_run(by_id[i], rate_of[i], extra_seed=1) for i in {pick, baseline.trial_id}}
+    # One trainer thread per long run and as many runs at once as --truth-workers: a small
+    # model scales poorly over threads, so two runs side by side finish sooner than two in turn.
+    with ThreadPoolExecutor(args.truth_workers) as pool:
+        runs = {(c.trial_id, rate): pool.submit(long_run, c, rate)
+                for c in ledger.ranked for rate in TRUTH_RATES}
+        truth: dict[str, float] = {}
+        rate_of: dict[str, float] = {}
+        for candidate in ledger.ranked:
+            at = {rate: runs[candidate.trial_id, rate].result() for rate in TRUTH_RATES}
+            rate_of[candidate.trial_id] = min(at, key=lambda r: at[r])
+            truth[candidate.trial_id] = at[rate_of[candidate.trial_id]]
+        winner = ledger.winner
+        pick = winner.record.trial_id if winner is not None else baseline.trial_id
+        best = min(truth, key=lambda i: (truth[i], i))
+        by_id = {r.trial_id: r for r in ledger.ranked}
+        seconds = {i: pool.submit(long_run, by_id[i], rate_of[i], 1)
+                   for i in {pick, baseline.trial_id}}
+        second = {i: run.result() for i, run in seconds.items()}
     floor = abs((truth[baseline.trial_id] - truth[pick])
                 - (second[baseline.trial_id] - second[pick]))
     return CampaignOutcome(seed, pick, winner is not None, truth[pick], best, truth[best],
@@ -292,12 +301,16 @@ def main() -> None:
                         help="the campaigns' stress horizon, where their picks are judged")
     parser.add_argument("--corpus", default="python-docs",
                         help="the campaigns' corpus (python-source: the longest run reads it once)")
+    parser.add_argument("--truth-workers", type=int, default=os.cpu_count() or 1,
+                        help="long runs trained at once, one thread each (default: one per core)")
     parser.add_argument("--out", type=Path,
                         default=Path(tempfile.gettempdir()) / "recipelab-search-quality",
                         help="where the campaigns and their long trials run and are cached")
     args = parser.parse_args()
     if args.campaigns < 0:
         parser.error(f"--campaigns must be 0 (off) or a number of campaigns, not {args.campaigns}")
+    if args.truth_workers < 1:
+        parser.error(f"--truth-workers must be at least 1, not {args.truth_workers}")
     if args.corpus not in BUILTIN_CORPORA and not Path(args.corpus).exists():
         parser.error(f"--corpus {args.corpus!r} is neither a built-in corpus "
                      f"({', '.join(BUILTIN_CORPORA)}) nor an existing path")
