@@ -203,7 +203,10 @@ def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutc
         "corpus": {"source": args.corpus}})
     directory.mkdir(parents=True, exist_ok=True)
     save(settings, directory)
-    Campaign(settings, directory).run()
+    summary = Campaign(settings, directory).run()
+    if summary.stopped_early or summary.failing:  # a stopped campaign names no finished pick
+        sys.exit(f"campaign seed {seed} did not finish ({summary.failing or 'stopped'}); "
+                 f"run the same command again to resume it from {directory}")
     _, records = read_campaign(str(directory))
     ledger = Ledger(records, promote=settings.ladder.promote, rung_size=settings.ladder.rung_size,
                     eta=settings.ladder.eta)
