@@ -197,7 +197,7 @@ def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutc
     settings = CampaignSettings.model_validate({  # flat keys, as a settings file may hold them
         "name": f"search-quality-{seed}", "preset": args.preset, "seed": seed,
         "precision": "fp32", "iterations": args.trials, "stress_steps": args.long_steps,
-        "attribution": False, "parallel": 1, "proposer": args.campaign_proposer,
+        "attribution": False, "width_rung": False, "parallel": 1, "proposer": args.campaign_proposer,
         "sampler": args.steer, "llm_base_url": args.llm_base_url,
         "llm_structured_output": args.llm_structured_output,
         "corpus": {"source": args.corpus}})

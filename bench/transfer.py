@@ -54,6 +54,7 @@ from recipelab.recipe import Recipe, load_target_file, proxy_recipe
 from recipelab.report.prediction import Prediction
 from recipelab.report.steplaw import law_batch_tokens, law_learning_rate, non_embedding_params
 from recipelab.report.verify import read_evaluations, verify
+from recipelab.report.width import WIDTH_ALPHA, width_targets
 from recipelab.trajectory.horizon import best_log_lr
 
 HERE = Path(__file__).resolve().parent
@@ -122,16 +123,14 @@ def export(where: Path, tokens: int, trial: str | None = None, target: Path = TA
     return where / name
 
 
-def width_target(out: Path, layers: int, heads: int) -> Path:
-    """A target of the transfer target's family at ``heads`` heads of 32 and ``layers``
-    layers (the proxy's depth-to-width ratio), at the target's context."""
-    target = load_target_file(TARGET)
-    shape = target.shape.model_copy(update={
-        "n_layer": layers, "n_head": heads, "n_kv_head": heads // target.shape.gqa_ratio,
-        "d_model": heads * target.shape.head_dim})
-    path = out / f"width-{shape.d_model}.json"
-    path.write_text(json.dumps({"name": f"width-{shape.d_model}", "context": target.context,
-                                "shape": shape.model_dump(mode="json")}, indent=2) + "\n")
+def width_target(out: Path, multiple: int) -> Path:
+    """The width rung's model at ``multiple`` (1 or 2) × the proxy's width and depth
+    (:func:`~recipelab.report.width.width_targets`), as a target file."""
+    narrow, wide = width_targets(proxy_recipe(PRESET, str(TARGET)).shape, load_target_file(TARGET))
+    size = narrow if multiple == 1 else wide
+    path = out / f"width-{size.shape.d_model}.json"
+    path.write_text(json.dumps({"name": path.stem, "context": size.context,
+                                "shape": size.shape.model_dump(mode="json")}, indent=2) + "\n")
     return path
 
 
@@ -201,9 +200,6 @@ def rate_sweep(runs: Path, base: str, prefix: str, factors: Sequence[float]
     best = best_log_lr(sweep)
     best_lr = math.exp(best) if best is not None else min(sweep, key=lambda p: p[1])[0]
     return sweep, sweep[0][0], best_lr
-
-
-WIDTH_ALPHA = 0.34  # the parameter exponent of Hoffmann et al. 2022 (arXiv 2203.15556)
 
 
 def size_gap(runs: Path, widths: Sequence[Path], seeds: int, suffix: str = ""
@@ -276,7 +272,7 @@ def main() -> None:
 
     campaigns = [campaign(out, seed, args) for seed in range(args.campaigns)]
     exports = {c: (export(c, tokens), export(c, tokens, "p0000")) for c in campaigns}
-    widths = [width_target(out, 2, 2), width_target(out, 4, 4)]  # the proxy's, then 2× it
+    widths = [width_target(out, 1), width_target(out, 2)]  # the proxy's, then 2× it
     law = law_recipe(out, exports[campaigns[0]][1] / "recipe.json", tokens)
     jobs: list[tuple[Arm, Path]] = [(Arm("law", law, s), out / "runs") for s in range(args.seeds)]
     for c, (recommended, baseline) in exports.items():

@@ -35,14 +35,16 @@ EDITS: list[dict[str, Any]] = [
 def finished_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSpec) -> Path:
     """Two baseline seeds and five scripted edits (one rejected), seed re-runs of close
     finalists, then the top two and one mid-ranked trial (``fidelity=1``) stress-run; not
-    attributed (``attributed_campaign`` is, for tests/report/test_why.py)."""
+    attributed (``attributed_campaign`` is, for tests/report/test_why.py), and no width rung
+    (its prediction is Kaplan's; tests/agent/test_width_phase.py has the measured one)."""
     directory = tmp_path_factory.mktemp("campaigns") / "nightly"
     directory.mkdir()
     settings = CampaignSettings(name="nightly", preset="tiny", corpus=corpus, precision="fp32",
                                 window=WindowSettings(iterations=6, trial_timeout_s=120),
                                 ladder=LadderSettings(promote=2, fidelity=1, stress_steps=24,
                                                       stress_log_every=4, stress_checkpoint_every=8,
-                                                      rung_size=0, attribution=False),
+                                                      rung_size=0, attribution=False,
+                                                      width_rung=False),
                                 search=SearchSettings(noise_seeds=2), executor=ExecutorSettings(parallel=1))
     save(settings, directory)
     Campaign(settings, directory, proposer=ScriptedProposer(settings.baseline(), EDITS)).run()

@@ -1,10 +1,12 @@
-"""The prediction of the target's val_bpb: the proxy's curve in bytes of text, scaled by a
-model-size term from a published law, written by ``export`` and read back by ``verify``."""
+"""The prediction of the target's val_bpb: the proxy's curve in bytes of text, moved by a
+model-size term (the width rung's measured gap, else a published law's ratio), written by
+``export`` and read back by ``verify``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +14,7 @@ from recipelab.recipe import Recipe, get_target
 from recipelab.report.export import pick_winner
 from recipelab.report.prediction import Prediction, SizeTerm, predict, size_law_loss
 from recipelab.report.steplaw import non_embedding_params
+from recipelab.report.width import SizeGap
 from recipelab.trajectory import TrajectoryStore
 
 
@@ -50,3 +53,22 @@ def test_a_prediction_read_back_from_its_json_predicts_the_same_curve(
     assert prediction.center(prediction.last_bytes) < predict(records, chosen[0]).center(
         prediction.last_bytes), "the larger target is predicted below the proxy's own curve"
 
+
+
+def test_a_width_rung_replaces_the_laws_ratio_by_its_measured_gap() -> None:
+    """The proxy's curve (flat here: no fit) less the gap the two widths put between the
+    proxy's size and the target's, at every point; the law's ratio only without them."""
+    size = SizeTerm(92_416, 5_804_032)
+    gap = SizeGap(92_416, 3.64, 713_728, 3.56, ("w0000", "w0001"))
+    common: dict[str, Any] = dict(source_trial="s0002", fit=None, last_bytes=1e5,
+                                  last_val_bpb=3.2, band_base=0.05, noise_spread=0.05,
+                                  fit_rmse_bpb=None, rank_agreement=None, rank_pairs=0, size=size)
+    measured, by_law = Prediction(**common, measured_size=gap), Prediction(**common)
+    for seen in (1e4, 1e5, 1e7):
+        assert measured.center(seen) == pytest.approx(3.2 - gap.lowering(92_416, 5_804_032))
+        assert by_law.center(seen) == pytest.approx(3.2 * size.factor(seen))
+    assert measured.center(1e5) < by_law.center(1e5)
+    assert "from the width rung" in measured.describe_size()
+    assert "no width rung" in by_law.describe_size()
+    again = Prediction.from_json(json.loads(json.dumps(measured.to_json())))
+    assert again.measured_size == gap and again.center(1e6) == pytest.approx(measured.center(1e6))

@@ -41,6 +41,7 @@ from recipelab.agent.search_phase import SearchPhase, history
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.signals import StopRequests
 from recipelab.agent.trials import GuardrailMemory
+from recipelab.agent.width_phase import WidthPhase
 from recipelab.eventlog import LogFormat
 from recipelab.guardrails import DeviceInfo
 from recipelab.guardrails.hardware import supported_precisions
@@ -136,7 +137,7 @@ class Campaign:
         proxies = ProxyTrials(after_launch=lambda ctx: guarded.prefetch(history(ctx)))
         search: list[Phase] = [] if stress_only else [SearchPhase(guarded, proxies)]
         return [*search, LadderPhase(proxies, self.priors.calibration.horizon_fits),
-                AttributionPhase()]
+                AttributionPhase(), WidthPhase()]
 
     def _open(self) -> CampaignContext:
         ctx = open_context(self.settings, self.directory, baseline=self.baseline,

@@ -115,12 +115,15 @@ class ReadableLines:
         value = event.get("val_bpb")
         if status != "complete" or not isinstance(value, (int, float)):
             return f"{head}  {status}: {event.get('message') or event.get('reason') or ''}".rstrip()
-        gain = self._gain(trial, int(event.get("tokens") or 0), float(value))
-        wall = event.get("wall_s")
         edit = self.edits.get(trial, {})
+        width = kind == "width"  # another model's size: no baseline to compare it with
+        gain = "" if width else self._gain(trial, int(event.get("tokens") or 0), float(value))
+        wall = event.get("wall_s")
         shown = {k: v for k, v in edit.items() if k not in ("seed", "lr_family")}
         what = "" if trial in self.baseline_runs else compact_edit(shown, {})
-        if "lr_family" in edit:  # the baseline's family, or a candidate's probe
+        if width:
+            what = f"{self.parents.get(trial, '?')} at {edit.get('width_multiple')}× the proxy's width"
+        elif "lr_family" in edit:  # the baseline's family, or a candidate's probe
             parent = self.parents.get(trial)
             whose = "the baseline" if parent is None or parent in self.baseline_runs else parent
             what = f"{whose} at lr × {edit['lr_family']:g}"
@@ -178,6 +181,17 @@ class ReadableLines:
         kept = ", ".join(event.get("kept") or []) or "nothing"
         dropped = ", ".join(event.get("dropped") or []) or "nothing"
         return f"   keeps {kept}; drops {dropped}"
+
+    def _width_started(self, event: Mapping[str, Any]) -> str:
+        sizes = " and ".join(f"{n:,}" for n in event.get("sizes") or [])
+        return clip(f"── width rung of {event.get('trial_id')}: its recommendation at "
+                    f"{sizes} non-embedding parameters, {_tokens(event.get('tokens'))} tokens "
+                    f"at context {event.get('context')}, for the export's size term", LINE_LIMIT)
+
+    def _width_measured(self, event: Mapping[str, Any]) -> str:
+        return (f"   twice the width scored {_number(event.get('narrow'))} → "
+                f"{_number(event.get('wide'))}: the target lands "
+                f"{_number(event.get('target_lowering'))} below the proxy's curve")
 
     def _campaign_finished(self, _event: Mapping[str, Any]) -> None:
         return None  # the command prints the campaign's summary, winner and recommendation

@@ -15,6 +15,7 @@ from typing import Any
 
 from recipelab.agent.attribution_cost import EXPECTED_GROUPS, attribution_rungs, expected_runs
 from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.width_cost import planned_seconds as width_rung_seconds
 from recipelab.agent.window import (
     TrialTimes,
     WindowPlan,
@@ -59,7 +60,8 @@ class Deadline:
                            rungs=s.ladder.planned_ladder(self.proxy_steps, self.candidates),
                            attribution_steps=attribution,
                            attribution_runs=expected_runs(EXPECTED_GROUPS, s.search.noise_seeds)
-                           if s.ladder.attribution else 0)
+                           if s.ladder.attribution else 0,
+                           width_s=width_rung_seconds(times, s))
 
     def initial_plan(self, proxies: Sequence[TrialRecord]) -> WindowPlan | None:
         """The plan from trials a resumed campaign already measured (for its start event)."""

@@ -88,6 +88,9 @@ class LadderSettings(StrictModel):
     horizon_rule: bool = True
     # after the winner is named, measure which groups of its edit carry the gain (attribution)
     attribution: bool = True
+    # then train its recommendation at the proxy's width and twice it (agent.width_phase), so
+    # the export's prediction for a larger target has a measured size term
+    width_rung: bool = True
     # torch.compile stress runs: they run long enough to win back the compile time
     compile_stress: bool = False
     # let the longest run read its training text more than once (the preflight refuses it

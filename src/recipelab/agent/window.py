@@ -111,6 +111,7 @@ class WindowPlan:
     rung_runs: int = 0
     attribution_s: float = 0.0  # one attribution run (at the highest rung)
     attribution_runs: int = 0
+    width_s: float = 0.0  # the width rung's two runs
 
     def search_may_launch(self, now: datetime) -> bool:
         """Whether a proxy trial started now ends before Phase 2 must start."""
@@ -133,6 +134,7 @@ class WindowPlan:
                 + (f", up to {self.reruns} seed re-runs" if self.reruns else "")
                 + (f", attribution: up to {self.attribution_runs} runs of "
                    f"~{self.attribution_s / 60:.1f} min" if self.attribution_runs else "")
+                + (f", the width rung ~{self.width_s / 60:.1f} min" if self.width_s else "")
                 + (f", {self.parallel} at a time" if self.parallel > 1 else "") + ")")
 
     def as_event(self) -> dict[str, Any]:
@@ -143,7 +145,7 @@ class WindowPlan:
                 "stress_runs": self.stress_runs, "parallel": self.parallel,
                 "rung_s": round(self.rung_s, 2), "rung_runs": self.rung_runs,
                 "attribution_s": round(self.attribution_s, 2),
-                "attribution_runs": self.attribution_runs,
+                "attribution_runs": self.attribution_runs, "width_s": round(self.width_s, 2),
                 "plan": self.describe()}
 
 
@@ -156,7 +158,7 @@ def split_text(search_until: datetime, deadline: datetime) -> str:
 def plan_window(deadline: datetime, times: TrialTimes, *, proxy_steps: int, stress_steps: int,
                 promote: int, fidelity: int, noise_seeds: int, parallel: int,
                 rungs: Sequence[RungPlan] = (), attribution_steps: int = 0,
-                attribution_runs: int = 0) -> WindowPlan:
+                attribution_runs: int = 0, width_s: float = 0.0) -> WindowPlan:
     """Reserve Phase 2's time at the end of the window, from the measured trial costs.
 
     Phase 2 is the seed re-runs (in waves of ``parallel``), then the ladder rung by rung:
@@ -164,7 +166,8 @@ def plan_window(deadline: datetime, times: TrialTimes, *, proxy_steps: int, stre
     of ``parallel``; a rung ends before the next starts, since it chooses the next one's
     climbers), then the top rung (its runs, and
     the ``fidelity`` mid-ranked trials, in waves of ``parallel``). Without ``rungs`` the top
-    rung is the ``promote`` finalists at one seed each.
+    rung is the ``promote`` finalists at one seed each. Then the attribution's runs, and the
+    width rung's ``width_s``.
     """
     proxy_s = times.seconds(proxy_steps)
     stress_s = times.seconds(stress_steps)
@@ -179,12 +182,13 @@ def plan_window(deadline: datetime, times: TrialTimes, *, proxy_steps: int, stre
     rung_total += probes_s
     phase2_s = MARGIN * (math.ceil(reruns / parallel) * proxy_s + rung_total
                          + math.ceil(stress_runs / parallel) * stress_s
-                         + math.ceil(attribution_runs / parallel) * attribution_s) + REPORT_RESERVE_S
+                         + math.ceil(attribution_runs / parallel) * attribution_s + width_s
+                         ) + REPORT_RESERVE_S
     return WindowPlan(deadline=deadline, search_until=deadline - timedelta(seconds=phase2_s),
                       proxy_s=proxy_s, stress_s=stress_s, phase2_s=phase2_s, reruns=reruns,
                       stress_runs=stress_runs, parallel=parallel, rung_s=rung_s,
                       rung_runs=rung_runs, attribution_s=attribution_s,
-                      attribution_runs=attribution_runs)
+                      attribution_runs=attribution_runs, width_s=width_s)
 
 
 def too_short_message(plan: WindowPlan, now: datetime, stress_steps: int) -> str:

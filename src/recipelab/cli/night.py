@@ -78,6 +78,11 @@ def run(
         "--attribution/--no-attribution", help=with_default(
             "attribution", "after the winner is named, measure which groups of its edit carry "
             "the gain and recommend the minimal winning edit"))] = None,
+    width_rung: Annotated[bool | None, typer.Option(
+        "--width-rung/--no-width-rung", help=with_default(
+            "width_rung", "then train the recommendation at the proxy's width and twice it, at "
+            "the top rung's tokens, so the export predicts a larger target with a measured "
+            "size term"))] = None,
     proposer: Annotated[str | None, typer.Option(help=with_default(
         "proposer", "classical, llm or hybrid", "hybrid when an LLM is configured, else "
         "classical"))] = None,

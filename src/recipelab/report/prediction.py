@@ -11,8 +11,11 @@ Two choices make the prediction comparable with what the cloud run measures:
 - the x-axis is bytes of training text seen (tokens × bytes per token), not steps, since
   the cloud run's batch and tokenizer differ from the proxy's.
 
-A larger model reaches a lower loss from the same text, so the proxy's curve is scaled by a
-model-size term: the ratio of a published law of the loss in parameters and data,
+A larger model reaches a lower loss from the same text, so the proxy's curve is moved by a
+model-size term. When the campaign's width rung trained the recommendation at two sizes
+(:mod:`recipelab.report.width`), their measured gap, carried to the target's size by
+Chinchilla's law, lowers the curve. Otherwise the curve is scaled by the ratio of a published
+law of the loss in parameters and data,
 ``L(N, D) = ((N_c/N)^(α_N/α_D) + D_c/D)^α_D`` (Kaplan et al. 2020, arXiv 2001.08361), at the
 target's and at the proxy's non-embedding parameters, at the same bytes (:class:`SizeTerm`).
 The law sets the ratio, the campaign's measurement the level, as the export's Step Law does
@@ -34,6 +37,7 @@ from typing import Any
 from recipelab.recipe import Recipe, Shape
 from recipelab.report.powerlaw import PowerLaw, fit_power_law
 from recipelab.report.steplaw import non_embedding_params
+from recipelab.report.width import SizeGap, measured_gap
 from recipelab.trajectory.analysis import scored_proxies, spearman
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
@@ -42,11 +46,11 @@ MIN_BAND_FRACTION = 0.02
 TRANSFER_CHECK = (
     "how far this transfers, as measured by bench/transfer.py (3 tiny campaigns, a target 63x "
     "the proxy's parameters at 5x the top rung's tokens): the pick beat the law's default in 3 "
-    "of 3 and the exported baseline by more than the seed spread in 1 of 3; the target landed "
-    "4-20% below the prediction; the target's best rate was 1.3-1.9x the exported (0.45-0.79x "
-    "at an 8x target), so try x0.5, 1 and 2 early. Keep the "
-    "baseline as a control arm ('recipelab export --trial p0000'); docs/cloud-run.md, "
-    "'What transfers'")
+    "of 3 and the exported baseline by more than the seed spread in 1 of 3; the prediction was "
+    "within 0-5.6% with the width rung's size term (4-20% high with Kaplan's); the target's "
+    "best rate was 1.3-1.9x the exported (0.45-0.79x at an 8x target), so try x0.5, 1 and 2 "
+    "early. Keep the baseline as a control arm ('recipelab export --trial p0000'); "
+    "docs/cloud-run.md, 'What transfers'")
 """The recommendation's confidence, in the terms of the last transfer measurement."""
 BYTE_TOKEN_BYTES = 1.0
 ASSUMED_BPE_BYTES_PER_TOKEN = 4.0  # English web text under a 32k-128k BPE vocabulary
@@ -109,6 +113,7 @@ class Prediction:
     rank_agreement: float | None
     rank_pairs: int
     size: SizeTerm | None = None  # None: the proxy's own curve (the target is the proxy)
+    measured_size: SizeGap | None = None  # the width rung's, which replaces the law's ratio
 
     def proxy_center(self, bytes_seen: float) -> float:
         """The proxy's curve; flat at the last measurement when no curve could be fitted,
@@ -120,9 +125,25 @@ class Prediction:
         return self.fit(bytes_seen)
 
     def center(self, bytes_seen: float) -> float:
-        """The predicted val_bpb of the target: the proxy's curve × the size term."""
-        factor = self.size.factor(bytes_seen) if self.size is not None else 1.0
-        return self.proxy_center(bytes_seen) * factor
+        """The predicted val_bpb of the target: the proxy's curve less the gap the width
+        rung measured (:mod:`recipelab.report.width`), else × the law's size term."""
+        if self.size is None:
+            return self.proxy_center(bytes_seen)
+        if self.measured_size is not None:
+            return self.proxy_center(bytes_seen) - self.measured_size.lowering(
+                self.size.proxy_params, self.size.target_params)
+        return self.proxy_center(bytes_seen) * self.size.factor(bytes_seen)
+
+    def describe_size(self) -> str:
+        """The size term in words: the width rung's, the law's, or none."""
+        if self.size is None:
+            return "size: none (the target is the proxy's size)"
+        if self.measured_size is None:
+            return self.size.describe() + " (no width rung measured it)"
+        lowering = self.measured_size.lowering(self.size.proxy_params, self.size.target_params)
+        return (f"size: {self.measured_size.describe()}; the target's "
+                f"{self.size.target_params:,} non-embedding parameters put it {lowering:.4f} "
+                f"below the proxy's {self.size.proxy_params:,} at every point")
 
     def half_width(self, bytes_seen: float) -> float:
         """The band: ``band_base`` widened by one band per decade beyond the fitted range."""
@@ -137,9 +158,8 @@ class Prediction:
             f"(scaled to its measured val_bpb {self.last_val_bpb:.4f}), against bytes of training text",
             "fit: " + (self.fit.describe().replace("t^", "bytes^") if self.fit else
                        "too few points to fit; the prediction is flat at the last measurement"),
-            (self.size.describe() if self.size is not None else
-             "size: none (the target is the proxy's size)"),
-            f"claim: at equal bytes of training text the target's val_bpb is the proxy's scaled "
+            self.describe_size(),
+            f"claim: at equal bytes of training text the target's val_bpb is the proxy's moved "
             f"by the size term; beyond {self.last_bytes:,.0f} bytes it is extrapolation",
             "noise floor: " + (f"{self.noise_spread:.4f} val_bpb (baseline seed spread)"
                                if self.noise_spread is not None else "not measured (one baseline seed)"),
@@ -162,13 +182,15 @@ class Prediction:
             "fit_rmse_bpb": self.fit_rmse_bpb, "rank_agreement": self.rank_agreement,
             "rank_pairs": self.rank_pairs,
             "size": self.size.to_json() if self.size is not None else None,
+            "measured_size": (self.measured_size.to_json() if self.measured_size is not None
+                              else None),
             "assumptions": self.assumptions(),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Prediction:
         """The prediction as :meth:`to_json` wrote it (an export's ``prediction.json``)."""
-        fit, size = data.get("fit"), data.get("size")
+        fit, size, measured = data.get("fit"), data.get("size"), data.get("measured_size")
         return cls(source_trial=str(data["source_trial"]),
                    fit=None if fit is None else PowerLaw(
                        a=float(fit["a"]), b=float(fit["b"]), c=float(fit["c"]),
@@ -178,7 +200,8 @@ class Prediction:
                    fit_rmse_bpb=data.get("fit_rmse_bpb"), rank_agreement=data.get("rank_agreement"),
                    rank_pairs=int(data.get("rank_pairs", 0)),
                    size=None if size is None else SizeTerm(int(size["proxy_params"]),
-                                                           int(size["target_params"])))
+                                                           int(size["target_params"])),
+                   measured_size=None if measured is None else SizeGap.from_json(measured))
 
 
 def bytes_per_token(recipe: Recipe) -> float:
@@ -238,4 +261,5 @@ def predict(records: Sequence[TrialRecord], winner: TrialRecord,
                       noise_spread=noise.spread if noise else None, fit_rmse_bpb=rmse,
                       rank_agreement=rho, rank_pairs=pairs,
                       size=None if target is None else SizeTerm(
-                          non_embedding_params(recipe.shape), non_embedding_params(target)))
+                          non_embedding_params(recipe.shape), non_embedding_params(target)),
+                      measured_size=None if target is None else measured_gap(records))

@@ -18,7 +18,7 @@ from recipelab import __version__
 from recipelab.recipe import Recipe, StrictModel
 from recipelab.trainer.telemetry import DEFAULT_INTERVAL_S, TelemetrySummary
 
-TrialKind = Literal["proxy", "rung", "stress", "attribution"]
+TrialKind = Literal["proxy", "rung", "stress", "attribution", "width"]
 # disk_full: the trial could not write its log, checkpoint or result (no space, or over a
 # file-size limit); the recipe itself may be fine.
 FailureReason = Literal["oom", "nan", "diverged", "timeout", "crash", "disk_full"]

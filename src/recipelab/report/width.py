@@ -1,0 +1,112 @@
+"""The width rung: the size term of the prediction, measured instead of read from a law.
+
+A larger model reaches a lower loss from the same text, and a proxy alone cannot say by how
+much. Kaplan's law in parameters and data (:class:`~recipelab.report.prediction.SizeTerm`)
+can, but its constants come from other data and tokenizers: ``bench/transfer.py`` found the
+target 4-20% below a prediction that used it. So, after the winner is named, the campaign
+trains the recommendation twice more, by the export's own rules (its rate and batch from
+Step Law, the target's context) at the top rung's tokens: on the target's family at the
+proxy's width, and at :data:`WIDTH_MULTIPLE` × the width and depth (head size and the
+depth-to-width ratio kept). Their two val_bpb are two points of Chinchilla's
+``L(N) = E + A·N^-α`` (Hoffmann et al. 2022, arXiv 2203.15556) with α the published
+:data:`WIDTH_ALPHA`; their difference sets ``A``. Chinchilla's form keeps ``A`` at every
+token count, so the target's prediction is the proxy's curve less ``A·(N_proxy^-α −
+N_target^-α)``, the gap the law puts between the proxy's size and the target's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recipelab.recipe import Recipe, Shape, Target
+from recipelab.report.steplaw import non_embedding_params
+from recipelab.trajectory.ledger import has_score
+from recipelab.trajectory.record import TrialRecord
+
+WIDTH_KIND = "width"
+WIDTH_MULTIPLE = 2
+WIDTH_ALPHA = 0.34
+"""The parameter exponent of Chinchilla's loss law (Hoffmann et al. 2022, approach 3)."""
+SIZE_RULE = "Chinchilla's L = E + A·N^-0.34 (Hoffmann et al. 2022, arXiv 2203.15556)"
+MAX_CONTEXT = 1024
+"""The width rung's longest context. At a small model's width, attention over a long context
+costs many times its matmuls (30 top-rung runs for the `cpu` preset's wider model at
+SmolLM2's 8,192), and the gap was measured right at the target's 256."""
+
+
+def width_targets(proxy: Shape, target: Target) -> tuple[Target, Target]:
+    """The two models the width rung trains: ``target``'s family (its context up to
+    :data:`MAX_CONTEXT`, the proxy's vocabulary and tokenizer) at the proxy's width, and at
+    :data:`WIDTH_MULTIPLE` × its width and depth."""
+    def at(multiple: int) -> Target:
+        shape = proxy.model_copy(update={
+            "n_layer": proxy.n_layer * multiple, "n_head": proxy.n_head * multiple,
+            "n_kv_head": proxy.n_kv_head * multiple, "d_model": proxy.d_model * multiple})
+        return Target(f"{target.name} at {multiple}× the proxy's width", target.description,
+                      shape, min(target.context, MAX_CONTEXT))
+    return at(1), at(WIDTH_MULTIPLE)
+
+
+@dataclass(frozen=True)
+class SizeGap:
+    """The val_bpb of the same recipe at two sizes and the same tokens (``narrow`` the
+    proxy's width, ``wide`` twice it), and the law through them."""
+
+    narrow_params: int
+    narrow_val_bpb: float
+    wide_params: int
+    wide_val_bpb: float
+    runs: tuple[str, str]  # the two runs' trial ids, narrow first
+
+    @property
+    def slope(self) -> float:
+        """``A`` of ``L = E + A·N^-α``, never below 0: a wider model that scored worse says
+        its run was unlucky or its rate off, not that size hurts, so it lowers nothing."""
+        spread = float(self.narrow_params ** -WIDTH_ALPHA - self.wide_params ** -WIDTH_ALPHA)
+        return max(0.0, (self.narrow_val_bpb - self.wide_val_bpb) / spread)
+
+    def lowering(self, proxy_params: int, target_params: int) -> float:
+        """How much lower the law puts the target than the proxy, at equal tokens."""
+        return self.slope * float(proxy_params ** -WIDTH_ALPHA - target_params ** -WIDTH_ALPHA)
+
+    def describe(self) -> str:
+        return (f"{SIZE_RULE}, A = {self.slope:.4g} from the width rung: the recommendation at "
+                f"{self.narrow_params:,} non-embedding parameters scored {self.narrow_val_bpb:.4f} "
+                f"({self.runs[0]}) and at {self.wide_params:,} {self.wide_val_bpb:.4f} "
+                f"({self.runs[1]}), at the same tokens")
+
+    def to_json(self) -> dict[str, object]:
+        return {"rule": SIZE_RULE, "alpha": WIDTH_ALPHA, "slope": self.slope,
+                "narrow": {"params": self.narrow_params, "val_bpb": self.narrow_val_bpb,
+                           "trial": self.runs[0]},
+                "wide": {"params": self.wide_params, "val_bpb": self.wide_val_bpb,
+                         "trial": self.runs[1]}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SizeGap:
+        narrow, wide = data["narrow"], data["wide"]
+        return cls(int(narrow["params"]), float(narrow["val_bpb"]), int(wide["params"]),
+                   float(wide["val_bpb"]), (str(narrow["trial"]), str(wide["trial"])))
+
+
+def measured_gap(records: Sequence[TrialRecord]) -> SizeGap | None:
+    """The campaign's size gap from its last pair of scored width runs (same parent, budget
+    and seed, two sizes); None before the width rung has both."""
+    scored = [r for r in records if r.kind == WIDTH_KIND and has_score(r)]
+    for wide in reversed(scored):
+        wide_shape = Recipe.model_validate(wide.recipe).shape
+        for narrow in reversed(scored):
+            recipe = Recipe.model_validate(narrow.recipe)
+            if (narrow.parent == wide.parent and narrow.budget_steps == wide.budget_steps
+                    and recipe.seed == Recipe.model_validate(wide.recipe).seed
+                    and recipe.shape.d_model * WIDTH_MULTIPLE == wide_shape.d_model):
+                assert narrow.val_bpb is not None and wide.val_bpb is not None
+                if not (math.isfinite(narrow.val_bpb) and math.isfinite(wide.val_bpb)):
+                    continue
+                return SizeGap(non_embedding_params(recipe.shape), narrow.val_bpb,
+                               non_embedding_params(wide_shape), wide.val_bpb,
+                               (narrow.trial_id, wide.trial_id))
+    return None

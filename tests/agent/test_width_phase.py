@@ -1,0 +1,150 @@
+"""The width rung on the in-memory fake executor: after the winner is named, its
+recommendation trains at the proxy's width and at twice it by the export's rules, once each,
+and ``recipelab export`` predicts the target with the gap they measured.
+
+The fake's val_bpb (recipelab.runner.fake.synthetic_val_bpb) knows no model size, so the
+outcome here takes :data:`SIZE_BONUS` off per doubling of ``d_model``: a wider model
+scores lower, as a real one does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from recipelab.agent.campaign import Campaign
+from recipelab.agent.deadline import Deadline
+from recipelab.agent.settings import CampaignSettings, save
+from recipelab.agent.width_cost import planned_seconds
+from recipelab.agent.window import MARGIN, TrialTimes
+from recipelab.cli import app
+from recipelab.recipe import Recipe, get_target
+from recipelab.report.steplaw import law_learning_rate, non_embedding_params
+from recipelab.report.width import MAX_CONTEXT, WIDTH_KIND, measured_gap
+from recipelab.runner.fake import synthetic_outcome
+from recipelab.trainer.spec import TrialResult, TrialSpec
+from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.store import TrajectoryStore
+
+from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
+
+SIZE_BONUS = 0.4
+PROXY_WIDTH = 64
+
+
+def sized_outcome(spec: TrialSpec) -> TrialResult:
+    result = synthetic_outcome(spec)
+    assert result.val_bpb is not None
+    doublings = math.log2(spec.recipe.shape.d_model / PROXY_WIDTH)
+    return result.model_copy(update={"val_bpb": result.val_bpb - SIZE_BONUS * doublings})
+
+
+@pytest.fixture
+def settings(tiny_settings: CampaignSettings) -> CampaignSettings:
+    return tiny_settings.model_copy(update={"iterations": 3, "noise_seeds": 2,
+                                            "width_rung": True})
+
+
+def run(settings: CampaignSettings, directory: Path, **executor: object) -> None:
+    save(settings, directory)  # what 'recipelab export' reads the campaign's name from
+    proposer = ScriptedProposer(settings.baseline(), [{"optimizer.lr": 3e-3}])
+    Campaign(settings, directory, proposer=proposer,
+             executor=fake_executor(outcome=sized_outcome, **executor)).run()
+
+
+def width_runs(directory: Path) -> list[TrialRecord]:
+    return [TrialRecord.model_validate(r) for r in read_jsonl(directory / "trajectory.jsonl")
+            if r["kind"] == WIDTH_KIND]
+
+
+def test_the_winner_trains_at_two_widths_by_the_exports_rules(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings, tmp_path)
+    narrow, wide = width_runs(tmp_path)
+    assert (narrow.parent, wide.parent) == ("p0002", "p0002")  # the winner
+    assert (narrow.edit, wide.edit) == ({"width_multiple": 1}, {"width_multiple": 2})
+    a, b = Recipe.model_validate(narrow.recipe), Recipe.model_validate(wide.recipe)
+    proxy = settings.baseline()
+    assert a.shape == proxy.shape and b.shape.d_model == 2 * proxy.shape.d_model
+    assert a.seq_len == b.seq_len == min(get_target("toy").context, MAX_CONTEXT)  # the target's
+    assert a.seed == b.seed == settings.seed
+    tokens = settings.ladder.stress_steps * proxy.tokens_per_step  # the top rung's
+    assert abs(a.tokens - tokens) <= a.tokens_per_step and abs(b.tokens - tokens) <= b.tokens_per_step
+    # Step Law moves the rate with the size at equal tokens, as the export does
+    law = law_learning_rate(non_embedding_params(b.shape), tokens) / law_learning_rate(
+        non_embedding_params(a.shape), tokens)
+    assert b.optimizer.lr == pytest.approx(a.optimizer.lr * law, rel=1e-4)
+    measured = events(tmp_path, "width_measured")[-1]
+    assert measured["narrow"] == narrow.val_bpb and measured["wide"] == wide.val_bpb
+    assert measured["slope"] > 0 and measured["target_lowering"] > 0
+
+
+def test_the_export_predicts_the_target_with_the_measured_gap(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings, tmp_path)
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
+                                      "cpu"])
+    assert result.exit_code == 0, result.output
+    prediction = json.loads((out / "prediction.json").read_text())
+    with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
+        gap = measured_gap(store.records())
+    assert gap is not None and prediction["measured_size"] == json.loads(json.dumps(gap.to_json()))
+    assert "from the width rung" in (out / "transfer.md").read_text()
+
+
+def test_a_lost_width_run_resumes_and_nothing_trains_twice(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings, tmp_path, lose_midway={"w0000"})
+    runs = width_runs(tmp_path)
+    assert [r.status for r in runs] == ["interrupted", "complete", "complete"]
+    assert runs[1].retry_of == "w0000" and runs[1].artifacts["dir"] == runs[0].artifacts["dir"]
+    before = read_jsonl(tmp_path / "trajectory.jsonl")
+    run(settings, tmp_path)  # resumed after the end: nothing is run or written twice
+    assert read_jsonl(tmp_path / "trajectory.jsonl") == before
+
+
+def test_turned_off_it_trains_nothing_and_says_so(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings.model_copy(update={"width_rung": False}), tmp_path)
+    assert width_runs(tmp_path) == []
+    assert events(tmp_path, "width_skipped")[-1]["reason"] == "turned off (--no-width-rung)"
+
+
+def test_the_window_planner_reserves_the_width_rung(settings: CampaignSettings) -> None:
+    """Before the campaign: the baseline on the rung's two models at the top rung's tokens,
+    at the proxy's measured pace scaled by their compute (8× the parameters, a longer
+    context)."""
+    times = TrialTimes(fixed_s=0.0, per_step_s=1.0)
+    reserved = planned_seconds(times, settings)
+    baseline = settings.baseline()
+    proxy_top = times.seconds(settings.ladder.stress_steps)
+    assert reserved > 2 * proxy_top  # the two models cost more than two top-rung proxies
+    assert planned_seconds(times, settings.model_copy(update={"width_rung": False})) == 0.0
+    deadline = Deadline(settings.model_copy(update={"hours": 8}), datetime.now(timezone.utc),
+                        baseline.steps, log=None)
+    plan = deadline.initial_plan([])  # no proxy measured yet: nothing to plan from
+    assert plan is None
+    plan = deadline._plan(times)
+    off = Deadline(settings.model_copy(update={"hours": 8, "width_rung": False}),
+                   deadline.at, baseline.steps, log=None)._plan(times)
+    assert plan.width_s == reserved and off.width_s == 0.0
+    assert math.isclose(plan.phase2_s - off.phase2_s, MARGIN * reserved)
+    assert "the width rung" in plan.describe() and "the width rung" not in off.describe()
+
+
+def test_out_of_time_it_says_it_skipped_the_width_rung(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    # a 25-second window: the search and the top rung fit, but the top rung's four runs take
+    # 3 s each where the planner expected the proxy's pace, so what is left after them is
+    # the report's reserve: the width rung's two runs do not fit
+    settings = settings.model_copy(update={"hours": 25 / 3600})
+    run(settings, tmp_path, duration=lambda spec: 3.0 if spec.kind == "stress" else 0.05)
+    skipped = events(tmp_path, "width_skipped")
+    assert skipped and skipped[-1]["reason"].startswith("out of time")
+    assert width_runs(tmp_path) == []

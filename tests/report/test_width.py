@@ -1,0 +1,87 @@
+"""The width rung's size term: the two models it trains, the law through their scores, and
+the pair of runs it reads from a campaign's records."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from recipelab.recipe import get_target, proxy_recipe
+from recipelab.report.steplaw import non_embedding_params
+from recipelab.report.width import (
+    MAX_CONTEXT,
+    WIDTH_ALPHA,
+    WIDTH_KIND,
+    SizeGap,
+    measured_gap,
+    width_targets,
+)
+from recipelab.trajectory.record import TrialRecord
+
+
+def test_the_wider_model_keeps_the_head_size_the_groups_and_the_depth_to_width_ratio() -> None:
+    proxy, target = proxy_recipe("tiny").shape, get_target("toy")
+    narrow, wide = width_targets(proxy, target)
+    assert narrow.shape == proxy and narrow.context == wide.context == target.context
+    assert (wide.shape.d_model, wide.shape.n_layer) == (2 * proxy.d_model, 2 * proxy.n_layer)
+    assert wide.shape.head_dim == proxy.head_dim and wide.shape.gqa_ratio == proxy.gqa_ratio
+    assert wide.shape.vocab_size == proxy.vocab_size  # the proxy's tokenizer, not the target's
+    assert 7 < non_embedding_params(wide.shape) / non_embedding_params(proxy) < 9  # ≈ 2³
+
+
+def test_a_long_context_is_cut_to_what_the_gap_needs() -> None:
+    narrow, wide = width_targets(proxy_recipe("cpu").shape, get_target("smollm2-135m"))
+    assert narrow.context == wide.context == MAX_CONTEXT < get_target("smollm2-135m").context
+
+
+def test_two_sizes_on_the_law_give_back_its_slope_and_the_targets_gap() -> None:
+    """Scores made by L = 2 + 30·N^-0.34: the slope is 30, and the target sits as far below
+    the proxy as the law puts it."""
+    def law(n: int) -> float:
+        return 2.0 + 30.0 * float(n ** -WIDTH_ALPHA)
+
+    gap = SizeGap(90_000, law(90_000), 720_000, law(720_000), ("w0000", "w0001"))
+    assert gap.slope == pytest.approx(30.0)
+    assert gap.lowering(90_000, 6_000_000) == pytest.approx(law(90_000) - law(6_000_000))
+    assert gap.lowering(90_000, 90_000) == 0.0
+
+
+def test_a_wider_model_that_scored_worse_lowers_nothing() -> None:
+    gap = SizeGap(90_000, 3.0, 720_000, 3.1, ("w0000", "w0001"))
+    assert gap.slope == 0.0 and gap.lowering(90_000, 6_000_000) == 0.0
+
+
+def test_a_gap_read_back_from_its_json_is_the_same() -> None:
+    gap = SizeGap(90_000, 3.2, 720_000, 3.0, ("w0000", "w0001"))
+    assert SizeGap.from_json(gap.to_json()) == gap
+
+
+def width_run(trial_id: str, multiple: int, val_bpb: float | None, *, seed: int = 0,
+              parent: str = "p0003", status: str = "complete") -> TrialRecord:
+    proxy = proxy_recipe("tiny")
+    narrow, wide = width_targets(proxy.shape, get_target("toy"))
+    shape = (narrow if multiple == 1 else wide).shape
+    recipe = proxy.model_copy(update={"shape": shape, "seed": seed})
+    return TrialRecord(campaign="c", trial_id=trial_id, kind=WIDTH_KIND, status=status,
+                       recipe=recipe.model_dump(mode="json"), parent=parent, budget=200,
+                       edit={"width_multiple": multiple}, val_bpb=val_bpb)
+
+
+def test_the_gap_pairs_the_two_sizes_of_one_parent_and_seed() -> None:
+    records = [width_run("w0000", 1, 3.4), width_run("w0001", 2, 3.3)]
+    gap = measured_gap(records)
+    assert gap is not None and gap.runs == ("w0000", "w0001")
+    assert (gap.narrow_val_bpb, gap.wide_val_bpb) == (3.4, 3.3)
+    assert math.isclose(gap.slope, 0.1 / (gap.narrow_params ** -WIDTH_ALPHA
+                                          - gap.wide_params ** -WIDTH_ALPHA))
+
+
+@pytest.mark.parametrize("partner", [
+    width_run("w0001", 2, 3.3, seed=1),  # another seed
+    width_run("w0001", 2, 3.3, parent="p0005"),  # another candidate's
+    width_run("w0001", 2, None, status="failed"),  # failed: no score
+    width_run("w0001", 1, 3.3),  # the same size again
+], ids=["seed", "parent", "failed", "same size"])
+def test_no_gap_without_a_scored_pair(partner: TrialRecord) -> None:
+    assert measured_gap([width_run("w0000", 1, 3.4), partner]) is None
