@@ -85,3 +85,22 @@ def test_the_probes_are_one_line_that_says_why_they_run() -> None:
                                  "candidates": ["p0009", "p0012", "p0003"]})
     assert line == ("── probes: 20 steps again at lr × 2.09 for 3 candidate(s), so one whose "
                     "rate suits the long run is not cut for a slow start: p0009, p0012, p0003")
+
+
+def test_a_width_run_names_its_parent_and_size_and_the_rung_says_what_it_measured() -> None:
+    lines = ReadableLines()
+    lines.line({"event": "trial_started", "trial_id": "w0001", "kind": "width", "seed": 0,
+                "parent": "p0009", "proposer": "width-rung", "edit": {"width_multiple": 2}})
+    run = lines.line({"event": "trial_finished", "trial_id": "w0001", "kind": "width",
+                      "steps": 400, "tokens": 102_400, "status": "complete", "val_bpb": 3.2824,
+                      "wall_s": 9.4})
+    assert run is not None and run.endswith("p0009 at 2× the proxy's width")
+    assert "vs baseline" not in run  # another model's size: no baseline shares it
+    measured = lines.line({"event": "width_measured", "narrow": 3.3835, "wide": 3.2824,
+                           "target_lowering": 0.1524})
+    assert measured == ("   twice the width scored 3.3835 → 3.2824: the target lands 0.1524 "
+                        "below the proxy's curve")
+    none = lines.line({"event": "width_measured", "narrow": 3.9198, "wide": 3.9630,
+                       "target_lowering": None})
+    assert none == ("   twice the width scored 3.9198 → 3.9630: no gap measured, the export "
+                    "keeps the law's size term")

@@ -72,3 +72,8 @@ def test_a_width_rung_replaces_the_laws_ratio_by_its_measured_gap() -> None:
     assert "no width rung" in by_law.describe_size()
     again = Prediction.from_json(json.loads(json.dumps(measured.to_json())))
     assert again.measured_size == gap and again.center(1e6) == pytest.approx(measured.center(1e6))
+    # a wider run that scored no better measured no gap: the law's ratio stays, and says why
+    unmeasured = Prediction(**common, measured_size=SizeGap(92_416, 3.56, 713_728, 3.64,
+                                                            ("w0000", "w0001")))
+    assert unmeasured.center(1e5) == by_law.center(1e5)
+    assert "measured no gap" in unmeasured.describe_size()

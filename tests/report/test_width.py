@@ -23,7 +23,7 @@ from recipelab.trajectory.record import TrialRecord
 def test_the_wider_model_keeps_the_head_size_the_groups_and_the_depth_to_width_ratio() -> None:
     proxy, target = proxy_recipe("tiny").shape, get_target("toy")
     narrow, wide = width_targets(proxy, target)
-    assert narrow.shape == proxy and narrow.context == wide.context == target.context
+    assert narrow.shape == proxy and narrow.context == wide.context == min(target.context, MAX_CONTEXT)
     assert (wide.shape.d_model, wide.shape.n_layer) == (2 * proxy.d_model, 2 * proxy.n_layer)
     assert wide.shape.head_dim == proxy.head_dim and wide.shape.gqa_ratio == proxy.gqa_ratio
     assert wide.shape.vocab_size == proxy.vocab_size  # the proxy's tokenizer, not the target's
@@ -47,9 +47,10 @@ def test_two_sizes_on_the_law_give_back_its_slope_and_the_targets_gap() -> None:
     assert gap.lowering(90_000, 90_000) == 0.0
 
 
-def test_a_wider_model_that_scored_worse_lowers_nothing() -> None:
-    gap = SizeGap(90_000, 3.0, 720_000, 3.1, ("w0000", "w0001"))
-    assert gap.slope == 0.0 and gap.lowering(90_000, 6_000_000) == 0.0
+def test_a_wider_model_that_scored_no_better_measured_no_gap() -> None:
+    assert not SizeGap(90_000, 3.0, 720_000, 3.1, ("w0000", "w0001")).measured
+    assert not SizeGap(90_000, 3.0, 720_000, 3.0, ("w0000", "w0001")).measured
+    assert SizeGap(90_000, 3.1, 720_000, 3.0, ("w0000", "w0001")).measured
 
 
 def test_a_gap_read_back_from_its_json_is_the_same() -> None:

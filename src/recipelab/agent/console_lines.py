@@ -189,9 +189,11 @@ class ReadableLines:
                     f"at context {event.get('context')}, for the export's size term", LINE_LIMIT)
 
     def _width_measured(self, event: Mapping[str, Any]) -> str:
-        return (f"   twice the width scored {_number(event.get('narrow'))} → "
-                f"{_number(event.get('wide'))}: the target lands "
-                f"{_number(event.get('target_lowering'))} below the proxy's curve")
+        scored = f"   twice the width scored {_number(event.get('narrow'))} → {_number(event.get('wide'))}"
+        if event.get("target_lowering") is None:
+            return f"{scored}: no gap measured, the export keeps the law's size term"
+        return (f"{scored}: the target lands {_number(event.get('target_lowering'))} below the "
+                "proxy's curve")
 
     def _campaign_finished(self, _event: Mapping[str, Any]) -> None:
         return None  # the command prints the campaign's summary, winner and recommendation

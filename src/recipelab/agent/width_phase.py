@@ -64,14 +64,14 @@ class WidthPhase:
             return
         ctx.log.info("width_started", trial_id=winner_id, tokens=jobs[0][1].tokens,
                      sizes=[non_embedding_params(recipe.shape) for _, recipe in jobs],
-                     context=target.context)
+                     context=jobs[0][1].seq_len)
         self._measure(ctx, winner.record, jobs)
         gap = self._gap(ctx.ledger.records, winner_id)
         if gap is not None:
-            proxy, at_target = gap.narrow_params, non_embedding_params(target.shape)
+            lowering = gap.lowering(gap.narrow_params, non_embedding_params(target.shape))
             ctx.log.info("width_measured", trial_id=winner_id, narrow=gap.narrow_val_bpb,
                          wide=gap.wide_val_bpb, slope=gap.slope,
-                         target_lowering=gap.lowering(proxy, at_target))
+                         target_lowering=lowering if gap.measured else None)
 
     @staticmethod
     def _gap(records: Sequence[TrialRecord], winner_id: str) -> SizeGap | None:

@@ -126,10 +126,11 @@ class Prediction:
 
     def center(self, bytes_seen: float) -> float:
         """The predicted val_bpb of the target: the proxy's curve less the gap the width
-        rung measured (:mod:`recipelab.report.width`), else × the law's size term."""
+        rung measured (:mod:`recipelab.report.width`), else × the law's size term (also when
+        the wider run scored no better)."""
         if self.size is None:
             return self.proxy_center(bytes_seen)
-        if self.measured_size is not None:
+        if self.measured_size is not None and self.measured_size.measured:
             return self.proxy_center(bytes_seen) - self.measured_size.lowering(
                 self.size.proxy_params, self.size.target_params)
         return self.proxy_center(bytes_seen) * self.size.factor(bytes_seen)
@@ -138,10 +139,14 @@ class Prediction:
         """The size term in words: the width rung's, the law's, or none."""
         if self.size is None:
             return "size: none (the target is the proxy's size)"
-        if self.measured_size is None:
+        gap = self.measured_size
+        if gap is None:
             return self.size.describe() + " (no width rung measured it)"
-        lowering = self.measured_size.lowering(self.size.proxy_params, self.size.target_params)
-        return (f"size: {self.measured_size.describe()}; the target's "
+        if not gap.measured:
+            return (self.size.describe() + f" (the width rung measured no gap: twice the width "
+                    f"scored {gap.wide_val_bpb:.4f} against {gap.narrow_val_bpb:.4f})")
+        lowering = gap.lowering(self.size.proxy_params, self.size.target_params)
+        return (f"size: {gap.describe()}; the target's "
                 f"{self.size.target_params:,} non-embedding parameters put it {lowering:.4f} "
                 f"below the proxy's {self.size.proxy_params:,} at every point")
 

@@ -31,10 +31,11 @@ WIDTH_MULTIPLE = 2
 WIDTH_ALPHA = 0.34
 """The parameter exponent of Chinchilla's loss law (Hoffmann et al. 2022, approach 3)."""
 SIZE_RULE = "Chinchilla's L = E + A·N^-0.34 (Hoffmann et al. 2022, arXiv 2203.15556)"
-MAX_CONTEXT = 1024
-"""The width rung's longest context. At a small model's width, attention over a long context
-costs many times its matmuls (30 top-rung runs for the `cpu` preset's wider model at
-SmolLM2's 8,192), and the gap was measured right at the target's 256."""
+MAX_CONTEXT = 256
+"""The width rung's longest context. The gap was measured right at 256 (bench/transfer.py's
+target). At 1,024 the demo's top-rung tokens made 100 steps of one sequence, and the wider
+model scored worse; and at a small model's width attention over a long context costs many
+times its matmuls (30 top-rung runs for the `cpu` preset's wider model at SmolLM2's 8,192)."""
 
 
 def width_targets(proxy: Shape, target: Target) -> tuple[Target, Target]:
@@ -63,10 +64,15 @@ class SizeGap:
 
     @property
     def slope(self) -> float:
-        """``A`` of ``L = E + A·N^-α``, never below 0: a wider model that scored worse says
-        its run was unlucky or its rate off, not that size hurts, so it lowers nothing."""
+        """``A`` of ``L = E + A·N^-α`` through the two points."""
         spread = float(self.narrow_params ** -WIDTH_ALPHA - self.wide_params ** -WIDTH_ALPHA)
-        return max(0.0, (self.narrow_val_bpb - self.wide_val_bpb) / spread)
+        return (self.narrow_val_bpb - self.wide_val_bpb) / spread
+
+    @property
+    def measured(self) -> bool:
+        """Whether the rung measured a gap: a wider model that scored no better says its run
+        was too short or its rate off, not that size hurts, so it is no size term."""
+        return self.slope > 0
 
     def lowering(self, proxy_params: int, target_params: int) -> float:
         """How much lower the law puts the target than the proxy, at equal tokens."""
