@@ -5,9 +5,9 @@ much. Kaplan's law in parameters and data (:class:`~recipelab.report.prediction.
 can, but its constants come from other data and tokenizers: ``bench/transfer.py`` found the
 target 4-20% below a prediction that used it. So, after the winner is named, the campaign
 trains the recommendation twice more, by the export's own rules (its rate and batch from
-Step Law, the target's context) at the top rung's tokens: on the target's family at the
-proxy's width, and at :data:`WIDTH_MULTIPLE` × the width and depth (head size and the
-depth-to-width ratio kept). Their two val_bpb are two points of Chinchilla's
+Step Law, the target's context up to :data:`MAX_CONTEXT`) at the top rung's tokens: on the
+target's family at the proxy's width, and at :data:`WIDTH_MULTIPLE` × the width and depth
+(head size and the depth-to-width ratio kept). Their two val_bpb are two points of Chinchilla's
 ``L(N) = E + A·N^-α`` (Hoffmann et al. 2022, arXiv 2203.15556) with α the published
 :data:`WIDTH_ALPHA`; their difference sets ``A``. Chinchilla's form keeps ``A`` at every
 token count, so the target's prediction is the proxy's curve less ``A·(N_proxy^-α −
