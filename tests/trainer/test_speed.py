@@ -151,7 +151,9 @@ def page_faults_after_ten_steps(keep_freed_memory: str) -> int:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc settings")
 def test_a_cpu_trainer_process_reuses_the_memory_its_steps_free() -> None:
-    kept = page_faults_after_ten_steps("1")
+    # the kernel reclaiming idle pages of a loaded machine adds faults to either run, never
+    # removes any: the fewer of two runs is the allocator's own count
+    kept = min(page_faults_after_ten_steps("1") for _ in range(2))
     default = page_faults_after_ten_steps("0")
     # 50 steps of 12 MiB activations: here about 160,000 faults, 16,800 on a CI machine whose
     # kernel faults larger pages in; either way far more than one page per step.

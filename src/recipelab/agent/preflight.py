@@ -42,6 +42,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from recipelab import environment
+from recipelab.agent.attribution_cost import EXPECTED_GROUPS, expected_runs
 from recipelab.agent.guard_context import guard_context
 from recipelab.agent.machine import Resolved
 from recipelab.agent.proposer_choice import (
@@ -53,6 +54,7 @@ from recipelab.agent.proposer_choice import (
 )
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB, until_problem
+from recipelab.agent.width_cost import planned_recipes as planned_width_recipes
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.guardrails.base import DeviceInfo, GuardContext, gib
@@ -244,24 +246,30 @@ def planned_in_flight(settings: CampaignSettings) -> int:
 
 
 def disk_needed_bytes(settings: CampaignSettings, baseline: Recipe) -> tuple[int, str]:
-    """The bytes tonight's campaign writes, and how that was estimated."""
+    """The bytes tonight's campaign writes, and how that was estimated: every run longer than
+    a proxy (rung, stress, attribution, width) keeps its last checkpoint."""
     trials = planned_proxy_trials(settings)
     ladder = settings.ladder.planned_ladder(baseline.steps, max(0, trials - settings.search.noise_seeds))
     stress = (ladder[-1].runs if ladder else 0) + settings.ladder.fidelity
     rung = sum(r.runs for r in ladder[:-1])
     probes = sum(r.probes for r in ladder)  # proxy-length: no checkpoint
-    longer = stress + rung
+    attribution = (expected_runs(EXPECTED_GROUPS, settings.search.noise_seeds)
+                   if settings.ladder.attribution and ladder else 0)
+    widths = planned_width_recipes(settings)
+    longer = stress + rung + attribution
     params = baseline.param_count()
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
-    # each rung and stress run keeps its last checkpoint; one being written briefly doubles
-    # its run's
+    width_checkpoints = sum(CHECKPOINT_BYTES_PER_PARAM * r.param_count() for r in widths)
+    # each longer run keeps its last checkpoint; one being written briefly doubles its run's
     checkpoints = (longer + min(longer, planned_in_flight(settings))) * checkpoint if longer else 0
-    files = (trials + probes + longer) * TRIAL_FILES_BYTES
+    files = (trials + probes + longer + len(widths)) * TRIAL_FILES_BYTES
     corpus = 4 * (settings.corpus.max_bytes or 0)  # int32 token ids of the capped text
-    how = (f"{trials + probes:,} proxy trials and probes x {TRIAL_FILES_BYTES // 1024} KiB, {stress} stress "
-           f"and {rung} rung checkpoint(s) of {params:,} params x {CHECKPOINT_BYTES_PER_PARAM} B = "
-           f"{size(checkpoint)}" + (f", tokenized corpus {size(corpus)}" if corpus else ""))
-    return files + checkpoints + corpus, how
+    how = (f"{trials + probes:,} proxy trials and probes x {TRIAL_FILES_BYTES // 1024} KiB, {stress} stress, "
+           f"{rung} rung and {attribution} attribution checkpoint(s) of {params:,} params x "
+           f"{CHECKPOINT_BYTES_PER_PARAM} B = {size(checkpoint)}"
+           + (f", the width rung's {len(widths)} checkpoints {size(width_checkpoints)}" if widths else "")
+           + (f", tokenized corpus {size(corpus)}" if corpus else ""))
+    return files + checkpoints + width_checkpoints + corpus, how
 
 
 # --- the checks ------------------------------------------------------------------------------

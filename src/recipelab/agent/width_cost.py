@@ -24,16 +24,20 @@ def seconds(times: TrialTimes, baseline: Recipe, recipes: Sequence[Recipe]) -> f
                for recipe in recipes)
 
 
-def planned_seconds(times: TrialTimes, settings: CampaignSettings) -> float:
-    """What the window planner reserves for the rung before the recommendation is known:
-    the baseline on its two models at the top rung's tokens (the edit barely moves the cost);
-    nothing when the rung is off or there is no top rung."""
+def planned_recipes(settings: CampaignSettings) -> list[Recipe]:
+    """The rung's two runs as planned before the recommendation is known: the baseline on
+    its two models at the top rung's tokens (the edit barely moves their cost or size);
+    none when the rung is off or there is no top rung."""
     ladder = settings.ladder
     if not ladder.width_rung or ladder.promote == 0:
-        return 0.0
+        return []
     baseline = settings.baseline()
     tokens = ladder.stress_steps * baseline.tokens_per_step
     sizes = width_targets(baseline.shape, preset_target(settings.preset, settings.target))
-    return seconds(times, baseline, [
-        baseline.model_copy(update={"shape": size.shape, "seq_len": size.context}).at_tokens(tokens)
-        for size in sizes])
+    return [baseline.model_copy(update={"shape": size.shape, "seq_len": size.context}).at_tokens(tokens)
+            for size in sizes]
+
+
+def planned_seconds(times: TrialTimes, settings: CampaignSettings) -> float:
+    """What the window planner reserves for the rung (:func:`planned_recipes`)."""
+    return seconds(times, settings.baseline(), planned_recipes(settings))
