@@ -63,6 +63,10 @@ PRESET = "tiny"
 CORPUS = "python-source"
 EVALUATIONS = 8
 EVAL_BYTES = 65_536
+PREDICTION_BAR = 0.05
+"""A cloud run is judged within this fraction of its prediction."""
+RATE_BAR = 2.0
+"""The exported rate should lie within this factor of the target's best."""
 
 
 @dataclass(frozen=True)
@@ -358,7 +362,12 @@ def main() -> None:
           f"the seed spread): {held} of {len(rows)} campaigns")
     print("prediction error: " + ", ".join(f"{r['prediction_error']:.1%}" for r in rows)
           + "; exported rate / best rate: " + ", ".join(f"{1 / r['lr_factor']:.2f}" for r in rows))
+    met = sum(r["beats_baseline"] and r["beats_law"] and r["prediction_error"] <= PREDICTION_BAR
+              and 1 / RATE_BAR <= r["lr_factor"] <= RATE_BAR for r in rows)
+    print(f"all four (beats both, prediction within {PREDICTION_BAR:.0%}, exported rate within "
+          f"{RATE_BAR:g}× the best): {met} of {len(rows)} campaigns")
     summary["held"] = held
+    summary["all_four"] = met
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 

@@ -104,3 +104,21 @@ def test_a_width_run_names_its_parent_and_size_and_the_rung_says_what_it_measure
                        "target_lowering": None})
     assert none == ("   twice the width scored 3.9198 → 3.9630: no gap measured, the export "
                     "keeps the law's size term")
+
+
+def test_the_width_rungs_control_is_named_and_the_gain_one_size_up_is_said() -> None:
+    lines = ReadableLines()
+    lines.line({"event": "trial_started", "trial_id": "w0002", "kind": "width", "seed": 0,
+                "parent": "p0000", "proposer": "width-rung",
+                "edit": {"width_multiple": 2, "arm": "baseline"}})
+    run = lines.line({"event": "trial_finished", "trial_id": "w0002", "kind": "width",
+                      "steps": 400, "tokens": 102_400, "status": "complete", "val_bpb": 3.3601,
+                      "wall_s": 9.1})
+    assert run is not None and run.endswith("p0000 at 2× the proxy's width (the baseline, the control)")
+    held = lines.line({"event": "width_measured", "narrow": 3.3835, "wide": 3.2824,
+                       "target_lowering": 0.1524, "gain_at_twice_width": 0.0777})
+    assert held is not None and held.endswith("\n   at twice the width it beats the baseline by +0.0777")
+    lost = lines.line({"event": "width_measured", "narrow": 3.3835, "wide": 3.2824,
+                       "target_lowering": 0.1524, "gain_at_twice_width": -0.0312})
+    assert lost is not None and lost.endswith(
+        "does not beat the baseline (-0.0312): the gain did not hold one size up")

@@ -1,6 +1,7 @@
 """The width rung on the in-memory fake executor: after the winner is named, its
 recommendation trains at the proxy's width and at twice it by the export's rules, once each,
-and ``recipelab export`` predicts the target with the gap they measured.
+the baseline once at twice the width beside it, and ``recipelab export`` predicts the target
+with the gap they measured and says whether the gain held one size up.
 
 The fake's val_bpb (recipelab.runner.fake.synthetic_val_bpb) knows no model size, so the
 outcome here takes :data:`SIZE_BONUS` off per doubling of ``d_model``: a wider model
@@ -25,7 +26,7 @@ from recipelab.agent.window import MARGIN, TrialTimes
 from recipelab.cli import app
 from recipelab.recipe import Recipe, get_target
 from recipelab.report.steplaw import law_learning_rate, non_embedding_params
-from recipelab.report.width import MAX_CONTEXT, WIDTH_KIND, measured_gap
+from recipelab.report.width import MAX_CONTEXT, WIDTH_KIND, is_control, measured_gap
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.record import TrialRecord
@@ -57,9 +58,9 @@ def run(settings: CampaignSettings, directory: Path, **executor: object) -> None
              executor=fake_executor(outcome=sized_outcome, **executor)).run()
 
 
-def width_runs(directory: Path) -> list[TrialRecord]:
-    return [TrialRecord.model_validate(r) for r in read_jsonl(directory / "trajectory.jsonl")
-            if r["kind"] == WIDTH_KIND]
+def width_runs(directory: Path, control: bool = False) -> list[TrialRecord]:
+    return [record for r in read_jsonl(directory / "trajectory.jsonl") if r["kind"] == WIDTH_KIND
+            if is_control(record := TrialRecord.model_validate(r)) == control]
 
 
 def test_the_winner_trains_at_two_widths_by_the_exports_rules(
@@ -84,6 +85,37 @@ def test_the_winner_trains_at_two_widths_by_the_exports_rules(
     assert measured["slope"] > 0 and measured["target_lowering"] > 0
 
 
+def test_the_baseline_trains_at_twice_the_width_beside_it_as_the_control(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    """The baseline moved by the same export rules onto the wider model (its own rate, the
+    winner's lr edit not carried), at the same tokens and seed; its score less the
+    recommendation's is the gain one size up, in the event, the export and the report."""
+    run(settings, tmp_path)
+    _, wide = width_runs(tmp_path)
+    (control,) = width_runs(tmp_path, control=True)
+    assert control.parent == "p0000" and control.edit == {"width_multiple": 2, "arm": "baseline"}
+    ours, theirs = Recipe.model_validate(wide.recipe), Recipe.model_validate(control.recipe)
+    assert ours.shape == theirs.shape and ours.seed == theirs.seed and ours.steps == theirs.steps
+    proxy = settings.baseline()
+    assert theirs.optimizer.lr / ours.optimizer.lr == pytest.approx(
+        proxy.optimizer.lr / 3e-3, rel=1e-4), "each keeps its own rate, moved by the same law"
+    assert control.val_bpb is not None and wide.val_bpb is not None
+    gain = control.val_bpb - wide.val_bpb
+    assert events(tmp_path, "width_measured")[-1]["gain_at_twice_width"] == pytest.approx(gain)
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
+                                      "cpu"])
+    assert result.exit_code == 0, result.output
+    check = json.loads((out / "manifest.json").read_text())["width_check"]
+    assert check["gain"] == pytest.approx(gain) and check["held"] == (gain > 0)
+    assert check["recommended"]["trial"] == wide.trial_id
+    assert check["baseline"]["trial"] == control.trial_id
+    assert "One size up: at twice the proxy's width" in (out / "transfer.md").read_text()
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"gain {gain:+.4f}" in (tmp_path / "report" / "report.md").read_text()
+
+
 def test_the_export_predicts_the_target_with_the_measured_gap(
         settings: CampaignSettings, tmp_path: Path) -> None:
     run(settings, tmp_path)
@@ -103,6 +135,7 @@ def test_a_lost_width_run_resumes_and_nothing_trains_twice(
     run(settings, tmp_path, lose_midway={"w0000"})
     runs = width_runs(tmp_path)
     assert [r.status for r in runs] == ["interrupted", "complete", "complete"]
+    assert [r.status for r in width_runs(tmp_path, control=True)] == ["complete"]
     assert runs[1].retry_of == "w0000" and runs[1].artifacts["dir"] == runs[0].artifacts["dir"]
     before = read_jsonl(tmp_path / "trajectory.jsonl")
     run(settings, tmp_path)  # resumed after the end: nothing is run or written twice

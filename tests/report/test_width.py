@@ -1,5 +1,6 @@
 """The width rung's size term: the two models it trains, the law through their scores, and
-the pair of runs it reads from a campaign's records."""
+the pair of runs it reads from a campaign's records; and its check one size up, the
+recommendation against the baseline at twice the width."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from recipelab.report.width import (
     WIDTH_KIND,
     SizeGap,
     measured_gap,
+    width_check,
     width_targets,
 )
 from recipelab.trajectory.record import TrialRecord
@@ -59,14 +61,16 @@ def test_a_gap_read_back_from_its_json_is_the_same() -> None:
 
 
 def width_run(trial_id: str, multiple: int, val_bpb: float | None, *, seed: int = 0,
-              parent: str = "p0003", status: str = "complete") -> TrialRecord:
+              parent: str = "p0003", status: str = "complete", control: bool = False
+              ) -> TrialRecord:
     proxy = proxy_recipe("tiny")
     narrow, wide = width_targets(proxy.shape, get_target("toy"))
     shape = (narrow if multiple == 1 else wide).shape
     recipe = proxy.model_copy(update={"shape": shape, "seed": seed})
     return TrialRecord(campaign="c", trial_id=trial_id, kind=WIDTH_KIND, status=status,
                        recipe=recipe.model_dump(mode="json"), parent=parent, budget=200,
-                       edit={"width_multiple": multiple}, val_bpb=val_bpb)
+                       edit={"width_multiple": multiple, **({"arm": "baseline"} if control
+                                                             else {})}, val_bpb=val_bpb)
 
 
 def test_the_gap_pairs_the_two_sizes_of_one_parent_and_seed() -> None:
@@ -86,3 +90,29 @@ def test_the_gap_pairs_the_two_sizes_of_one_parent_and_seed() -> None:
 ], ids=["seed", "parent", "failed", "same size"])
 def test_no_gap_without_a_scored_pair(partner: TrialRecord) -> None:
     assert measured_gap([width_run("w0000", 1, 3.4), partner]) is None
+
+
+def test_the_baselines_run_at_twice_the_width_is_no_part_of_the_gap() -> None:
+    control = width_run("w0002", 2, 3.0, parent="p0003", control=True)  # even under its parent
+    assert measured_gap([width_run("w0000", 1, 3.4), control]) is None
+
+
+def test_the_check_one_size_up_sets_the_baseline_beside_the_recommendation() -> None:
+    records = [width_run("w0000", 1, 3.4), width_run("w0001", 2, 3.3),
+               width_run("w0002", 2, 3.38, parent="p0000", control=True)]
+    check = width_check(records)
+    assert check is not None and check.runs == ("w0001", "w0002")
+    assert check.gain == pytest.approx(0.08) and check.held
+    assert "gain +0.0800, the gain held" in check.describe()
+    worse = width_check([*records[:2], width_run("w0002", 2, 3.25, parent="p0000", control=True)])
+    assert worse is not None and not worse.held
+    assert "the gain did not hold: keep the baseline" in worse.describe()
+
+
+@pytest.mark.parametrize("control", [
+    width_run("w0002", 2, 3.38, parent="p0000", control=True, seed=1),  # another seed
+    width_run("w0002", 1, 3.38, parent="p0000", control=True),  # another size
+    width_run("w0002", 2, None, parent="p0000", control=True, status="failed"),
+], ids=["seed", "size", "failed"])
+def test_no_check_without_a_scored_control_of_the_same_size_and_seed(control: TrialRecord) -> None:
+    assert width_check([width_run("w0000", 1, 3.4), width_run("w0001", 2, 3.3), control]) is None

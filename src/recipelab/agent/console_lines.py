@@ -123,6 +123,7 @@ class ReadableLines:
         what = "" if trial in self.baseline_runs else compact_edit(shown, {})
         if width:
             what = f"{self.parents.get(trial, '?')} at {edit.get('width_multiple')}× the proxy's width"
+            what += " (the baseline, the control)" if edit.get("arm") == "baseline" else ""
         elif "lr_family" in edit:  # the baseline's family, or a candidate's probe
             parent = self.parents.get(trial)
             whose = "the baseline" if parent is None or parent in self.baseline_runs else parent
@@ -191,9 +192,16 @@ class ReadableLines:
     def _width_measured(self, event: Mapping[str, Any]) -> str:
         scored = f"   twice the width scored {_number(event.get('narrow'))} → {_number(event.get('wide'))}"
         if event.get("target_lowering") is None:
-            return f"{scored}: no gap measured, the export keeps the law's size term"
-        return (f"{scored}: the target lands {_number(event.get('target_lowering'))} below the "
-                "proxy's curve")
+            line = f"{scored}: no gap measured, the export keeps the law's size term"
+        else:
+            line = (f"{scored}: the target lands {_number(event.get('target_lowering'))} below "
+                    "the proxy's curve")
+        gain = event.get("gain_at_twice_width")
+        if not isinstance(gain, (int, float)):
+            return line
+        return line + (f"\n   at twice the width it beats the baseline by {gain:+.4f}" if gain > 0
+                       else f"\n   at twice the width it does not beat the baseline ({gain:+.4f}): "
+                       "the gain did not hold one size up")
 
     def _campaign_finished(self, _event: Mapping[str, Any]) -> None:
         return None  # the command prints the campaign's summary, winner and recommendation

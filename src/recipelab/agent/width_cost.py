@@ -25,17 +25,19 @@ def seconds(times: TrialTimes, baseline: Recipe, recipes: Sequence[Recipe]) -> f
 
 
 def planned_recipes(settings: CampaignSettings) -> list[Recipe]:
-    """The rung's two runs as planned before the recommendation is known: the baseline on
-    its two models at the top rung's tokens (the edit barely moves their cost or size);
-    none when the rung is off or there is no top rung."""
+    """The rung's three runs as planned before the recommendation is known: the baseline on
+    its two models at the top rung's tokens, and on the wider once more as the control (the
+    edit barely moves their cost or size); none when the rung is off or there is no top
+    rung."""
     ladder = settings.ladder
     if not ladder.width_rung or ladder.promote == 0:
         return []
     baseline = settings.baseline()
     tokens = ladder.stress_steps * baseline.tokens_per_step
     sizes = width_targets(baseline.shape, preset_target(settings.preset, settings.target))
-    return [baseline.model_copy(update={"shape": size.shape, "seq_len": size.context}).at_tokens(tokens)
-            for size in sizes]
+    narrow, wide = (baseline.model_copy(update={"shape": size.shape, "seq_len": size.context}
+                                        ).at_tokens(tokens) for size in sizes)
+    return [narrow, wide, wide]
 
 
 def planned_seconds(times: TrialTimes, settings: CampaignSettings) -> float:

@@ -4,15 +4,19 @@ the export's prediction carries a measured size term (:mod:`recipelab.report.wid
 Both runs are what ``recipelab export`` would recommend (the minimal winning edit, else the
 winner), moved by the export's own rules (:func:`~recipelab.report.export.recommended_export`:
 Step Law's rate and batch, the target's context) onto the target's family at the proxy's width
-and at twice it, for the top rung's tokens, at the campaign's seed. They are trials of kind
-``width`` (ids ``w0000``…, parent the winner). Everything is read back from the records: after
-a crash only a missing run trains, and a lost one resumes from its checkpoint folder.
+and at twice it, for the top rung's tokens, at the campaign's seed; and the baseline, exported
+the same way, at twice the width, so the report can say whether the gain held one size up
+(:class:`~recipelab.report.width.WidthCheck`). They are trials of kind ``width`` (ids
+``w0000``…, parent the winner, the baseline's run parent the baseline). Everything is read
+back from the records: after a crash only a missing run trains, and a lost one resumes from
+its checkpoint folder.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from recipelab.agent.campaign_context import POLL_INTERVAL_S, CampaignContext
 from recipelab.agent.trials import TRIALS_DIR
@@ -22,10 +26,12 @@ from recipelab.recipe import Recipe, Target, preset_target
 from recipelab.report.export import ExportOptions, recommended_export
 from recipelab.report.steplaw import non_embedding_params
 from recipelab.report.width import (
+    CONTROL_ARM,
     WIDTH_KIND,
     WIDTH_MULTIPLE,
     SizeGap,
     measured_gap,
+    width_check,
     width_targets,
 )
 from recipelab.trajectory.record import TrialRecord
@@ -35,6 +41,20 @@ ATTEMPTS = 5
 """Interruptions after which a width run is given up (each resumes from its checkpoint)."""
 CURVE_POINTS = 20
 WIDTH_PROPOSER = "width-rung"
+
+
+@dataclass(frozen=True)
+class WidthJob:
+    """One run of the rung: ``parent``'s export at ``multiple`` × the proxy's width."""
+
+    parent: str
+    multiple: int
+    control: bool  # the baseline's run, beside the recommendation's at the same size
+    recipe: Recipe
+
+    @property
+    def edit(self) -> dict[str, object]:
+        return {"width_multiple": self.multiple, **(CONTROL_ARM if self.control else {})}
 
 
 class WidthPhase:
@@ -49,48 +69,66 @@ class WidthPhase:
             ctx.log.info("width_skipped", reason="no winner to measure")
             return
         winner_id = winner.record.trial_id
-        if self._gap(ctx.ledger.records, winner_id) is not None:
+        if self._done(ctx, winner_id):
             return
         target = preset_target(ctx.settings.preset, ctx.settings.target)
-        jobs = self._jobs(ctx, target)
+        jobs = self._jobs(ctx, winner_id, target)
         if jobs is None:
             return
-        seconds = self._seconds(ctx, [recipe for _, recipe in jobs])
+        seconds = self._seconds(ctx, [job.recipe for job in jobs])
         if seconds is not None and not ctx.deadline.fits_seconds(seconds):
             ctx.log.warning("width_skipped", trial_id=winner_id,
-                            reason=f"out of time: its two runs need ~{seconds / 60:.0f} min "
+                            reason=f"out of time: its runs need ~{seconds / 60:.0f} min "
                             "(a longer --hours/--until leaves room; the export then predicts "
                             "with the law's size term)")
             return
-        ctx.log.info("width_started", trial_id=winner_id, tokens=jobs[0][1].tokens,
-                     sizes=[non_embedding_params(recipe.shape) for _, recipe in jobs],
-                     context=jobs[0][1].seq_len)
+        recommended = [job for job in jobs if not job.control]
+        ctx.log.info("width_started", trial_id=winner_id, tokens=jobs[0].recipe.tokens,
+                     sizes=[non_embedding_params(job.recipe.shape) for job in recommended],
+                     context=jobs[0].recipe.seq_len)
         self._measure(ctx, winner.record, jobs)
         gap = self._gap(ctx.ledger.records, winner_id)
         if gap is not None:
             lowering = gap.lowering(gap.narrow_params, non_embedding_params(target.shape))
+            check = width_check(ctx.ledger.records)
             ctx.log.info("width_measured", trial_id=winner_id, narrow=gap.narrow_val_bpb,
                          wide=gap.wide_val_bpb, slope=gap.slope,
-                         target_lowering=lowering if gap.measured else None)
+                         target_lowering=lowering if gap.measured else None,
+                         baseline_wide=None if check is None else check.baseline_val_bpb,
+                         gain_at_twice_width=None if check is None else check.gain)
 
     @staticmethod
     def _gap(records: Sequence[TrialRecord], winner_id: str) -> SizeGap | None:
         return measured_gap([r for r in records if r.parent == winner_id])
 
-    def _jobs(self, ctx: CampaignContext, target: Target) -> list[tuple[int, Recipe]] | None:
-        """(width multiple, recipe) of each run: the export's recommendation on each of
-        :func:`~recipelab.report.width.width_targets` at the top rung's tokens."""
+    def _done(self, ctx: CampaignContext, winner_id: str) -> bool:
+        """Whether the records hold the gap and, when there is a baseline to train, the
+        check (a campaign resumed after its rung has nothing to do)."""
+        records = ctx.ledger.records
+        control = ctx.ledger.baseline_id not in (None, winner_id)
+        return self._gap(records, winner_id) is not None and (
+            not control or width_check(records) is not None)
+
+    def _jobs(self, ctx: CampaignContext, winner_id: str, target: Target
+              ) -> list[WidthJob] | None:
+        """The export's recommendation on each of
+        :func:`~recipelab.report.width.width_targets`, and the baseline's on the wider one,
+        at the top rung's tokens; None when either cannot be exported."""
         tokens = ctx.settings.ladder.stress_steps * ctx.baseline.tokens_per_step
+        baseline_id = ctx.ledger.baseline_id
+        narrow, wide = width_targets(ctx.baseline.shape, target)
+        arms: list[tuple[int, Target, str | None]] = [(1, narrow, None), (WIDTH_MULTIPLE, wide, None)]
+        if baseline_id is not None and baseline_id != winner_id:
+            arms.append((WIDTH_MULTIPLE, wide, baseline_id))
         jobs = []
-        for multiple, size in zip((1, WIDTH_MULTIPLE), width_targets(ctx.baseline.shape, target),
-                                  strict=True):
+        for multiple, size, trial in arms:
             params = ctx.baseline.model_copy(update={"shape": size.shape,
                                                      "seq_len": size.context}).param_count()
             options = ExportOptions(tokens_per_param=tokens / params, gpus=1,
                                     eval_bytes=max(256, ctx.baseline.eval_bytes),
                                     gpu_memory_gib=ctx.device.memory_bytes / GIB,
                                     device=ctx.device.kind)
-            found = recommended_export(ctx.ledger.records, size, options)
+            found = recommended_export(ctx.ledger.records, size, options, trial=trial)
             if found is None:
                 return None
             if found.exported.memory_problem is not None:
@@ -98,7 +136,8 @@ class WidthPhase:
                                 reason=f"{size.name} does not fit: {found.exported.memory_problem}")
                 return None
             recipe = found.exported.recipe.apply({"seed": ctx.settings.seed})
-            jobs.append((multiple, recipe.at_tokens(tokens)))  # exactly: the law rounds
+            jobs.append(WidthJob(trial or winner_id, multiple, trial is not None,
+                                 recipe.at_tokens(tokens)))  # exactly: the law rounds
         return jobs
 
     def _seconds(self, ctx: CampaignContext, recipes: Sequence[Recipe]) -> float | None:
@@ -107,46 +146,48 @@ class WidthPhase:
         return None if times is None else seconds(times, ctx.baseline, recipes)
 
     def _measure(self, ctx: CampaignContext, winner: TrialRecord,
-                 jobs: Sequence[tuple[int, Recipe]]) -> None:
-        """Train each run not yet trained, one lost resumed from its folder, until both are."""
+                 jobs: Sequence[WidthJob]) -> None:
+        """Train each run not yet trained, one lost resumed from its folder, until all are."""
         running: set[str] = set()
         while True:
             for record in ctx.book.poll(cancel=ctx.stops.cancel):
                 running.discard(record.trial_id)
-            for multiple, recipe in jobs:
+            for job in jobs:
                 if ctx.stops.stop or len(ctx.book.inflight) >= ctx.trials_in_flight:
                     break
-                runs = [r for r in ctx.ledger.of_kind(WIDTH_KIND) if r.parent == winner.trial_id
-                        and r.edit.get("width_multiple") == multiple]
+                runs = [r for r in ctx.ledger.of_kind(WIDTH_KIND)
+                        if r.parent == job.parent and r.edit == job.edit]
                 if any(r.trained for r in runs) or any(r.trial_id in running for r in runs):
                     continue
                 lost = [r for r in runs if r.status == "interrupted"]
                 if len(lost) >= ATTEMPTS:
-                    ctx.log.warning("width_given_up", trial_id=winner.trial_id,
-                                    attempts=len(lost))
+                    ctx.log.warning("width_given_up", trial_id=job.parent, attempts=len(lost))
                     return
-                running.add(self._launch(ctx, winner, multiple, recipe, lost))
+                running.add(self._launch(ctx, winner, job, lost))
             if not ctx.book.inflight and (ctx.stops.stop or not running):
                 return
             time.sleep(POLL_INTERVAL_S)
 
     @staticmethod
-    def _launch(ctx: CampaignContext, winner: TrialRecord, multiple: int, recipe: Recipe,
+    def _launch(ctx: CampaignContext, winner: TrialRecord, job: WidthJob,
                 lost: Sequence[TrialRecord]) -> str:
         trial_id = ctx.ledger.next_id("w")
+        recipe = job.recipe
+        what = ("the baseline" if job.control else "the recommendation")
+        why = (f"the control for {winner.trial_id}'s gain one size up" if job.control
+               else "the size term's measurement")
         record = TrialRecord(
             campaign=ctx.settings.name, trial_id=trial_id, iteration=winner.iteration,
             kind=WIDTH_KIND, status="queued", recipe=recipe.model_dump(mode="json"),
-            fingerprint=recipe.fingerprint(), parent=winner.trial_id,
-            budget=ctx.settings.ladder.stress_steps, proposer=WIDTH_PROPOSER,
-            edit={"width_multiple": multiple},
-            hypothesis=(f"the recommendation at {multiple}× the proxy's width, by the export's "
-                        "rules at the top rung's tokens: the size term's measurement"),
+            fingerprint=recipe.fingerprint(), parent=job.parent,
+            budget=ctx.settings.ladder.stress_steps, proposer=WIDTH_PROPOSER, edit=job.edit,
+            hypothesis=(f"{what} at {job.multiple}× the proxy's width, by the export's rules at "
+                        f"the top rung's tokens: {why}"),
             retry_of=lost[-1].trial_id if lost else None)
         ctx.book.launch(record, recipe, log_every=max(1, recipe.steps // CURVE_POINTS),
                         checkpoint_every=ctx.settings.ladder.stress_checkpoint_every, resume=True,
                         out_dir=(ctx.directory / TRIALS_DIR
-                                 / f"width-{multiple}x-{winner.trial_id}-s{recipe.seed}"),
+                                 / f"width-{job.multiple}x-{job.parent}-s{recipe.seed}"),
                         timeout_s=ctx.settings.window.trial_timeout_s
                         * max(1.0, cost(recipe, ctx.baseline)))
         return trial_id

@@ -111,7 +111,7 @@ class WindowPlan:
     rung_runs: int = 0
     attribution_s: float = 0.0  # one attribution run (at the highest rung)
     attribution_runs: int = 0
-    width_s: float = 0.0  # the width rung's two runs
+    width_s: float = 0.0  # the width rung's runs
 
     def search_may_launch(self, now: datetime) -> bool:
         """Whether a proxy trial started now ends before Phase 2 must start."""

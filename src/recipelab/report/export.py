@@ -52,6 +52,7 @@ from recipelab.report.micro_batch import (
 from recipelab.report.prediction import TRANSFER_CHECK, Prediction, bytes_per_token, predict
 from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_winner
 from recipelab.report.steplaw import SOURCE, Anchored
+from recipelab.report.width import width_check
 from recipelab.trajectory.attribution import result_json, result_of
 from recipelab.trajectory.horizon import HorizonFit, horizon_rule
 from recipelab.trajectory.ledger import Ledger
@@ -334,6 +335,7 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
                          f"{exported.memory_problem}")
     prediction = predict(records, winner, exported.recipe.shape)
     rule = horizon_rule(records, prior_horizon_fits)
+    check = width_check(records)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     recipe_path = out / "recipe.json"
@@ -386,10 +388,13 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
         "recommended": "minimal edit" if found.minimal else "full edit",
         "minimal_edit": (found.attribution or {}).get("minimal_edit"),
         "full_edit": winner.edit,
+        "width_check": None if check is None else check.to_json(),
     }
     _write_json(out / "manifest.json", manifest)
     text = render_transfer(campaign, target, winner, because, exported, prediction, points,
                            runner_up, options, ledger.winner_line())
+    if check is not None:
+        text += f"\nOne size up: {check.describe()}.\n"
     if found.minimal:
         minimal = (found.attribution or {}).get("minimal_edit", {})
         text += ("\nrecipe.json is the minimal winning edit: the baseline with "

@@ -22,6 +22,7 @@ from recipelab.report.powerlaw import fit_power_law
 from recipelab.report.prediction import TRANSFER_CHECK, bytes_per_token, predict
 from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
 from recipelab.report.why import baseline_knobs, why_this_recipe
+from recipelab.report.width import width_check
 from recipelab.text import compact_edit
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
 from recipelab.trajectory.horizon import HorizonFit, horizon_rule
@@ -380,6 +381,9 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
         f"${_about(rec.cost_usd)} at ${rates.usd_per_gpu_hour:.2f} per GPU-hour",
     )
     items += (TRANSFER_CHECK,)
+    check = width_check(records)
+    if check is not None:
+        items += (("one size up: " if check.held else "caution: one size up, ") + check.describe(),)
     gain = paired_gain(rec.winner, records, noise) if noise is not None else None
     if exported.memory_problem is not None:
         items += (f"caution: at the default {recommended.options.gpu_memory_gib:g} GiB per GPU "
