@@ -29,6 +29,7 @@ from recipelab.report.steplaw import law_learning_rate, non_embedding_params
 from recipelab.report.width import MAX_CONTEXT, WIDTH_KIND, is_control, measured_gap
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.trainer.spec import TrialResult, TrialSpec
+from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.store import TrajectoryStore
 
@@ -107,7 +108,10 @@ def test_the_baseline_trains_at_twice_the_width_beside_it_as_the_control(
                                       "cpu"])
     assert result.exit_code == 0, result.output
     check = json.loads((out / "manifest.json").read_text())["width_check"]
-    assert check["gain"] == pytest.approx(gain) and check["held"] == (gain > 0)
+    with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
+        floor = noise_floor(store.records())
+    assert floor is not None and check["floor"] == (floor.paired_spread or floor.spread) > 0
+    assert check["gain"] == pytest.approx(gain) and check["held"] == (gain > check["floor"])
     assert check["recommended"]["trial"] == wide.trial_id
     assert check["baseline"]["trial"] == control.trial_id
     assert "One size up: at twice the proxy's width" in (out / "transfer.md").read_text()

@@ -15,6 +15,7 @@ from recipelab.report.width import (
     WIDTH_ALPHA,
     WIDTH_KIND,
     SizeGap,
+    WidthCheck,
     measured_gap,
     width_check,
     width_targets,
@@ -107,6 +108,16 @@ def test_the_check_one_size_up_sets_the_baseline_beside_the_recommendation() -> 
     worse = width_check([*records[:2], width_run("w0002", 2, 3.25, parent="p0000", control=True)])
     assert worse is not None and not worse.held
     assert "the gain did not hold: keep the baseline" in worse.describe()
+
+
+def test_a_gain_one_size_up_within_the_campaigns_noise_floor_says_nothing() -> None:
+    tie = WidthCheck(713_728, 3.30, 3.31, ("w0001", "w0002"), floor=0.04)
+    assert tie.within_noise and not tie.held
+    assert "+0.0100, within the noise floor (±0.0400)" in tie.describe()
+    clear = WidthCheck(713_728, 3.30, 3.38, ("w0001", "w0002"), floor=0.04)
+    assert clear.held and not clear.within_noise
+    lost = WidthCheck(713_728, 3.38, 3.30, ("w0001", "w0002"), floor=0.04)
+    assert not lost.held and not lost.within_noise and "did not hold" in lost.describe()
 
 
 @pytest.mark.parametrize("control", [

@@ -196,9 +196,12 @@ class ReadableLines:
         else:
             line = (f"{scored}: the target lands {_number(event.get('target_lowering'))} below "
                     "the proxy's curve")
-        gain = event.get("gain_at_twice_width")
+        gain, floor = event.get("gain_at_twice_width"), event.get("gain_floor")
         if not isinstance(gain, (int, float)):
             return line
+        if isinstance(floor, (int, float)) and abs(gain) <= floor:
+            return line + (f"\n   at twice the width its gain over the baseline, {gain:+.4f}, is "
+                           f"within the noise floor (±{floor:.4f})")
         return line + (f"\n   at twice the width it beats the baseline by {gain:+.4f}" if gain > 0
                        else f"\n   at twice the width it does not beat the baseline ({gain:+.4f}): "
                        "the gain did not hold one size up")

@@ -95,7 +95,8 @@ class WidthPhase:
                          wide=gap.wide_val_bpb, slope=gap.slope,
                          target_lowering=lowering if gap.measured else None,
                          baseline_wide=None if check is None else check.baseline_val_bpb,
-                         gain_at_twice_width=None if check is None else check.gain)
+                         gain_at_twice_width=None if check is None else check.gain,
+                         gain_floor=None if check is None else check.floor)
 
     @staticmethod
     def _gap(records: Sequence[TrialRecord], winner_id: str) -> SizeGap | None:

@@ -30,6 +30,7 @@ from typing import Any
 from recipelab.recipe import Recipe, Shape, Target
 from recipelab.report.steplaw import non_embedding_params
 from recipelab.trajectory.ledger import has_score
+from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 
 WIDTH_KIND = "width"
@@ -138,39 +139,53 @@ def measured_gap(records: Sequence[TrialRecord]) -> SizeGap | None:
 class WidthCheck:
     """The recommendation and the baseline, both exported by the same rules, at twice the
     proxy's width and the top rung's tokens, at one seed: whether the campaign's answer still
-    holds one size up."""
+    holds one size up. ``floor`` is the campaign's noise floor for a one-seed gain (its paired
+    spread, else the baseline seeds' range): a smaller gain, either way, says nothing."""
 
     params: int  # non-embedding, of the wider model
     recommended_val_bpb: float
     baseline_val_bpb: float
     runs: tuple[str, str]  # the recommendation's trial id, then the baseline's
+    floor: float | None = None
 
     @property
     def gain(self) -> float:
         return self.baseline_val_bpb - self.recommended_val_bpb
 
     @property
+    def within_noise(self) -> bool:
+        return self.floor is not None and abs(self.gain) <= self.floor
+
+    @property
     def held(self) -> bool:
-        return self.gain > 0
+        return self.gain > 0 and not self.within_noise
 
     def describe(self) -> str:
-        verdict = ("the gain held" if self.held else
-                   "the gain did not hold: keep the baseline as the cloud run's control arm, "
-                   "or train it instead")
+        if self.held:
+            verdict = "the gain held"
+        elif self.within_noise:
+            verdict = (f"within the noise floor (±{self.floor:.4f}): one size up the "
+                       "recommendation is no surer than the baseline; keep the baseline as "
+                       "the cloud run's control arm")
+        else:
+            verdict = ("the gain did not hold: keep the baseline as the cloud run's control "
+                       "arm, or train it instead")
         return (f"at twice the proxy's width ({self.params:,} non-embedding parameters, the top "
                 f"rung's tokens, one seed) the recommendation scored "
                 f"{self.recommended_val_bpb:.4f} ({self.runs[0]}) and the baseline "
                 f"{self.baseline_val_bpb:.4f} ({self.runs[1]}): gain {self.gain:+.4f}, {verdict}")
 
     def to_json(self) -> dict[str, object]:
-        return {"params": self.params, "gain": self.gain, "held": self.held,
+        return {"params": self.params, "gain": self.gain, "floor": self.floor,
+                "held": self.held, "within_noise": self.within_noise,
                 "recommended": {"val_bpb": self.recommended_val_bpb, "trial": self.runs[0]},
                 "baseline": {"val_bpb": self.baseline_val_bpb, "trial": self.runs[1]}}
 
 
 def width_check(records: Sequence[TrialRecord]) -> WidthCheck | None:
     """The last scored control at twice the width beside the recommendation's run of that
-    size, budget and seed; None before the rung has both."""
+    size, budget and seed, judged by the campaign's noise floor; None before the rung has
+    both."""
     scored = _scored_width_runs(records)
     for control in reversed([r for r in scored if is_control(r)
                              and r.edit.get("width_multiple") == WIDTH_MULTIPLE]):
@@ -180,6 +195,9 @@ def width_check(records: Sequence[TrialRecord]) -> WidthCheck | None:
             if (run.budget_steps == control.budget_steps and other.seed == recipe.seed
                     and other.shape.d_model == recipe.shape.d_model):
                 assert run.val_bpb is not None and control.val_bpb is not None
+                noise = noise_floor(records)
+                floor = None if noise is None else (
+                    noise.paired_spread if noise.paired_spread is not None else noise.spread)
                 return WidthCheck(non_embedding_params(recipe.shape), run.val_bpb,
-                                  control.val_bpb, (run.trial_id, control.trial_id))
+                                  control.val_bpb, (run.trial_id, control.trial_id), floor)
     return None
