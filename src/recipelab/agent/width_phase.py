@@ -102,13 +102,19 @@ class WidthPhase:
     def _gap(records: Sequence[TrialRecord], winner_id: str) -> SizeGap | None:
         return measured_gap([r for r in records if r.parent == winner_id])
 
+    @staticmethod
+    def _control_id(ctx: CampaignContext, winner_id: str) -> str | None:
+        """The baseline trained as the control at twice the width; None without one, or
+        when the winner is the baseline itself."""
+        baseline_id = ctx.ledger.baseline_id
+        return baseline_id if baseline_id != winner_id else None
+
     def _done(self, ctx: CampaignContext, winner_id: str) -> bool:
         """Whether the records hold the gap and, when there is a baseline to train, the
         check (a campaign resumed after its rung has nothing to do)."""
         records = ctx.ledger.records
-        control = ctx.ledger.baseline_id not in (None, winner_id)
         return self._gap(records, winner_id) is not None and (
-            not control or width_check(records) is not None)
+            self._control_id(ctx, winner_id) is None or width_check(records) is not None)
 
     def _jobs(self, ctx: CampaignContext, winner_id: str, target: Target
               ) -> list[WidthJob] | None:
@@ -116,11 +122,11 @@ class WidthPhase:
         :func:`~recipelab.report.width.width_targets`, and the baseline's on the wider one,
         at the top rung's tokens; None when either cannot be exported."""
         tokens = ctx.settings.ladder.stress_steps * ctx.baseline.tokens_per_step
-        baseline_id = ctx.ledger.baseline_id
+        control_id = self._control_id(ctx, winner_id)
         narrow, wide = width_targets(ctx.baseline.shape, target)
         arms: list[tuple[int, Target, str | None]] = [(1, narrow, None), (WIDTH_MULTIPLE, wide, None)]
-        if baseline_id is not None and baseline_id != winner_id:
-            arms.append((WIDTH_MULTIPLE, wide, baseline_id))
+        if control_id is not None:
+            arms.append((WIDTH_MULTIPLE, wide, control_id))
         jobs = []
         for multiple, size, trial in arms:
             params = ctx.baseline.model_copy(update={"shape": size.shape,
