@@ -27,13 +27,15 @@ pick's truth against the best candidate's (the regret) and against the **tuned b
 beside the paired noise floor (the pick and the baseline again at a second seed); where no
 winner is named the pick is the baseline. The long trials train ``--truth-workers`` at a
 time, one thread each. Campaigns and long trials are cached in ``--out``, so an interrupted
-run resumes.
+run resumes. ``--from-seed S`` runs campaign seeds S to N-1 only: one seed of a row, finished
+on a machine that lacks the others' cache.
 
     python bench/search_quality.py [--preset cpu] [--trials 16] [--seeds 3]
         [--proposers tpe,cmaes,random,hybrid,llm] [--llm-base-url URL]
         [--llm-structured-output json_object] [--steer cmaes] [--searchable shape.norm]
     python bench/search_quality.py --campaigns 3 [--preset tiny] [--trials 16]
         [--long-steps 1000] [--campaign-proposer classical] [--truth-workers 2] [--out DIR]
+        [--from-seed 0]
 """
 
 from __future__ import annotations
@@ -251,7 +253,7 @@ def campaign_table(args: argparse.Namespace, console: Console) -> None:
     out = (args.out / f"{args.preset}-{args.campaign_proposer}-{args.steer}-{args.trials}-"
            f"{args.corpus}")
     outcomes = []
-    for seed in range(args.campaigns):
+    for seed in range(args.from_seed, args.campaigns):
         outcome = run_campaign(args, seed, out)
         outcomes.append(outcome)
         console.print(f"campaign seed {seed}: pick {outcome.pick} {outcome.pick_long:.4f}, best "
@@ -297,6 +299,8 @@ def main() -> None:
     parser.add_argument("--max-rejections", type=int, default=25)
     parser.add_argument("--campaigns", type=int, default=0,
                         help="the campaign-level row instead: this many whole campaigns")
+    parser.add_argument("--from-seed", type=int, default=0,
+                        help="the first campaign seed to run (seeds --from-seed to --campaigns - 1)")
     parser.add_argument("--campaign-proposer", default="classical",
                         choices=("classical", "llm", "hybrid"),
                         help="the campaigns' proposer (an LLM one needs --llm-base-url)")
@@ -312,6 +316,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.campaigns < 0:
         parser.error(f"--campaigns must be 0 (off) or a number of campaigns, not {args.campaigns}")
+    if args.campaigns and not 0 <= args.from_seed < args.campaigns:
+        parser.error(f"--from-seed must be a campaign seed from 0 to {args.campaigns - 1} "
+                     f"(--campaigns {args.campaigns}), not {args.from_seed}")
     if args.truth_workers < 1:
         parser.error(f"--truth-workers must be at least 1, not {args.truth_workers}")
     if args.corpus not in BUILTIN_CORPORA and not Path(args.corpus).exists():
