@@ -1,7 +1,8 @@
-"""The width rung on the in-memory fake executor: after the winner is named, its
-recommendation trains at the proxy's width and at twice it by the export's rules, once each,
-the baseline once at twice the width beside it, and ``recipelab export`` predicts the target
-with the gap they measured and says whether the gain held one size up.
+"""The width rung on the in-memory fake executor: after the ladder, the recommendation (the
+winner's, or the baseline a campaign without one keeps) trains at the proxy's width and at
+twice it by the export's rules, once each, beside a winner the baseline once at twice the
+width, and ``recipelab export`` predicts the target with the gap they measured and says
+whether the gain held one size up.
 
 The fake's val_bpb (recipelab.runner.fake.synthetic_val_bpb) knows no model size, so the
 outcome here takes :data:`SIZE_BONUS` off per doubling of ``d_model``: a wider model
@@ -185,3 +186,38 @@ def test_out_of_time_it_says_it_skipped_the_width_rung(
     skipped = events(tmp_path, "width_skipped")
     assert skipped and skipped[-1]["reason"].startswith("out of time")
     assert width_runs(tmp_path) == []
+
+
+def test_without_a_winner_it_measures_the_baseline_the_campaign_keeps(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    """A top rung that names no finalist better than the baseline beyond the noise concludes
+    "keep the baseline": the rung measures the baseline's own size term, with no control, and
+    ``recipelab export`` hands off the baseline predicted with it."""
+    save(settings, tmp_path)
+    proposer = ScriptedProposer(settings.baseline(), [{"optimizer.lr": 3e-5}])  # far worse
+    Campaign(settings, tmp_path, proposer=proposer,
+             executor=fake_executor(outcome=sized_outcome)).run()
+    assert "keep the baseline" in events(tmp_path, "campaign_finished")[-1]["winner_line"]
+    narrow, wide = width_runs(tmp_path)
+    assert (narrow.parent, wide.parent) == ("p0000", "p0000")
+    assert width_runs(tmp_path, control=True) == []  # the baseline is no control for itself
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
+                                      "cpu"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["winner"] == "p0000"
+    assert manifest["chosen_because"].startswith("the baseline the campaign keeps")
+    assert manifest["width_check"] is None
+    assert not (out / "fallback-recipe.json").exists()  # no finalist beat it: nothing to fall back on
+    assert "Fallback: none (no finalist beat the baseline at the top rung)." in (
+        out / "transfer.md").read_text()
+    prediction = json.loads((out / "prediction.json").read_text())
+    with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
+        gap = measured_gap(store.records())
+    assert gap is not None and gap.runs == (narrow.trial_id, wide.trial_id)
+    assert prediction["measured_size"] == json.loads(json.dumps(gap.to_json()))
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "recommended: p0000" in report and "The baseline moved onto the target" in report

@@ -18,10 +18,10 @@ from recipelab.report.export import (
     MAX_WARMUP_FRACTION,
     ExportOptions,
     pick_runner_up,
-    pick_winner,
     transfer,
 )
 from recipelab.report.prediction import predict
+from recipelab.report.recommend import choose_recommended
 from recipelab.report.sections import recommendation
 from recipelab.report.steplaw import Anchored, Scale, non_embedding_params
 from recipelab.trajectory import TrajectoryStore
@@ -135,7 +135,7 @@ def test_export_writes_the_recipe_train_reads_the_fallback_the_prediction_and_a_
     recipe = Recipe.model_validate_json((out / "recipe.json").read_text())
     with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
         records = store.records()
-    chosen = pick_winner(records)
+    chosen = choose_recommended(records)
     assert chosen is not None
     winner = chosen[0]
     target = get_target("toy")
@@ -177,7 +177,7 @@ def test_the_prediction_is_in_val_bpb_anchored_at_the_winners_measured_value(
         finished_campaign: Path) -> None:
     with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
         records = store.records()
-    chosen = pick_winner(records)
+    chosen = choose_recommended(records)
     assert chosen is not None
     prediction = predict(records, chosen[0])
     assert prediction.source_trial.startswith("s")  # the winner's stress run
@@ -215,7 +215,7 @@ def test_export_anchors_the_law_at_the_winners_measured_rate_and_names_both(
     assert (old / "recipe.json").read_text() == (out / "recipe.json").read_text()
     with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
         records = store.records()
-    winner = pick_winner(records)[0]  # type: ignore[index]
+    winner = choose_recommended(records)[0]  # type: ignore[index]
     longest = Ledger(records).longest_run(winner)
     assert longest.kind == "stress" and longest.tokens > winner.tokens
     measured = Recipe.model_validate(longest.recipe)
@@ -306,6 +306,10 @@ def test_export_trial_moves_the_baseline_by_the_same_rules_as_a_control_arm(
     assert exported == transfer(measured, {}, get_target("toy"),
                                 ExportOptions(device="cpu", gpus=1)).recipe
     assert not (out / "fallback-recipe.json").exists(), "a control arm has no fallback"
+    transfer_md = (out / "transfer.md").read_text()
+    assert "Exported p0000 (proxy val_bpb" in transfer_md
+    assert "chosen as the trial named by --trial p0000" in transfer_md
+    assert "Fallback: none (an exported --trial is a control arm, not a pick)." in transfer_md
 
     unknown = CliRunner().invoke(app, ["export", str(finished_campaign), "--out",
                                        str(tmp_path / "x"), "--trial", "p0999"])

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from recipelab.recipe import Recipe, get_target
-from recipelab.report.export import pick_winner
 from recipelab.report.prediction import Prediction, SizeTerm, predict, size_law_loss
+from recipelab.report.recommend import choose_recommended
 from recipelab.report.steplaw import non_embedding_params
 from recipelab.report.width import SizeGap
 from recipelab.trajectory import TrajectoryStore
@@ -38,7 +38,7 @@ def test_a_prediction_read_back_from_its_json_predicts_the_same_curve(
         finished_campaign: Path) -> None:
     with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
         records = store.records()
-    chosen = pick_winner(records)
+    chosen = choose_recommended(records)
     assert chosen is not None
     target = get_target("toy").shape
     prediction = predict(records, chosen[0], target)

@@ -9,7 +9,7 @@ import pytest
 
 from recipelab.recipe import get_target, proxy_recipe
 from recipelab.report.context import CloudRates
-from recipelab.report.recommend import choose_winner, recommend, scale_to_target
+from recipelab.report.recommend import choose_recommended, recommend, scale_to_target
 from recipelab.trajectory.record import TrialRecord
 
 BASELINE = proxy_recipe("tiny")
@@ -36,14 +36,14 @@ RECORDS = [proxy("p0000", 4.7, {}), proxy("p0001", 4.5, {"optimizer.lr": 0.03}),
 
 
 def test_the_winner_is_the_best_trial_whose_stress_run_stayed_stable() -> None:
-    winner, because = choose_winner(RECORDS) or (None, "")
+    winner, because = choose_recommended(RECORDS) or (None, "")
     assert winner is not None and winner.trial_id == "p0002" and "stable" in because
 
 
 def test_without_a_stable_stress_run_the_best_proxy_trial_wins_provisionally() -> None:
-    winner, because = choose_winner(RECORDS[:3]) or (None, "")
+    winner, because = choose_recommended(RECORDS[:3]) or (None, "")
     assert winner is not None and winner.trial_id == "p0001" and "provisional" in because
-    assert choose_winner([]) is None
+    assert choose_recommended([]) is None
 
 
 def test_the_winning_knobs_go_onto_the_target_shape() -> None:

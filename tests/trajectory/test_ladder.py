@@ -200,6 +200,7 @@ def test_a_lead_inside_the_interval_recommends_both_primary_and_fallback() -> No
     records = [*PROXIES, *top({"p0001": (0.20, 0.26), "p0002": (0.21, 0.23)})]
     verdict = Ledger(records).recommendation()
     assert verdict is not None and verdict.primary is not None and verdict.fallback is not None
+    assert Ledger(records).kept_baseline is None
     assert (verdict.primary.trial_id, verdict.fallback.trial_id) == ("p0001", "p0002")
     assert "fallback: p0002" in verdict.line() and "recommend both" in verdict.line()
 
@@ -215,6 +216,8 @@ def test_a_gain_inside_the_paired_interval_names_no_winner_and_says_why() -> Non
     assert line.startswith("no winner beyond noise: the best finalist p0001 gains +0.0100")
     assert "1000 steps" in line and "interval includes 0" in line
     assert ledger.no_winner_reason == line
+    kept = ledger.kept_baseline  # what the hand-off trains: the campaign's answer
+    assert kept is not None and kept.trial_id == "p0000"
 
 
 def test_finalists_worse_than_the_baseline_beyond_noise_keep_it_without_blaming_the_seeds() -> None:
@@ -232,6 +235,7 @@ def test_finalists_worse_than_the_baseline_beyond_noise_keep_it_without_blaming_
 def test_without_a_paired_top_rung_the_winner_line_says_it_is_provisional() -> None:
     ledger = Ledger(PROXIES)
     assert ledger.recommendation() is None
+    assert ledger.kept_baseline is None  # nothing measured against the baseline at length
     line = ledger.winner_line()
     assert line.startswith("winner (provisional): p0001, evidence: proxy at 60 steps")
     assert ledger.top_rung() == Rung(60, (0,), "proxy")

@@ -1,15 +1,16 @@
-"""The width rung: after the winner is named, its recommendation trained at two sizes, so
-the export's prediction carries a measured size term (:mod:`recipelab.report.width`).
+"""The width rung: after the ladder, its recommendation trained at two sizes, so the
+export's prediction carries a measured size term (:mod:`recipelab.report.width`).
 
 Both runs are what ``recipelab export`` would recommend (the minimal winning edit, else the
-winner), moved by the export's own rules (:func:`~recipelab.report.export.recommended_export`:
-Step Law's rate and batch, the target's context) onto the target's family at the proxy's width
-and at twice it, for the top rung's tokens, at the campaign's seed; and the baseline, exported
-the same way, at twice the width, so the report can say whether the gain held one size up
+winner; the baseline when the top rung named no winner beyond the noise), moved by the
+export's own rules (:func:`~recipelab.report.export.recommended_export`: Step Law's rate and
+batch, the target's context) onto the target's family at the proxy's width and at twice it,
+for the top rung's tokens, at the campaign's seed. Beside a winner, the baseline is exported
+the same way at twice the width, so the report can say whether the gain held one size up
 (:class:`~recipelab.report.width.WidthCheck`). They are trials of kind ``width`` (ids
-``w0000``…, parent the winner, the baseline's run parent the baseline). Everything is read
-back from the records: after a crash only a missing run trains, and a lost one resumes from
-its checkpoint folder.
+``w0000``…, parent the recommendation, the baseline's run parent the baseline). Everything is
+read back from the records: after a crash only a missing run trains, and a lost one resumes
+from its checkpoint folder.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from recipelab.agent.width_cost import cost, seconds
 from recipelab.agent.window import measured_times
 from recipelab.recipe import Recipe, Target, preset_target
 from recipelab.report.export import ExportOptions, recommended_export
+from recipelab.report.recommend import choose_recommended
 from recipelab.report.steplaw import non_embedding_params
 from recipelab.report.width import (
     CONTROL_ARM,
@@ -64,34 +66,35 @@ class WidthPhase:
         if not ctx.settings.ladder.width_rung:
             ctx.log.info("width_skipped", reason="turned off (--no-width-rung)")
             return
-        winner = ctx.ledger.winner
-        if winner is None:
-            ctx.log.info("width_skipped", reason="no winner to measure")
+        chosen = choose_recommended(ctx.ledger.records)
+        if chosen is None:
+            ctx.log.info("width_skipped", reason=f"nothing to measure: {ctx.ledger.no_winner_reason}")
             return
-        winner_id = winner.record.trial_id
-        if self._done(ctx, winner_id):
+        recommended = chosen[0]
+        recommended_id = recommended.trial_id
+        if self._done(ctx, recommended_id):
             return
         target = preset_target(ctx.settings.preset, ctx.settings.target)
-        jobs = self._jobs(ctx, winner_id, target)
+        jobs = self._jobs(ctx, recommended_id, target)
         if jobs is None:
             return
         seconds = self._seconds(ctx, [job.recipe for job in jobs])
         if seconds is not None and not ctx.deadline.fits_seconds(seconds):
-            ctx.log.warning("width_skipped", trial_id=winner_id,
+            ctx.log.warning("width_skipped", trial_id=recommended_id,
                             reason=f"out of time: its runs need ~{seconds / 60:.0f} min "
                             "(a longer --hours/--until leaves room; the export then predicts "
                             "with the law's size term)")
             return
-        recommended = [job for job in jobs if not job.control]
-        ctx.log.info("width_started", trial_id=winner_id, tokens=jobs[0].recipe.tokens,
-                     sizes=[non_embedding_params(job.recipe.shape) for job in recommended],
+        ctx.log.info("width_started", trial_id=recommended_id, tokens=jobs[0].recipe.tokens,
+                     sizes=[non_embedding_params(job.recipe.shape)
+                            for job in jobs if not job.control],
                      context=jobs[0].recipe.seq_len)
-        self._measure(ctx, winner.record, jobs)
-        gap = self._gap(ctx.ledger.records, winner_id)
+        self._measure(ctx, recommended, jobs)
+        gap = self._gap(ctx.ledger.records, recommended_id)
         if gap is not None:
             lowering = gap.lowering(gap.narrow_params, non_embedding_params(target.shape))
             check = width_check(ctx.ledger.records)
-            ctx.log.info("width_measured", trial_id=winner_id, narrow=gap.narrow_val_bpb,
+            ctx.log.info("width_measured", trial_id=recommended_id, narrow=gap.narrow_val_bpb,
                          wide=gap.wide_val_bpb, slope=gap.slope,
                          target_lowering=lowering if gap.measured else None,
                          baseline_wide=None if check is None else check.baseline_val_bpb,
@@ -99,30 +102,30 @@ class WidthPhase:
                          gain_floor=None if check is None else check.floor)
 
     @staticmethod
-    def _gap(records: Sequence[TrialRecord], winner_id: str) -> SizeGap | None:
-        return measured_gap([r for r in records if r.parent == winner_id])
+    def _gap(records: Sequence[TrialRecord], recommended_id: str) -> SizeGap | None:
+        return measured_gap([r for r in records if r.parent == recommended_id])
 
     @staticmethod
-    def _control_id(ctx: CampaignContext, winner_id: str) -> str | None:
+    def _control_id(ctx: CampaignContext, recommended_id: str) -> str | None:
         """The baseline trained as the control at twice the width; None without one, or
-        when the winner is the baseline itself."""
+        when the recommendation is the baseline itself."""
         baseline_id = ctx.ledger.baseline_id
-        return baseline_id if baseline_id != winner_id else None
+        return baseline_id if baseline_id != recommended_id else None
 
-    def _done(self, ctx: CampaignContext, winner_id: str) -> bool:
+    def _done(self, ctx: CampaignContext, recommended_id: str) -> bool:
         """Whether the records hold the gap and, when there is a baseline to train, the
         check (a campaign resumed after its rung has nothing to do)."""
         records = ctx.ledger.records
-        return self._gap(records, winner_id) is not None and (
-            self._control_id(ctx, winner_id) is None or width_check(records) is not None)
+        return self._gap(records, recommended_id) is not None and (
+            self._control_id(ctx, recommended_id) is None or width_check(records) is not None)
 
-    def _jobs(self, ctx: CampaignContext, winner_id: str, target: Target
+    def _jobs(self, ctx: CampaignContext, recommended_id: str, target: Target
               ) -> list[WidthJob] | None:
         """The export's recommendation on each of
         :func:`~recipelab.report.width.width_targets`, and the baseline's on the wider one,
         at the top rung's tokens; None when either cannot be exported."""
         tokens = ctx.settings.ladder.stress_steps * ctx.baseline.tokens_per_step
-        control_id = self._control_id(ctx, winner_id)
+        control_id = self._control_id(ctx, recommended_id)
         narrow, wide = width_targets(ctx.baseline.shape, target)
         arms: list[tuple[int, Target, str | None]] = [(1, narrow, None), (WIDTH_MULTIPLE, wide, None)]
         if control_id is not None:
@@ -143,7 +146,7 @@ class WidthPhase:
                                 reason=f"{size.name} does not fit: {found.exported.memory_problem}")
                 return None
             recipe = found.exported.recipe.apply({"seed": ctx.settings.seed})
-            jobs.append(WidthJob(trial or winner_id, multiple, trial is not None,
+            jobs.append(WidthJob(trial or recommended_id, multiple, trial is not None,
                                  recipe.at_tokens(tokens)))  # exactly: the law rounds
         return jobs
 
@@ -152,7 +155,7 @@ class WidthPhase:
         times = measured_times(ctx.ledger.proxies)
         return None if times is None else seconds(times, ctx.baseline, recipes)
 
-    def _measure(self, ctx: CampaignContext, winner: TrialRecord,
+    def _measure(self, ctx: CampaignContext, recommended: TrialRecord,
                  jobs: Sequence[WidthJob]) -> None:
         """Train each run not yet trained, one lost resumed from its folder, until all are."""
         running: set[str] = set()
@@ -170,21 +173,21 @@ class WidthPhase:
                 if len(lost) >= ATTEMPTS:
                     ctx.log.warning("width_given_up", trial_id=job.parent, attempts=len(lost))
                     return
-                running.add(self._launch(ctx, winner, job, lost))
+                running.add(self._launch(ctx, recommended, job, lost))
             if not ctx.book.inflight and (ctx.stops.stop or not running):
                 return
             time.sleep(POLL_INTERVAL_S)
 
     @staticmethod
-    def _launch(ctx: CampaignContext, winner: TrialRecord, job: WidthJob,
+    def _launch(ctx: CampaignContext, recommended: TrialRecord, job: WidthJob,
                 lost: Sequence[TrialRecord]) -> str:
         trial_id = ctx.ledger.next_id("w")
         recipe = job.recipe
         what = ("the baseline" if job.control else "the recommendation")
-        why = (f"the control for {winner.trial_id}'s gain one size up" if job.control
+        why = (f"the control for {recommended.trial_id}'s gain one size up" if job.control
                else "the size term's measurement")
         record = TrialRecord(
-            campaign=ctx.settings.name, trial_id=trial_id, iteration=winner.iteration,
+            campaign=ctx.settings.name, trial_id=trial_id, iteration=recommended.iteration,
             kind=WIDTH_KIND, status="queued", recipe=recipe.model_dump(mode="json"),
             fingerprint=recipe.fingerprint(), parent=job.parent,
             budget=ctx.settings.ladder.stress_steps, proposer=WIDTH_PROPOSER, edit=job.edit,

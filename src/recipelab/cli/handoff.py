@@ -40,8 +40,9 @@ def export(
     lr_horizon_exponent: Annotated[float | None, typer.Option(
         hidden=True, help="deprecated and ignored: the rate follows Step Law")] = None,
 ) -> None:
-    """Write the winner at the target's full shape (recipe.json for 'recipelab pretrain'),
-    the runner-up, the transfer table, the predicted val_bpb curve and a manifest."""
+    """Write the winner (or the baseline a campaign without one keeps) at the target's full
+    shape (recipe.json for 'recipelab pretrain'), the runner-up, the transfer table, the
+    predicted val_bpb curve and a manifest."""
     from recipelab.recipe import get_target
     from recipelab.report.export import ExportOptions, write_export
     from recipelab.trajectory.calibration import load_calibration
@@ -70,8 +71,8 @@ def export(
 def _prediction_of(source: str) -> Prediction:
     """The prediction an export directory holds, else the campaign's for its target's shape."""
     from recipelab.recipe import get_target
-    from recipelab.report.export import pick_winner
     from recipelab.report.prediction import Prediction, predict
+    from recipelab.report.recommend import choose_recommended
     from recipelab.trajectory.ledger import Ledger
 
     written = Path(source) / "prediction.json"
@@ -81,7 +82,7 @@ def _prediction_of(source: str) -> Prediction:
         except (OSError, KeyError, TypeError, ValueError) as error:  # JSONDecodeError too
             fail(f"{written} is not a prediction 'recipelab export' wrote ({error}); export again")
     settings, records = read_campaign(source)
-    chosen = pick_winner(records)
+    chosen = choose_recommended(records)
     if chosen is None:
         fail(f"campaign {source} has no prediction: {Ledger(records).no_winner_reason}")
     return predict(records, chosen[0], get_target(settings.target or "").shape)

@@ -50,7 +50,7 @@ from recipelab.report.micro_batch import (
     split_batch,
 )
 from recipelab.report.prediction import TRANSFER_CHECK, Prediction, bytes_per_token, predict
-from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_winner
+from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_recommended
 from recipelab.report.steplaw import SOURCE, Anchored
 from recipelab.report.width import width_check
 from recipelab.trajectory.attribution import result_json, result_of
@@ -98,11 +98,6 @@ class Exported:
     compile: bool = False
     split: BatchSplit | None = None
     memory_problem: str | None = None
-
-
-def pick_winner(records: Sequence[TrialRecord]) -> tuple[TrialRecord, str] | None:
-    """The winner as the Ledger names it (highest-fidelity evidence first), and why."""
-    return choose_winner(records)
 
 
 def pick_runner_up(records: Sequence[TrialRecord], winner: TrialRecord) -> TrialRecord | None:
@@ -246,9 +241,9 @@ def recommended_export(records: Sequence[TrialRecord], target: Target,
     if trial is not None:
         record = chosen_trial(records, trial)
         measured = Recipe.model_validate(Ledger(records).longest_run(record).recipe)
-        return Recommended(record, f"chosen by --trial {trial}",
+        return Recommended(record, f"the trial named by --trial {trial}",
                            transfer(measured, record.edit, target, options), options)
-    chosen = pick_winner(records)
+    chosen = choose_recommended(records)
     if chosen is None:
         return None
     winner, because = chosen
@@ -342,10 +337,7 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
     _write_json(recipe_path, exported.recipe.model_dump(mode="json"))
     written.append(recipe_path)
     ledger = Ledger(records)
-    top = ledger.recommendation()
-    runner_up = (None if trial is not None  # a chosen trial is a control arm, not a pick
-                 else top.fallback if top is not None and top.fallback is not None
-                 else pick_runner_up(records, winner))
+    runner_up, no_fallback = _fallback(ledger, winner, trial)
     fallback_problem = None
     if runner_up is not None:
         fallback = transfer(Recipe.model_validate(ledger.longest_run(runner_up).recipe),
@@ -392,7 +384,7 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
     }
     _write_json(out / "manifest.json", manifest)
     text = render_transfer(campaign, target, winner, because, exported, prediction, points,
-                           runner_up, options, ledger.winner_line())
+                           runner_up, options, ledger.winner_line(), no_fallback)
     if check is not None:
         text += f"\nOne size up: {check.describe()}.\n"
     if found.minimal:
@@ -437,14 +429,31 @@ def law_lines(law: Anchored) -> list[str]:
             "(before rounding to whole sequences) |"]
 
 
+def _fallback(ledger: Ledger, exported: TrialRecord, trial: str | None
+              ) -> tuple[TrialRecord | None, str]:
+    """The recipe ``fallback-recipe.json`` holds, or None and why there is none: the top
+    rung's fallback, else the runner-up; none beside a kept baseline (no finalist beat it) or
+    an exported ``--trial`` (a control arm, not a pick)."""
+    if trial is not None:
+        return None, "an exported --trial is a control arm, not a pick"
+    if ledger.kept_baseline is not None:
+        return None, "no finalist beat the baseline at the top rung"
+    top = ledger.recommendation()
+    if top is not None and top.fallback is not None:
+        return top.fallback, ""
+    return pick_runner_up(ledger.records, exported), "no other recipe completed"
+
+
 def render_transfer(campaign: str, target: Target, winner: TrialRecord, because: str,
                     exported: Exported, prediction: Prediction,
                     points: list[dict[str, float | int]], runner_up: TrialRecord | None,
-                    options: ExportOptions, winner_line: str = "") -> str:
-    """The human-readable transfer table and prediction, under the campaign's winner line."""
+                    options: ExportOptions, winner_line: str = "",
+                    no_fallback: str = "no other recipe completed") -> str:
+    """The human-readable transfer table and prediction, under the campaign's winner line;
+    ``no_fallback`` says why there is no fallback when ``runner_up`` is None."""
     lines = [f"# Cloud recipe: campaign {campaign} → {target.name}", "",
              *([winner_line, ""] if winner_line else []),
-             f"Winner {winner.trial_id} (proxy val_bpb {winner.val_bpb:.4f}), chosen as {because}.",
+             f"Exported {winner.trial_id} (proxy val_bpb {winner.val_bpb:.4f}), chosen as {because}.",
              f"Target: {exported.params:,} parameters; {options.tokens_per_param:g} tokens per "
              f"parameter = {exported.tokens:,} tokens = {exported.recipe.steps:,} steps.", "",
              "| knob | proxy | target | rule |", "|---|---|---|---|"]
@@ -466,5 +475,5 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
               "--metrics RUN/metrics.csv` (it reads prediction.json).", ""]
     lines.append(f"Fallback: {runner_up.trial_id} (proxy val_bpb {runner_up.val_bpb:.4f}) in "
                  "fallback-recipe.json, the runner-up moved by the same rules." if runner_up
-                 else "Fallback: none (no other recipe completed).")
+                 else f"Fallback: none ({no_fallback}).")
     return "\n".join(lines) + "\n"

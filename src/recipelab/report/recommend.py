@@ -53,11 +53,20 @@ class Recommendation:
     extrapolations: tuple[Extrapolation, ...]
 
 
-def choose_winner(records: Sequence[TrialRecord]) -> tuple[TrialRecord, str] | None:
-    """The campaign's winner as the :class:`~recipelab.trajectory.ledger.Ledger` names it,
-    and why."""
-    winner = Ledger(records).winner
-    return (winner.record, winner.because) if winner is not None else None
+def choose_recommended(records: Sequence[TrialRecord]) -> tuple[TrialRecord, str] | None:
+    """What the campaign recommends training, and why: the winner as the
+    :class:`~recipelab.trajectory.ledger.Ledger` names it, else the baseline when the top rung
+    named no finalist better than it beyond the noise (the report's "keep the baseline"), so
+    the hand-off trains what the night concluded. None before either."""
+    ledger = Ledger(records)
+    winner = ledger.winner
+    if winner is not None:
+        return winner.record, winner.because
+    kept = ledger.kept_baseline
+    if kept is None:
+        return None
+    return kept, ("the baseline the campaign keeps: the top rung named no finalist better than "
+                  "it beyond the noise")
 
 
 def scale_to_target(winner: Recipe, edit: dict[str, object], target: Target,
@@ -97,7 +106,7 @@ def extrapolate(stress: TrialRecord, first_day_step: int) -> Extrapolation:
 def recommend(records: Sequence[TrialRecord], target: Target,
               rates: CloudRates) -> Recommendation | None:
     """The recommendation, or None while no proxy trial has completed."""
-    chosen = choose_winner(records)
+    chosen = choose_recommended(records)
     if chosen is None:
         return None
     winner, because = chosen

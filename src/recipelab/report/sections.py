@@ -367,11 +367,13 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
     recommended = recommended_export(
         records, ctx.target, ExportOptions(tokens_per_param=rates.tokens_per_param,
                                            gpus=rates.gpus))
-    assert recommended is not None, "recommend() and recommended_export() name one winner"
+    assert recommended is not None, "recommend() and recommended_export() name one recipe"
     exported = recommended.exported
     recipe = exported.recipe
+    kept = Ledger(records).kept_baseline is not None  # no winner: the baseline is the answer
     items: tuple[str, ...] = (
-        f"winner: {rec.winner.trial_id} (val_bpb {_fmt(rec.winner.val_bpb)}), chosen as {rec.chosen_because}",
+        f"{'recommended' if kept else 'winner'}: {rec.winner.trial_id} (val_bpb "
+        f"{_fmt(rec.winner.val_bpb)}), chosen as {rec.chosen_because}",
         f"target: {ctx.target.name}, {rec.params:,} parameters, context {ctx.target.context}",
         f"Chinchilla-optimal budget: {rates.tokens_per_param:g} tokens per parameter = {rec.tokens:,} tokens "
         f"= {recipe.steps:,} steps of {recipe.tokens_per_step:,} tokens",
@@ -388,13 +390,14 @@ def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: No
     if exported.memory_problem is not None:
         items += (f"caution: at the default {recommended.options.gpu_memory_gib:g} GiB per GPU "
                   f"the recipe does not fit: {exported.memory_problem}",)
-    if gain is not None and gain.is_noise:
+    if gain is not None and gain.is_noise and not kept:
         items += (f"caution: the winner's gain over the baseline ({gain.interval_text()}, 90%) "
                   "is within the noise floor; the baseline is as good a bet",)
     blocks: list[Block] = [
         Bullets(items),
-        Paragraph("The winner moved onto the target, each knob by a stated rule ('recipelab export "
-                  f"{ctx.campaign} --out DIR' writes this recipe, the runner-up and a manifest):"),
+        Paragraph(f"The {'baseline' if kept else 'winner'} moved onto the target, each knob by a "
+                  f"stated rule ('recipelab export {ctx.campaign} --out DIR' writes this recipe"
+                  f"{'' if kept else ', the runner-up'} and a manifest):"),
         Table(("knob", "proxy", "target", "rule"),
               tuple((t.knob, t.proxy, t.target, t.rule) for t in exported.transfers))]
     first_day_tokens = int(rates.gpu_peak_flops * rates.mfu * rates.gpus * SECONDS_PER_DAY

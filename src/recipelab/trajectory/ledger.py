@@ -596,6 +596,16 @@ class Ledger:
         return self._winner(pick, "proxy", None)
 
     @property
+    def kept_baseline(self) -> TrialRecord | None:
+        """The baseline when the top rung measured every finalist against it and named none
+        better beyond the noise: the campaign's answer is then "keep the baseline", and the
+        baseline is what the hand-off trains. None otherwise."""
+        top = self.recommendation()
+        if top is None or top.primary is not None:
+            return None
+        return next((r for r in self.proxies if r.trial_id == self.baseline_id), None)
+
+    @property
     def no_winner_reason(self) -> str:
         """Why :attr:`winner` is None, in words for the report and the commands."""
         top = self.recommendation()
