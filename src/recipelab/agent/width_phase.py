@@ -25,7 +25,6 @@ from recipelab.agent.width_cost import cost, seconds
 from recipelab.agent.window import measured_times
 from recipelab.recipe import Recipe, Target, preset_target
 from recipelab.report.export import ExportOptions, recommended_export
-from recipelab.report.recommend import choose_recommended
 from recipelab.report.steplaw import non_embedding_params
 from recipelab.report.width import (
     CONTROL_ARM,
@@ -66,7 +65,7 @@ class WidthPhase:
         if not ctx.settings.ladder.width_rung:
             ctx.log.info("width_skipped", reason="turned off (--no-width-rung)")
             return
-        chosen = choose_recommended(ctx.ledger.records)
+        chosen = ctx.ledger.recommended  # the campaign's own ledger: its --promote, its rungs
         if chosen is None:
             ctx.log.info("width_skipped", reason=f"nothing to measure: {ctx.ledger.no_winner_reason}")
             return

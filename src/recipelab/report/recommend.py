@@ -54,19 +54,11 @@ class Recommendation:
 
 
 def choose_recommended(records: Sequence[TrialRecord]) -> tuple[TrialRecord, str] | None:
-    """What the campaign recommends training, and why: the winner as the
-    :class:`~recipelab.trajectory.ledger.Ledger` names it, else the baseline when the top rung
-    named no finalist better than it beyond the noise (the report's "keep the baseline"), so
-    the hand-off trains what the night concluded. None before either."""
-    ledger = Ledger(records)
-    winner = ledger.winner
-    if winner is not None:
-        return winner.record, winner.because
-    kept = ledger.kept_baseline
-    if kept is None:
-        return None
-    return kept, ("the baseline the campaign keeps: the top rung named no finalist better than "
-                  "it beyond the noise")
+    """What the campaign recommends training, and why (:attr:`Ledger.recommended
+    <recipelab.trajectory.ledger.Ledger.recommended>`): the winner, else the baseline when the
+    top rung named no finalist better than it beyond the noise (the report's "keep the
+    baseline"). None before either."""
+    return Ledger(records).recommended
 
 
 def scale_to_target(winner: Recipe, edit: dict[str, object], target: Target,

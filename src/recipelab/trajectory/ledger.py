@@ -596,6 +596,20 @@ class Ledger:
         return self._winner(pick, "proxy", None)
 
     @property
+    def recommended(self) -> tuple[TrialRecord, str] | None:
+        """What the campaign recommends training, and why: the winner, else the baseline it
+        keeps (:attr:`kept_baseline`), so the hand-off trains what the night concluded. None
+        before either."""
+        winner = self.winner
+        if winner is not None:
+            return winner.record, winner.because
+        kept = self.kept_baseline
+        if kept is None:
+            return None
+        return kept, ("the baseline the campaign keeps: the top rung named no finalist better "
+                      "than it beyond the noise")
+
+    @property
     def kept_baseline(self) -> TrialRecord | None:
         """The baseline when the top rung measured every finalist against it and named none
         better beyond the noise: the campaign's answer is then "keep the baseline", and the
