@@ -82,7 +82,6 @@ from recipelab.recipe import (
 from recipelab.trainer.data import BUILTIN_CORPORA
 from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
-from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 CHECKS = ("ranges", "stability", "divisibility", "shape_invariants", "param_budget",
@@ -210,8 +209,7 @@ def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutc
         sys.exit(f"campaign seed {seed} did not finish ({summary.failing or 'stopped'}); "
                  f"run the same command again to resume it from {directory}")
     _, records = read_campaign(str(directory))
-    ledger = Ledger(records, promote=settings.ladder.promote, rung_size=settings.ladder.rung_size,
-                    eta=settings.ladder.eta)
+    ledger = settings.ladder.ledger(records)
     baseline = ledger.baseline
     assert baseline is not None, f"campaign {directory} trained no baseline"
 

@@ -180,7 +180,7 @@ def test_the_winner_line_is_the_same_on_the_console_in_status_the_report_and_exp
     assert "## The ladder of fidelities" in report
     assert "the horizon rule: alpha " in report and "(90%)" in report
     out = tmp_path / "export"
-    write_export(records, "tiny", get_target("toy"), ExportOptions(device="cpu"), out)
+    write_export(Ledger(records), "tiny", get_target("toy"), ExportOptions(device="cpu"), out)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["winner_line"] == line and manifest["winner"] == winner.record.trial_id
     assert manifest["horizon_rule"]["source"] == "fitted"

@@ -15,6 +15,7 @@ from recipelab.recipe import Recipe, get_target, proxy_recipe
 from recipelab.report import ReportContext, write_report
 from recipelab.report.context import LiveStatus, RunningCurve
 from recipelab.trainer.spec import CurvePoint
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 from .conftest import ScriptedProposer, fake_executor
@@ -76,7 +77,7 @@ def test_a_live_report_shows_the_curves_in_flight_in_its_first_section(tmp_path:
                       curves=(RunningCurve("p0001", (10, 20), (4.0, 3.0)),))
     context = ReportContext("c", get_target("toy"), "tiny", live=live)
 
-    write_report(tmp_path, [], context)
+    write_report(tmp_path, Ledger([]), context)
 
     page = (tmp_path / "report" / "report.html").read_text()
     first = page.index("The campaign is running")
@@ -90,8 +91,8 @@ def test_each_rewrite_shows_the_console_line_of_the_trial_that_just_ended(
     monkeypatch.setattr(live_report, "LIVE_REPORT_EVERY_S", 0.0)
     rewrites: list[tuple[list[TrialRecord], LiveStatus]] = []
     monkeypatch.setattr(live_report, "write_report",
-                        lambda directory, records, context: rewrites.append((list(records),
-                                                                             context.live)))
+                        lambda directory, ledger, context: rewrites.append((ledger.records,
+                                                                            context.live)))
     settings = tiny_settings.model_copy(update={"iterations": 4})
     Campaign(settings, tmp_path, executor=fake_executor(),
              proposer=Snapshotting(settings.baseline(), tmp_path)).run()

@@ -48,3 +48,10 @@ def test_flat_keys_beside_a_component_win_over_its_values() -> None:
     data = nest({"name": "c", "ladder": {"promote": 3, "eta": 2}, "promote": 1, "proposer": "llm"})
     assert data == {"name": "c", "ladder": {"promote": 1, "eta": 2}, "proposer": {"kind": "llm"}}
     assert nest({"ladder": LadderSettings(eta=4)})["ladder"] == LadderSettings(eta=4)
+
+
+def test_the_ladder_reads_a_campaign_s_records_under_its_own_rules() -> None:
+    """The loop, ``status``, the report and the hand-off all read the records through this
+    one mapping, so none of them falls back on the defaults of another campaign."""
+    ledger = LadderSettings(promote=5, fidelity=2, rung_size=4, eta=4).ledger([])
+    assert (ledger.promote, ledger.fidelity, ledger.rung_size, ledger.eta) == (5, 2, 4, 4)

@@ -16,6 +16,7 @@ from recipelab.cli import app
 from recipelab.recipe import proxy_recipe
 from recipelab.report.cost import CostInputs, compute_cost
 from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 PUBLISHED_CAMPAIGN = {"spark_electricity_only": 0.08, "spark_total_cost_of_use": 1.01,
@@ -143,7 +144,7 @@ def test_cost_and_the_report_price_the_cloud_run_the_same(finished_campaign: Pat
     report = CliRunner().invoke(app, ["report", str(campaign), *rates, "--usd-per-gpu-hour", "3"])
     assert report.exit_code == 0, report.output
     with TrajectoryStore(campaign, "nightly", readonly=True) as store:
-        found = recommend(store.records(), get_target("toy"),
+        found = recommend(Ledger(store.records()), get_target("toy"),
                           CloudRates(gpu_peak_flops=1e9, mfu=0.3, usd_per_gpu_hour=3.0))
     assert found is not None and found.cost_usd > 1000
     run = printed["cloud_run"]

@@ -21,7 +21,6 @@ from recipelab.report.export import (
     transfer,
 )
 from recipelab.report.prediction import predict
-from recipelab.report.recommend import choose_recommended
 from recipelab.report.sections import recommendation
 from recipelab.report.steplaw import Anchored, Scale, non_embedding_params
 from recipelab.trajectory import TrajectoryStore
@@ -127,15 +126,17 @@ def test_tokens_per_param_sets_the_planned_steps() -> None:
 
 
 def test_export_writes_the_recipe_train_reads_the_fallback_the_prediction_and_a_manifest(
-        finished_campaign: Path, tmp_path: Path) -> None:
+        attributed_campaign: Path, tmp_path: Path) -> None:
+    """On the fake executor's campaign, whose winner is the same on every machine (the real
+    trainer's ``finished_campaign`` may end with the baseline kept, which has no fallback)."""
     out = tmp_path / "cloud"
-    result = CliRunner().invoke(app, ["export", str(finished_campaign), "--out", str(out),
+    result = CliRunner().invoke(app, ["export", str(attributed_campaign), "--out", str(out),
                                       "--eval-bytes", "65536"])
     assert result.exit_code == 0, result.output
     recipe = Recipe.model_validate_json((out / "recipe.json").read_text())
-    with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
+    with TrajectoryStore(attributed_campaign, "attributed", readonly=True) as store:
         records = store.records()
-    chosen = choose_recommended(records)
+    chosen = Ledger(records).recommended
     assert chosen is not None
     winner = chosen[0]
     target = get_target("toy")
@@ -146,7 +147,7 @@ def test_export_writes_the_recipe_train_reads_the_fallback_the_prediction_and_a_
     fallback = Recipe.model_validate_json((out / "fallback-recipe.json").read_text())
     assert fallback.optimizer.lr != recipe.optimizer.lr or fallback != recipe
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["campaign"] == "nightly" and manifest["winner"] == winner.trial_id
+    assert manifest["campaign"] == "attributed" and manifest["winner"] == winner.trial_id
     assert manifest["runner_up"] == runner_up.trial_id and manifest["seed"] == recipe.seed
     assert manifest["code_version"] and "torch" in manifest["libraries"] and manifest["device"]
     assert manifest["config_hash"] and manifest["recipe_fingerprint"] == recipe.fingerprint()
@@ -177,7 +178,7 @@ def test_the_prediction_is_in_val_bpb_anchored_at_the_winners_measured_value(
         finished_campaign: Path) -> None:
     with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
         records = store.records()
-    chosen = choose_recommended(records)
+    chosen = Ledger(records).recommended
     assert chosen is not None
     prediction = predict(records, chosen[0])
     assert prediction.source_trial.startswith("s")  # the winner's stress run
@@ -215,7 +216,7 @@ def test_export_anchors_the_law_at_the_winners_measured_rate_and_names_both(
     assert (old / "recipe.json").read_text() == (out / "recipe.json").read_text()
     with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
         records = store.records()
-    winner = choose_recommended(records)[0]  # type: ignore[index]
+    winner = Ledger(records).recommended[0]  # type: ignore[index]
     longest = Ledger(records).longest_run(winner)
     assert longest.kind == "stress" and longest.tokens > winner.tokens
     measured = Recipe.model_validate(longest.recipe)
@@ -259,7 +260,7 @@ def test_the_report_and_the_export_recommend_the_same_learning_rate(
     exported = Recipe.model_validate_json((out / "recipe.json").read_text()).optimizer.lr
     with TrajectoryStore(directory, "nightly", readonly=True) as store:
         records = store.records()
-    section = recommendation(records, ReportContext("nightly", get_target("toy"), "tiny"), None)
+    section = recommendation(Ledger(records), ReportContext("nightly", get_target("toy"), "tiny"), None)
     table = next(b for b in section.blocks if isinstance(b, Table))
     shown = {row[0]: row[2] for row in table.rows}["optimizer.lr"]
     assert shown == f"{exported:.4g}"

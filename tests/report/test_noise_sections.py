@@ -11,6 +11,7 @@ from recipelab.report import ReportContext
 from recipelab.report.document import Document, Section
 from recipelab.report.render import to_markdown
 from recipelab.report.sections import summary, top_trials
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 
@@ -58,7 +59,7 @@ def test_with_paired_seeds_the_report_gives_each_gain_its_interval_and_resolves_
     records = campaign(paired=True)
     floor = noise_floor(records)
     assert floor is not None and floor.kind == "paired"
-    text = markdown(summary(records, context(), floor), top_trials(records, floor))
+    text = markdown(summary(Ledger(records), context(), floor), top_trials(records, floor))
     assert "paired noise floor" in text and "unpaired seed spread 0.6000" in text
     real, small = row_of(text, "p0003"), row_of(text, "p0004")
     assert "within noise" not in real and "| +0.0500 [+0.04" in real  # mean over three seeds
@@ -71,7 +72,7 @@ def test_before_any_seed_rerun_the_report_says_the_floor_is_unpaired() -> None:
     records = campaign(paired=False)
     floor = noise_floor(records)
     assert floor is not None and floor.kind == "unpaired"
-    text = markdown(summary(records, context(), floor), top_trials(records, floor))
+    text = markdown(summary(Ledger(records), context(), floor), top_trials(records, floor))
     assert "unpaired noise floor: baseline val_bpb 2.5000 ± 0.6000" in text
     assert "within noise" in row_of(text, "p0003")  # the unpaired spread swallows it
     assert "Noise floor in use: unpaired." in text
@@ -82,24 +83,24 @@ def test_a_slice_whose_error_rivals_the_floor_is_called_out() -> None:
     records = [r.model_copy(update={"metrics": {"val_bpb_stderr": 0.01}})
                for r in campaign(paired=True)]
     floor = noise_floor(records)
-    text = markdown(summary(records, context(), floor))
+    text = markdown(summary(Ledger(records), context(), floor))
     assert "not negligible next to the noise floor: a larger slice" in text
 
 
 def test_records_without_the_slice_error_say_it_was_not_recorded() -> None:
     records = [r.model_copy(update={"metrics": {}}) for r in campaign(paired=False)]
-    text = markdown(summary(records, context(), noise_floor(records)))
+    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
     assert "its sampling error of val_bpb was not recorded" in text
 
 
 def test_the_summary_says_how_many_search_trials_were_the_llms_and_how_many_fell_back() -> None:
     records = campaign(paired=False)
-    plain = markdown(summary(records, context(), noise_floor(records)))
+    plain = markdown(summary(Ledger(records), context(), noise_floor(records)))
     assert "LLM" not in plain, "a night without an LLM says nothing about one"
     records += [record("p0005", 2.47, proposer="llm:smollm2", lr=0.005),
                 record("p0006", 2.48, proposer="tpe", lr=0.006,
                        artifacts={FALLBACK_ARTIFACT: "trials/p0006/fallback.txt"})]
-    text = markdown(summary(records, context(), noise_floor(records)))
+    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
     assert ("the LLM proposed 1 of 4 search trials; the sampler took 1 of its turns when it "
             "failed") in text
 
@@ -108,7 +109,7 @@ def test_the_summary_sets_the_pick_against_the_baseline_at_its_best_rate() -> No
     from tests.trajectory.test_ladder import PROXIES, family, top
 
     records = [*PROXIES, *top({"p0001": (0.20, 0.22)}), *family(1.20)]
-    text = " ".join(markdown(summary(records, context(), noise_floor(records))).split())
+    text = " ".join(markdown(summary(Ledger(records), context(), noise_floor(records))).split())
     assert ("yardstick: at the top rung (1000 steps, seed 0) the baseline at 0.5× its rate "
             "scored 1.2000 and p0001 1.3000: the night does not beat lowering the learning "
             "rate") in text

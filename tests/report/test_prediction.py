@@ -12,10 +12,10 @@ import pytest
 
 from recipelab.recipe import Recipe, get_target
 from recipelab.report.prediction import Prediction, SizeTerm, predict, size_law_loss
-from recipelab.report.recommend import choose_recommended
 from recipelab.report.steplaw import non_embedding_params
 from recipelab.report.width import SizeGap
 from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.ledger import Ledger
 
 
 def test_the_size_term_is_one_for_the_proxy_and_below_one_for_a_larger_target() -> None:
@@ -38,7 +38,7 @@ def test_a_prediction_read_back_from_its_json_predicts_the_same_curve(
         finished_campaign: Path) -> None:
     with TrajectoryStore(finished_campaign, "nightly", readonly=True) as store:
         records = store.records()
-    chosen = choose_recommended(records)
+    chosen = Ledger(records).recommended
     assert chosen is not None
     target = get_target("toy").shape
     prediction = predict(records, chosen[0], target)

@@ -9,7 +9,8 @@ import pytest
 
 from recipelab.recipe import get_target, proxy_recipe
 from recipelab.report.context import CloudRates
-from recipelab.report.recommend import choose_recommended, recommend, scale_to_target
+from recipelab.report.recommend import recommend, scale_to_target
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 BASELINE = proxy_recipe("tiny")
@@ -36,14 +37,14 @@ RECORDS = [proxy("p0000", 4.7, {}), proxy("p0001", 4.5, {"optimizer.lr": 0.03}),
 
 
 def test_the_winner_is_the_best_trial_whose_stress_run_stayed_stable() -> None:
-    winner, because = choose_recommended(RECORDS) or (None, "")
+    winner, because = Ledger(RECORDS).recommended or (None, "")
     assert winner is not None and winner.trial_id == "p0002" and "stable" in because
 
 
 def test_without_a_stable_stress_run_the_best_proxy_trial_wins_provisionally() -> None:
-    winner, because = choose_recommended(RECORDS[:3]) or (None, "")
+    winner, because = Ledger(RECORDS[:3]).recommended or (None, "")
     assert winner is not None and winner.trial_id == "p0001" and "provisional" in because
-    assert choose_recommended([]) is None
+    assert Ledger([]).recommended is None
 
 
 def test_the_winning_knobs_go_onto_the_target_shape() -> None:
@@ -63,7 +64,7 @@ def test_the_winning_knobs_go_onto_the_target_shape() -> None:
 def test_the_budget_is_chinchilla_optimal_and_the_cost_follows_from_flops() -> None:
     target = get_target("llama2-7b")
     rates = CloudRates(gpu_peak_flops=1e15, mfu=0.5, usd_per_gpu_hour=2.0, gpus=8)
-    found = recommend(RECORDS, target, rates)
+    found = recommend(Ledger(RECORDS), target, rates)
     assert found is not None
     assert found.tokens == math.ceil(20 * target.params)
     assert found.flops == found.recipe.flops_per_token() * found.tokens
@@ -75,7 +76,7 @@ def test_the_budget_is_chinchilla_optimal_and_the_cost_follows_from_flops() -> N
 
 
 def test_each_stress_curve_is_extrapolated_to_the_first_day() -> None:
-    found = recommend(RECORDS, get_target("llama2-7b"), CloudRates())
+    found = recommend(Ledger(RECORDS), get_target("llama2-7b"), CloudRates())
     assert found is not None and len(found.extrapolations) == 2
     for e in found.extrapolations:
         assert e.fit is not None and e.first_day_loss is not None

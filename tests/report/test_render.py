@@ -17,7 +17,7 @@ from recipelab.cli import app
 from recipelab.recipe import BASELINE_PROPOSER, get_target
 from recipelab.report import ReportContext, write_report
 from recipelab.trajectory import TrajectoryStore
-from recipelab.trajectory.ledger import is_extra_seed
+from recipelab.trajectory.ledger import Ledger, is_extra_seed
 from recipelab.trajectory.record import TrialRecord
 
 SECTIONS = ("Why this recipe", "Summary", "val_bpb by iteration", "Top 10 proxy trials",
@@ -63,7 +63,7 @@ def test_the_campaign_writes_its_report_when_it_finishes(finished_campaign: Path
 
 
 def test_the_report_of_a_finished_campaign_has_every_section(finished_campaign: Path) -> None:
-    markdown, page = write_report(finished_campaign, records_of(finished_campaign), context())
+    markdown, page = write_report(finished_campaign, Ledger(records_of(finished_campaign)), context())
     text, html = markdown.read_text(), page.read_text()
     for title in SECTIONS:
         assert f"## {title}\n" in text
@@ -78,7 +78,7 @@ def test_the_report_of_a_finished_campaign_has_every_section(finished_campaign: 
 
 
 def test_every_plot_is_a_real_png_referenced_by_the_markdown(finished_campaign: Path) -> None:
-    markdown, _ = write_report(finished_campaign, records_of(finished_campaign), context())
+    markdown, _ = write_report(finished_campaign, Ledger(records_of(finished_campaign)), context())
     pngs = sorted(markdown.parent.glob("*.png"))
     names = {p.name for p in pngs}
     assert {"val_bpb.png", "stress_curves.png", "knob_importance.png", "rejections.png",
@@ -94,7 +94,7 @@ def test_every_plot_is_a_real_png_referenced_by_the_markdown(finished_campaign: 
 
 
 def test_the_html_opens_with_no_external_resources(finished_campaign: Path) -> None:
-    _, page = write_report(finished_campaign, records_of(finished_campaign), context())
+    _, page = write_report(finished_campaign, Ledger(records_of(finished_campaign)), context())
     html = page.read_text()
     parser = Resources()
     parser.feed(html)
@@ -108,7 +108,7 @@ def test_the_html_opens_with_no_external_resources(finished_campaign: Path) -> N
 def test_an_unfinished_campaign_gets_a_report_that_says_what_is_missing(
         finished_campaign: Path, tmp_path: Path) -> None:
     proxies_only = [r for r in records_of(finished_campaign) if r.kind == "proxy"][:3]
-    markdown, _ = write_report(tmp_path, proxies_only, context())
+    markdown, _ = write_report(tmp_path, Ledger(proxies_only), context())
     text = markdown.read_text()
     for title in SECTIONS:
         assert f"## {title}\n" in text
@@ -121,7 +121,7 @@ def test_an_unfinished_campaign_gets_a_report_that_says_what_is_missing(
 
 
 def test_a_campaign_with_no_trials_yet_still_gets_a_report(tmp_path: Path) -> None:
-    markdown, page = write_report(tmp_path, [], context())
+    markdown, page = write_report(tmp_path, Ledger([]), context())
     text = markdown.read_text()
     assert "Nothing to recommend: no proxy trial has completed yet" in text
     assert page.exists() and not list(markdown.parent.glob("*.png"))
@@ -168,7 +168,7 @@ def test_measured_energy_is_reported_per_trial_with_its_source(
         "energy_j": 1800.0, "energy_source": "rapl"}}}) if r.kind == "proxy" and r.status == "complete" else r
         for r in records_of(finished_campaign)]
     measured = sum(r.kind == "proxy" and r.status == "complete" for r in records)
-    markdown, _ = write_report(tmp_path, records, context())
+    markdown, _ = write_report(tmp_path, Ledger(records), context())
     text = markdown.read_text()
     assert f"{measured * 1800 / 3.6e6:.4f} kWh over {measured} of" in text
     assert "| rapl |" in text and (tmp_path / "report" / "energy.png").exists()
@@ -181,5 +181,5 @@ def test_the_energy_of_a_shared_gpu_is_reported_as_the_gpus(
         "energy_j": 1800.0, "energy_source": "nvml-energy-counter", "energy_scope": "device",
         "gpu_shared_by": 2}}}) if r.kind == "proxy" and r.status == "complete" else r
         for r in records_of(finished_campaign)]
-    markdown, _ = write_report(tmp_path, records, context())
+    markdown, _ = write_report(tmp_path, Ledger(records), context())
     assert "| nvml-energy-counter (the GPU's, shared by 2 processes) |" in markdown.read_text()

@@ -14,10 +14,10 @@ from recipelab.cli import app
 from recipelab.longrun.run import PretrainConfig, run_pretrain
 from recipelab.recipe import Recipe
 from recipelab.report.prediction import Prediction, predict
-from recipelab.report.recommend import choose_recommended
 from recipelab.report.verify import MetricsError, read_evaluations, verify
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 
@@ -28,7 +28,7 @@ def _records(campaign: Path) -> list[TrialRecord]:
 
 def _winner_run_recipe(records: list[TrialRecord]) -> Recipe:
     """The recipe the prediction rests on: the winner's stress run, as it was trained."""
-    chosen = choose_recommended(records)
+    chosen = Ledger(records).recommended
     assert chosen is not None
     source = predict(records, chosen[0]).source_trial
     return Recipe.model_validate(next(r for r in records if r.trial_id == source).recipe)
@@ -62,7 +62,7 @@ def test_a_run_with_a_worse_recipe_is_worse_by_a_stated_percentage(
     metrics = _pretrain(worse, tmp_path / "bad", corpus)
     code, output = _verify(finished_campaign, metrics)
     assert code == 1 and "verdict: worse than predicted by" in output, output
-    chosen = choose_recommended(records)
+    chosen = Ledger(records).recommended
     assert chosen is not None
     found = verify(predict(records, chosen[0]), read_evaluations(metrics))
     assert found.verdict == "worse" and found.by is not None and found.by > 0.1

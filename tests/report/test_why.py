@@ -12,6 +12,7 @@ from recipelab.report.sections import build_document, importance, top_trials
 from recipelab.report.why import decision, dropped_sentence, minimal_sentence, why_this_recipe
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.attribution import RESULT_KIND
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 
@@ -35,7 +36,7 @@ def text_of(blocks: tuple[object, ...]) -> str:
 
 def test_the_report_opens_with_why_this_recipe(attributed_campaign: Path) -> None:
     records = records_of(attributed_campaign)
-    document = build_document(records, ReportContext("attributed", get_target("toy"), "tiny"))
+    document = build_document(Ledger(records), ReportContext("attributed", get_target("toy"), "tiny"))
     first = document.sections[0]
     assert first.title == "Why this recipe"
     text = text_of(first.blocks)
@@ -53,7 +54,7 @@ def test_the_report_opens_with_why_this_recipe(attributed_campaign: Path) -> Non
 
 def test_without_an_attribution_it_says_what_is_missing(attributed_campaign: Path) -> None:
     records = [r for r in records_of(attributed_campaign) if r.kind != RESULT_KIND]
-    text = text_of(why_this_recipe(records).blocks)
+    text = text_of(why_this_recipe(Ledger(records)).blocks)
     assert "changes 2 knob(s) from the baseline" in text and "is unknown: no attribution has run" in text
     assert "attribution_skipped" in text
 
@@ -65,7 +66,7 @@ def test_while_the_baseline_leads_there_is_no_edit_to_explain() -> None:
                TrialRecord(campaign="c", trial_id="p0001", status="running",
                            proposer="classical-tpe", recipe=baseline)]
 
-    text = text_of(why_this_recipe(records).blocks)
+    text = text_of(why_this_recipe(Ledger(records)).blocks)
 
     assert text == ("The baseline leads (p0000): no candidate has beaten it yet, so there is no "
                     "edit to explain.")

@@ -3,6 +3,8 @@ the top rung's verdict (winner, fallback, or no winner beyond noise) in one line
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from recipelab.trajectory.ladder import (
@@ -230,6 +232,28 @@ def test_finalists_worse_than_the_baseline_beyond_noise_keep_it_without_blaming_
     assert line.startswith("no winner beyond noise: the best finalist p0001 gains -0.2950")
     assert "worse than the baseline" in line and "keep the baseline" in line
     assert "includes 0" not in line and "--top-seeds" not in line
+
+
+def test_when_every_finalist_diverges_and_the_baseline_does_not_the_campaign_keeps_it() -> None:
+    """Its finalists (``--promote 2``) blew up at the top rung beside a baseline that did not:
+    the answer is the baseline, which the hand-off trains. A third-ranked candidate that never
+    ran there is no answer, and a baseline that diverged too leaves none."""
+    def verdict(word: str) -> Callable[[TrialRecord], TrialRecord]:
+        return lambda record: record.model_copy(update={"verdict": word})
+
+    runs = top({"p0001": (0.1, 0.1), "p0002": (0.1, 0.1)})
+    diverged = verdict("diverged")
+    finalists_blew_up = [*PROXIES, *map(verdict("flat"), runs[:2]), *map(diverged, runs[2:])]
+    ledger = Ledger(finalists_blew_up, promote=2)
+    assert ledger.winner is None
+    kept = ledger.kept_baseline
+    assert kept is not None and kept.trial_id == "p0000"
+    assert ledger.recommended == (kept, "the baseline the campaign keeps: every finalist's own "
+                                        "stress run diverged and the baseline's did not")
+    assert "diverged and the baseline's did not: keep the baseline" in ledger.winner_line()
+    all_blew_up = Ledger([*PROXIES, *map(diverged, runs)], promote=2)
+    assert all_blew_up.kept_baseline is None and all_blew_up.recommended is None
+    assert "so no recipe is recommended" in all_blew_up.winner_line()
 
 
 def test_without_a_paired_top_rung_the_winner_line_says_it_is_provisional() -> None:

@@ -155,7 +155,7 @@ class Campaign:
         if self.tracking is not None:
             self.tracking.record(records)
         if self.live_report is not None and self.context is not None:
-            self.live_report.trial_ended(self.context.ledger.records)
+            self.live_report.trial_ended(self.context.ledger)
 
     def _report_context(self) -> ReportContext:
         return ReportContext(self.settings.name, self.target, self.settings.preset,
@@ -226,7 +226,7 @@ class Campaign:
                      stopped_early=summary.stopped_early, failing=summary.failing,
                      llm_trials=counts.llm, search_trials=counts.proposed)
         try:  # the report is a by-product: one that cannot be written never fails the campaign
-            write_report(self.directory, ctx.ledger.records, self._report_context())
+            write_report(self.directory, ctx.ledger, self._report_context())
         except Exception as error:
             ctx.log.warning("report_failed", error=f"{type(error).__name__}: {error}")
         return summary

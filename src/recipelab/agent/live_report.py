@@ -24,6 +24,7 @@ from recipelab.eventlog import EVENTS_FILE, read_events
 from recipelab.report import ReportContext, write_report
 from recipelab.report.context import LiveStatus, RunningCurve
 from recipelab.trainer.spec import LOG_FILE, CurvePoint
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 LIVE_REPORT_EVERY_S = 30.0
@@ -73,8 +74,9 @@ class LiveReport:
         self._last = -float("inf")
         self._failed = False
 
-    def trial_ended(self, records: Sequence[TrialRecord]) -> None:
-        """Rewrite the report when the last rewrite is ``every_s`` old."""
+    def trial_ended(self, ledger: Ledger) -> None:
+        """Rewrite the report of the campaign's ``ledger`` when the last rewrite is
+        ``every_s`` old."""
         now = time.monotonic()
         if now - self._last < self.every_s or self._failed:
             return
@@ -82,9 +84,9 @@ class LiveReport:
         live = LiveStatus(updated=datetime.now(timezone.utc).strftime("%H:%M:%S UTC"),
                           running=self.running() or "", ends=self.ends(),
                           last_lines=last_console_lines(self.directory / EVENTS_FILE),
-                          curves=running_curves(self.directory, records))
+                          curves=running_curves(self.directory, ledger.records))
         try:
-            write_report(self.directory, records, replace(self.context, live=live))
+            write_report(self.directory, ledger, replace(self.context, live=live))
         except Exception as error:  # the report must never stop the night
             self._failed = True
             self.log.warning("live_report_failed", error=f"{type(error).__name__}: {error}",

@@ -15,6 +15,7 @@ import difflib
 import functools
 import json
 import os
+from collections.abc import Sequence
 from datetime import datetime, time, timedelta
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,8 @@ from recipelab import environment
 from recipelab.errors import RecipelabError
 from recipelab.recipe import StrictModel, proxy_recipe
 from recipelab.trajectory.ladder import TOP_SEEDS, RungPlan, plan_ladder, rung_steps
+from recipelab.trajectory.ledger import Ledger
+from recipelab.trajectory.record import TrialRecord
 
 
 class SettingsError(RecipelabError, ValueError):
@@ -96,6 +99,14 @@ class LadderSettings(StrictModel):
     # let the longest run read its training text more than once (the preflight refuses it
     # otherwise: a ranking on repeated text ranks regularization, not what a cloud run reads)
     repeat_text: bool = False
+
+    def ledger(self, records: Sequence[TrialRecord]) -> Ledger:
+        """``records`` read under this ladder's rules: the one place a campaign's ladder
+        becomes a :class:`Ledger`, so the loop, ``status``, the report and the hand-off name
+        the same winner (a ledger built on the defaults names another in a campaign run with
+        another ``--promote``)."""
+        return Ledger(records, promote=self.promote, fidelity=self.fidelity,
+                      rung_size=self.rung_size, eta=self.eta)
 
     def compiles(self, kind: str) -> bool:
         """Whether a trial of ``kind`` is compiled: stress runs when ``compile_stress`` is

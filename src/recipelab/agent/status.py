@@ -119,8 +119,7 @@ def _plan_text(event: dict[str, Any]) -> str | None:
 
 def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
                     window: str | None = None) -> StatusView:
-    ledger = Ledger(records, promote=settings.ladder.promote, fidelity=settings.ladder.fidelity,
-                    rung_size=settings.ladder.rung_size, eta=settings.ladder.eta)
+    ledger = settings.ladder.ledger(records)
     walls = [wall for r in ledger.search_trials if (wall := r.measured.wall_s) is not None]
     eta = ""
     left = max(0, (settings.window.iterations or 0) - len(ledger.search_trials))

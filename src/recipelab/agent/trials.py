@@ -81,9 +81,7 @@ class TrialBook:
     def ledger(self) -> Ledger:
         """The records as a :class:`Ledger`, read from the store once per change."""
         if self._ledger is None:
-            self._ledger = Ledger(self.store.records(), promote=self.settings.ladder.promote,
-                                  fidelity=self.settings.ladder.fidelity,
-                                  rung_size=self.settings.ladder.rung_size, eta=self.settings.ladder.eta)
+            self._ledger = self.settings.ladder.ledger(self.store.records())
         return self._ledger
 
     def write(self, record: TrialRecord, say: Callable[[], object] = lambda: None) -> None:

@@ -137,7 +137,7 @@ class WidthPhase:
                                     eval_bytes=max(256, ctx.baseline.eval_bytes),
                                     gpu_memory_gib=ctx.device.memory_bytes / GIB,
                                     device=ctx.device.kind)
-            found = recommended_export(ctx.ledger.records, size, options, trial=trial)
+            found = recommended_export(ctx.ledger, size, options, trial=trial)
             if found is None:
                 return None
             if found.exported.memory_problem is not None:

@@ -14,7 +14,6 @@ from rich.table import Table
 from recipelab.cli.common import _cost_option, app, console, errors, fail, one_line
 from recipelab.cli.watch import read_campaign
 from recipelab.recipe import TARGETS
-from recipelab.trajectory.record import TrialRecord
 
 if TYPE_CHECKING:
     from recipelab.report.prediction import Prediction
@@ -57,8 +56,8 @@ def export(
         options = ExportOptions.model_validate({
             "tokens_per_param": tokens_per_param, "gpus": gpus, "gpu_memory_gib": gpu_memory_gib,
             "device": device, "eval_bytes": eval_bytes})
-        written = write_export(records, settings.name, get_target(target or settings.target or ""),
-                               options, out,
+        written = write_export(settings.ladder.ledger(records), settings.name,
+                               get_target(target or settings.target or ""), options, out,
                                load_calibration(settings.search.calibrate_from).horizon_fits, trial)
     except ValidationError as error:
         fail(f"invalid export options: {one_line(error)}")
@@ -72,8 +71,6 @@ def _prediction_of(source: str) -> Prediction:
     """The prediction an export directory holds, else the campaign's for its target's shape."""
     from recipelab.recipe import get_target
     from recipelab.report.prediction import Prediction, predict
-    from recipelab.report.recommend import choose_recommended
-    from recipelab.trajectory.ledger import Ledger
 
     written = Path(source) / "prediction.json"
     if written.is_file():
@@ -82,9 +79,10 @@ def _prediction_of(source: str) -> Prediction:
         except (OSError, KeyError, TypeError, ValueError) as error:  # JSONDecodeError too
             fail(f"{written} is not a prediction 'recipelab export' wrote ({error}); export again")
     settings, records = read_campaign(source)
-    chosen = choose_recommended(records)
+    ledger = settings.ladder.ledger(records)
+    chosen = ledger.recommended
     if chosen is None:
-        fail(f"campaign {source} has no prediction: {Ledger(records).no_winner_reason}")
+        fail(f"campaign {source} has no prediction: {ledger.no_winner_reason}")
     return predict(records, chosen[0], get_target(settings.target or "").shape)
 
 
@@ -177,9 +175,10 @@ def cost(
         "spark_amortisation_years": spark_years, "wrong_pick_rate": wrong_pick_rate,
         "small_campaign_usd": small_campaign_usd}.items() if v is not None}
     measured = None
-    records: list[TrialRecord] = []
+    ledger = None
     if campaign is not None:
         settings, records = read_campaign(campaign)
+        ledger = settings.ladder.ledger(records)
         target = target or settings.target
         measured = measured_inputs(records)
         if not measured:
@@ -198,7 +197,7 @@ def cost(
         fail(f"invalid cost inputs:\n{error}")
     except ValueError as error:
         fail(str(error))
-    found = recommend(records, chosen, rates) if records else None
+    found = recommend(ledger, chosen, rates) if ledger is not None else None
     if found is not None:  # exactly the report's recommendation
         run = cloud_run_cost(found.recipe.flops_per_token(), found.tokens, rates)
         what = f"the report's recommendation: {found.winner.trial_id} on {chosen.name}"

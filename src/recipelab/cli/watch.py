@@ -94,7 +94,7 @@ def report(
 
     context = ReportContext(settings.name, get_target(settings.target or ""), settings.preset,
                             rates, tuple(load_calibration(settings.search.calibrate_from).horizon_fits))
-    markdown, page = write_report(directory, records, context)
+    markdown, page = write_report(directory, settings.ladder.ledger(records), context)
     console.print(f"wrote {markdown} and {page}", markup=False)
 
 

@@ -50,7 +50,7 @@ from recipelab.report.micro_batch import (
     split_batch,
 )
 from recipelab.report.prediction import TRANSFER_CHECK, Prediction, bytes_per_token, predict
-from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS, choose_recommended
+from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS
 from recipelab.report.steplaw import SOURCE, Anchored
 from recipelab.report.width import width_check
 from recipelab.trajectory.attribution import result_json, result_of
@@ -233,21 +233,23 @@ def chosen_trial(records: Sequence[TrialRecord], trial_id: str) -> TrialRecord:
     return found
 
 
-def recommended_export(records: Sequence[TrialRecord], target: Target,
+def recommended_export(ledger: Ledger, target: Target,
                        options: ExportOptions, trial: str | None = None) -> Recommended | None:
-    """The winner moved onto ``target``, or None without one: what ``recipelab export``
-    writes and the report's recommendation shows. ``trial`` exports that proxy trial as it
-    trained at its longest run instead of the winner, by the same rules."""
+    """What the campaign's ``ledger`` recommends (:attr:`Ledger.recommended`) moved onto
+    ``target``, or None before it recommends anything: what ``recipelab export`` writes, the
+    report's recommendation shows and the width rung trains. ``trial`` exports that proxy
+    trial as it trained at its longest run instead, by the same rules."""
+    records = ledger.records
     if trial is not None:
         record = chosen_trial(records, trial)
-        measured = Recipe.model_validate(Ledger(records).longest_run(record).recipe)
+        measured = Recipe.model_validate(ledger.longest_run(record).recipe)
         return Recommended(record, f"the trial named by --trial {trial}",
                            transfer(measured, record.edit, target, options), options)
-    chosen = choose_recommended(records)
+    chosen = ledger.recommended
     if chosen is None:
         return None
     winner, because = chosen
-    measured = Recipe.model_validate(Ledger(records).longest_run(winner).recipe)
+    measured = Recipe.model_validate(ledger.longest_run(winner).recipe)
     exported = transfer(measured, winner.edit, target, options)
     result = result_of(records, winner.trial_id)
     attribution = result_json(result) if result is not None else None
@@ -312,17 +314,20 @@ def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, f
     return points
 
 
-def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
+def write_export(ledger: Ledger, campaign: str, target: Target,
                  options: ExportOptions, out: Path,
                  prior_horizon_fits: Iterable[HorizonFit] = (), trial: str | None = None
                  ) -> list[Path]:
-    """Write every export file into ``out``; returns the paths written. A winner that fits
-    no GPU of ``options.gpu_memory_gib`` is an error naming the memory needed and the fix.
-    ``trial`` exports that proxy trial instead of the winner."""
-    found = recommended_export(records, target, options, trial)
+    """Write every export file into ``out``; returns the paths written. ``ledger`` is the
+    campaign's (its ``--promote``, its rungs). A winner that fits no GPU of
+    ``options.gpu_memory_gib`` is an error naming the memory needed and the fix. ``trial``
+    exports that proxy trial instead of the winner."""
+    records = ledger.records
+    found = recommended_export(ledger, target, options, trial)
     if found is None:
+        run_it = "" if ledger.ranked else " (run it with 'recipelab run')"
         raise ValueError(f"campaign {campaign} has nothing to export: "
-                         f"{Ledger(records).no_winner_reason} (run it with 'recipelab run')")
+                         f"{ledger.no_winner_reason}{run_it}")
     winner, because, exported, options = found.winner, found.because, found.exported, found.options
     if exported.memory_problem is not None:
         raise ValueError(f"the winner {winner.trial_id} on {target.name} does not fit "
@@ -336,7 +341,6 @@ def write_export(records: Sequence[TrialRecord], campaign: str, target: Target,
     recipe_path = out / "recipe.json"
     _write_json(recipe_path, exported.recipe.model_dump(mode="json"))
     written.append(recipe_path)
-    ledger = Ledger(records)
     runner_up, no_fallback = _fallback(ledger, winner, trial)
     fallback_problem = None
     if runner_up is not None:

@@ -10,7 +10,6 @@ FLOP/s and an assumed model FLOPs utilisation (MFU).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from recipelab.recipe import BYTE_VOCAB, Recipe, Target
@@ -53,14 +52,6 @@ class Recommendation:
     extrapolations: tuple[Extrapolation, ...]
 
 
-def choose_recommended(records: Sequence[TrialRecord]) -> tuple[TrialRecord, str] | None:
-    """What the campaign recommends training, and why (:attr:`Ledger.recommended
-    <recipelab.trajectory.ledger.Ledger.recommended>`): the winner, else the baseline when the
-    top rung named no finalist better than it beyond the noise (the report's "keep the
-    baseline"). None before either."""
-    return Ledger(records).recommended
-
-
 def scale_to_target(winner: Recipe, edit: dict[str, object], target: Target,
                     tokens: int) -> Recipe:
     """``winner``'s training knobs on ``target``'s shape, with enough steps for ``tokens``.
@@ -95,10 +86,10 @@ def extrapolate(stress: TrialRecord, first_day_step: int) -> Extrapolation:
         first_day_loss=fit(first_day_step) if fit is not None else None)
 
 
-def recommend(records: Sequence[TrialRecord], target: Target,
-              rates: CloudRates) -> Recommendation | None:
-    """The recommendation, or None while no proxy trial has completed."""
-    chosen = choose_recommended(records)
+def recommend(ledger: Ledger, target: Target, rates: CloudRates) -> Recommendation | None:
+    """What the campaign's ``ledger`` recommends (:attr:`Ledger.recommended`) priced at
+    ``target``, or None before it recommends anything."""
+    chosen = ledger.recommended
     if chosen is None:
         return None
     winner, because = chosen
@@ -110,7 +101,7 @@ def recommend(records: Sequence[TrialRecord], target: Target,
     sustained = rates.gpu_peak_flops * rates.mfu
     first_day_tokens = sustained * rates.gpus * SECONDS_PER_DAY / recipe.flops_per_token()
     first_day_step = max(1, min(recipe.steps, int(first_day_tokens // recipe.tokens_per_step)))
-    stress = [r for r in records if r.kind == "stress" and r.curve]
+    stress = [r for r in ledger.stress if r.curve]
     return Recommendation(
         winner=winner, chosen_because=because, recipe=recipe, params=params, tokens=tokens,
         flops=flops, gpu_hours=gpu_hours, days_on_node=run.days_on_node,

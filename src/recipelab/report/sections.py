@@ -52,11 +52,11 @@ def _stress_of(records: Sequence[TrialRecord]) -> dict[str, TrialRecord]:
     return found
 
 
-def summary(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloor | None) -> Section:
-    proxies = [r for r in records if r.kind == "proxy"]
+def summary(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None) -> Section:
+    records = ledger.records
+    proxies = ledger.proxies
     counts = Counter(r.status for r in proxies)
     scored = sorted(scored_proxies(records), key=lambda r: (r.val_bpb, r.trial_id))
-    ledger = Ledger(records)
     items = [f"target: {ctx.target.name} ({ctx.target.params:,} parameters); proxy preset: {ctx.preset}",
              "proxy trials: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none yet"),
              f"rung runs: {sum(r.kind == 'rung' and r.is_terminal for r in records)}",
@@ -141,12 +141,12 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
     return Section("Top 10 proxy trials", tuple(blocks))
 
 
-def rung_runs(records: Sequence[TrialRecord], horizon_fits: Sequence[HorizonFit] = ()) -> Section:
+def rung_runs(ledger: Ledger, horizon_fits: Sequence[HorizonFit] = ()) -> Section:
     """The ladder: for each rung (steps), the recipes that climbed to it, each run's val_bpb
     and its paired gain over the baseline at the same steps and seed, ranked as the rung
     ranked them (``excluded``: the run did not score)."""
     title = "The ladder of fidelities"
-    ledger = Ledger(records)
+    records = ledger.records
     levels = sorted({r.budget_steps for r in (*ledger.climbing, *ledger.stress)
                      if r.is_terminal})
     if not levels:
@@ -356,21 +356,19 @@ def rank_agreement(records: Sequence[TrialRecord]) -> Section:
               "proxy against stress results")))
 
 
-def recommendation(records: Sequence[TrialRecord], ctx: ReportContext, noise: NoiseFloor | None
-                   ) -> Section:
+def recommendation(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None) -> Section:
     title = "Recommendation for the cloud run"
-    found = recommend(records, ctx.target, ctx.rates)
+    found = recommend(ledger, ctx.target, ctx.rates)
     if found is None:
-        return Section(title, (Paragraph(
-            f"Nothing to recommend: {Ledger(records).no_winner_reason}."),))
-    rec, rates = found, ctx.rates
+        return Section(title, (Paragraph(f"Nothing to recommend: {ledger.no_winner_reason}."),))
+    rec, rates, records = found, ctx.rates, ledger.records
     recommended = recommended_export(
-        records, ctx.target, ExportOptions(tokens_per_param=rates.tokens_per_param,
+        ledger, ctx.target, ExportOptions(tokens_per_param=rates.tokens_per_param,
                                            gpus=rates.gpus))
     assert recommended is not None, "recommend() and recommended_export() name one recipe"
     exported = recommended.exported
     recipe = exported.recipe
-    kept = Ledger(records).kept_baseline is not None  # no winner: the baseline is the answer
+    kept = ledger.kept_baseline is not None  # no winner: the baseline is the answer
     items: tuple[str, ...] = (
         f"{'recommended' if kept else 'winner'}: {rec.winner.trial_id} (val_bpb "
         f"{_fmt(rec.winner.val_bpb)}), chosen as {rec.chosen_because}",
@@ -435,13 +433,16 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
     ]
 
 
-def build_document(records: Sequence[TrialRecord], ctx: ReportContext) -> Document:
+def build_document(ledger: Ledger, ctx: ReportContext) -> Document:
+    """The report of the campaign's ``ledger``: the same reading of its records (its
+    ``--promote``, its rungs) as the campaign, ``status`` and ``export``."""
+    records = ledger.records
     noise = noise_floor(records)
-    sections = [why_this_recipe(records), summary(records, ctx, noise), progress(records, noise),
-                top_trials(records, noise), rung_runs(records, ctx.horizon_fits), stress_runs(records),
+    sections = [why_this_recipe(ledger), summary(ledger, ctx, noise), progress(records, noise),
+                top_trials(records, noise), rung_runs(ledger, ctx.horizon_fits), stress_runs(records),
                 importance(records), *reasons(records),
                 resources(records), energy(records), rank_agreement(records),
-                recommendation(records, ctx, noise)]
+                recommendation(ledger, ctx, noise)]
     if ctx.live is None:
         return Document(f"recipelab report: campaign {ctx.campaign}", tuple(sections))
     return Document(f"recipelab report: campaign {ctx.campaign} (running)",

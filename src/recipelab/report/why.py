@@ -96,8 +96,8 @@ def minimal_sentence(data: Mapping[str, Any]) -> str:
             f"noise: {measured}.")
 
 
-def why_this_recipe(records: Sequence[TrialRecord]) -> Section:
-    ledger = Ledger(records)
+def why_this_recipe(ledger: Ledger) -> Section:
+    records = ledger.records
     winner = ledger.winner
     if winner is None:
         return Section(TITLE, (Paragraph(f"No recipe to explain yet: {ledger.no_winner_reason}."),))

@@ -1,8 +1,10 @@
 """The Ledger: the one reading of a campaign's records.
 
-Every question the campaign, ``status`` and the report ask of a trajectory is answered here,
-once, from the records alone, so a resumed campaign makes the same decisions and the three
-never disagree:
+Every question the campaign, ``status``, the report and the hand-off ask of a trajectory is
+answered here, once, from the records and the campaign's ladder rules (``promote``,
+``fidelity``, ``rung_size``, ``eta``; each command builds its ledger with
+:meth:`~recipelab.agent.settings_components.LadderSettings.ledger`), so a resumed campaign
+makes the same decisions and none of them disagree:
 
 - **trained**: a trial that reached ``complete`` or ``failed`` (:attr:`TrialRecord.trained`);
 - **search trials**: the trained proxy trials that count toward ``--iterations``: the
@@ -40,7 +42,10 @@ never disagree:
   val_bpb wins (a 60-step lead that a long run does not keep is not a lead). Without a
   stable stress run, the candidate with the best scored rung run wins (evidence ``rung``);
   without one either, the finalist with the lowest mean val_bpb over its seeds wins, and the
-  winner says its evidence is only the proxy.
+  winner says its evidence is only the proxy;
+- **kept baseline** (:attr:`Ledger.kept_baseline`): the campaign's answer is the baseline
+  when the top rung named no winner beyond noise, or when every finalist's own stress run
+  diverged and the baseline's did not; the hand-off then trains the baseline.
 """
 
 from __future__ import annotations
@@ -606,18 +611,30 @@ class Ledger:
         kept = self.kept_baseline
         if kept is None:
             return None
-        return kept, ("the baseline the campaign keeps: the top rung named no finalist better "
-                      "than it beyond the noise")
+        return kept, f"the baseline the campaign keeps: {self._kept_because()}"
 
     @property
     def kept_baseline(self) -> TrialRecord | None:
-        """The baseline when the top rung measured every finalist against it and named none
-        better beyond the noise: the campaign's answer is then "keep the baseline", and the
-        baseline is what the hand-off trains. None otherwise."""
-        top = self.recommendation()
-        if top is None or top.primary is not None:
+        """The baseline when the campaign's answer is "keep the baseline": the top rung
+        measured every finalist against it and named none better beyond the noise, or every
+        finalist's own stress run diverged where the baseline's did not. The baseline is then
+        what the hand-off trains. None otherwise."""
+        if self._kept_because() is None:
             return None
         return next((r for r in self.proxies if r.trial_id == self.baseline_id), None)
+
+    def _kept_because(self) -> str | None:
+        top = self.recommendation()
+        if top is not None:
+            return (None if top.primary is not None else
+                    "the top rung named no finalist better than it beyond the noise")
+        baseline_id = self.baseline_id
+        finalists = [f for f in self.finalists if f.trial_id != baseline_id]
+        if (self.winner is None and finalists and baseline_id is not None
+                and all(self.refuted(f.trial_id) for f in finalists)
+                and self.stress_runs_of(baseline_id) and not self.refuted(baseline_id)):
+            return "every finalist's own stress run diverged and the baseline's did not"
+        return None
 
     @property
     def no_winner_reason(self) -> str:
@@ -626,9 +643,16 @@ class Ledger:
         if top is not None and top.primary is None:
             return f"no winner beyond noise: {top.reason}"
         if any(self.seed_mean(f) is not None for f in self.finalists):
+            if self.kept_baseline is not None:
+                return ("every finalist's own stress run diverged and the baseline's did not: "
+                        "keep the baseline, or search again with a wider --promote or lower "
+                        "learning rates")
             return ("every finalist's own stress run diverged, so no recipe is recommended: "
                     "see the stress runs, then search again with a wider --promote or lower "
                     "learning rates")
+        if self.promote == 0 and self.ranked:
+            return ("--promote is 0, so no finalist climbed the ladder that names a winner; "
+                    "export a proxy trial with --trial pN ('recipelab status' ranks them)")
         return "no proxy trial has completed yet"
 
     def _winner(self, pick: TrialRecord, evidence: Evidence, stress: TrialRecord | None, *,
