@@ -611,7 +611,7 @@ class Ledger:
         kept = self.kept_baseline
         if kept is None:
             return None
-        return kept, f"the baseline the campaign keeps: {self._kept_because()}"
+        return kept, f"the baseline the campaign keeps: {self._kept_because}"
 
     @property
     def kept_baseline(self) -> TrialRecord | None:
@@ -619,11 +619,14 @@ class Ledger:
         measured every finalist against it and named none better beyond the noise, or every
         finalist's own stress run diverged where the baseline's did not. The baseline is then
         what the hand-off trains. None otherwise."""
-        if self._kept_because() is None:
+        if self._kept_because is None:
             return None
         return next((r for r in self.proxies if r.trial_id == self.baseline_id), None)
 
+    @cached_property
     def _kept_because(self) -> str | None:
+        """Why the campaign keeps the baseline, or None; read once (it asks for the top
+        rung's verdict and the winner, and the ledger's records never change)."""
         top = self.recommendation()
         if top is not None:
             return (None if top.primary is not None else
