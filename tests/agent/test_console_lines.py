@@ -127,3 +127,11 @@ def test_the_width_rungs_control_is_named_and_the_gain_one_size_up_is_said() -> 
                       "gain_floor": 0.0412})
     assert tie is not None and tie.endswith(
         "its gain over the baseline, +0.0084, is within the noise floor (±0.0412)")
+
+
+def test_a_close_call_says_which_seeds_it_buys_and_why() -> None:
+    line = ReadableLines().line({"event": "close_call", "trial_id": "p0010", "steps": 1000,
+                                 "seeds": [3, 4], "gain": 0.02394, "gain_low": -0.009951,
+                                 "gain_high": 0.057832})
+    assert line == ("── close call: p0010 gains +0.0239 [-0.0100, +0.0578] over the baseline at "
+                    "1000 steps; it and the baseline train seed(s) 3, 4 before the verdict")

@@ -303,3 +303,50 @@ def test_more_top_seeds_on_a_resume_add_the_missing_seeds_and_repeat_no_run(
             if r.kind == "stress" and r.status == "complete"]
     assert len(runs) == len(set(runs)) == 9, "a top-rung run was trained twice"
     assert "3 seeds" in summary.winner_line and summary.winner_line.startswith("winner")
+
+
+# A close call at the top rung, as a `cpu` campaign met one: p0003 gains about 0.024 at every
+# seed; p0005's two seeds differ by 0.094, and pooled, that spread puts 0 in p0003's interval.
+TOP_GAINS = {"p0003": {0: 0.0237, 1: 0.0242, 2: 0.0251, 3: 0.0229},
+             "p0005": {0: -0.048, 1: -0.142}}
+
+
+def close_call(spec: TrialSpec) -> TrialResult:
+    """``TOP_GAINS`` over the baseline at the top rung (400 steps), found by the run's folder
+    (``stress-400-<parent>-s<seed>``); every other recipe there loses 0.3."""
+    folder = Path(spec.out_dir).name
+    if not folder.startswith("stress-400-") or "-lr" in folder:
+        return scored(spec)
+    _, _, parent, seed = folder.split("-")
+    base = 2.0 + 0.01 * int(seed[1:])
+    gain = 0.0 if parent == "p0000" else TOP_GAINS.get(parent, {}).get(int(seed[1:]), -0.3)
+    return synthetic_outcome(spec).model_copy(update={"val_bpb": base - gain})
+
+
+def top_runs(records: list[TrialRecord]) -> list[tuple[str | None, int]]:
+    return sorted((r.parent, int(r.recipe["seed"])) for r in records
+                  if r.kind == "stress" and r.status == "complete" and r.proposer != "lr-family")
+
+
+def test_a_close_call_buys_the_best_finalist_and_the_baseline_more_seeds_before_keeping_it(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    summary, records = run(ladder_settings, tmp_path, close_call)
+
+    [call] = events(tmp_path, "close_call")
+    assert call["trial_id"] == "p0003" and call["seeds"] == [2, 3] and call["gain_low"] < 0
+    assert top_runs(records) == sorted([("p0000", s) for s in range(4)] + [("p0003", s) for s in range(4)]
+                                       + [("p0005", 0), ("p0005", 1)])
+    assert summary.winner is not None and summary.winner.record.trial_id == "p0003"
+    assert summary.winner_line.startswith("winner: p0003, evidence: top rung at 400 steps, 4 seeds")
+
+    again, more = run(ladder_settings, tmp_path, close_call)  # a resume buys nothing again
+    assert top_runs(more) == top_runs(records) and again.winner_line == summary.winner_line
+
+
+def test_without_close_call_seeds_the_campaign_keeps_the_baseline_at_once(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    summary, records = run(ladder_settings.model_copy(update={"close_call_seeds": 0}), tmp_path,
+                           close_call)
+    assert not events(tmp_path, "close_call") and summary.winner is None
+    assert {seed for _, seed in top_runs(records)} == {0, 1}
+    assert summary.winner_line.startswith("no winner beyond noise: the best finalist p0003 gains")

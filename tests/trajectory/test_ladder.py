@@ -3,6 +3,7 @@ the top rung's verdict (winner, fallback, or no winner beyond noise) in one line
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 
 import pytest
@@ -263,3 +264,50 @@ def test_without_a_paired_top_rung_the_winner_line_says_it_is_provisional() -> N
     line = ledger.winner_line()
     assert line.startswith("winner (provisional): p0001, evidence: proxy at 60 steps")
     assert ledger.top_rung() == Rung(60, (0,), "proxy")
+
+
+def more_seeds(parent: str, gains: dict[int, float], base: dict[int, float],
+               steps: int = 1000) -> list[TrialRecord]:
+    """Top-rung runs of ``parent`` and the baseline at further seeds (a close call's)."""
+    return [record for seed, gain in gains.items()
+            for record in (run(f"sb{seed}", "p0000", steps, base[seed], seed=seed, kind="stress"),
+                           run(f"s{parent}-{seed}", parent, steps, base[seed] - gain, seed=seed,
+                               kind="stress"))]
+
+
+# A steady finalist beside a noisy one, as measured: p0001's two seeds agree, p0002's differ by
+# 0.093, and pooled, p0002's spread puts 0 inside p0001's interval.
+STEADY_AND_NOISY = {"p0001": (0.0237, 0.0242), "p0002": (-0.048, -0.142), "p0003": (-0.303, -0.306)}
+
+
+def test_a_positive_gain_whose_interval_includes_0_is_a_close_call() -> None:
+    verdict = Ledger([*PROXIES, *top(STEADY_AND_NOISY)]).recommendation()
+    assert verdict is not None and verdict.primary is None and verdict.close_call
+    assert verdict.best is not None and verdict.best.trial_id == "p0001"
+    assert verdict.gain is not None and verdict.gain.low < 0 < verdict.gain.value
+    below = Ledger([*PROXIES, *top({"p0001": (-0.29, -0.30)})]).recommendation()
+    assert below is not None and not below.close_call, "a loss is no close call"
+    named = Ledger([*PROXIES, *top({"p0001": (0.20, 0.22)})]).recommendation()
+    assert named is not None and not named.close_call, "nor is a named winner"
+
+
+def test_from_three_paired_seeds_a_gain_has_its_own_interval() -> None:
+    """Noise is per recipe: at four seeds p0001's steady gains set its interval, and p0002's
+    spread no longer hides it."""
+    records = [*PROXIES, *top(STEADY_AND_NOISY),
+               *more_seeds("p0001", {2: 0.0251, 3: 0.0229}, {2: 1.55, 3: 1.58})]
+    verdict = Ledger(records).recommendation()
+    assert verdict is not None and verdict.primary is not None
+    assert verdict.primary.trial_id == "p0001" and verdict.gain is not None
+    assert verdict.gain.seeds == 4 and verdict.gain.value == pytest.approx(0.023975)
+    # Student's t at 3 degrees of freedom, 90%: 2.3534 standard errors either side
+    half = 2.3534 * statistics.stdev([0.0237, 0.0242, 0.0251, 0.0229]) / 2
+    assert verdict.gain.low == pytest.approx(0.023975 - half, abs=1e-4)
+    assert "4 seeds" in Ledger(records).winner_line()
+
+
+def test_a_recipe_whose_own_seeds_disagree_stays_inside_the_noise() -> None:
+    records = [*PROXIES, *top(STEADY_AND_NOISY),
+               *more_seeds("p0001", {2: -0.0300, 3: 0.0650}, {2: 1.55, 3: 1.58})]
+    verdict = Ledger(records).recommendation()
+    assert verdict is not None and verdict.primary is None and verdict.close_call

@@ -33,8 +33,9 @@ INDENT = "      "  # a rejection's reason, under its line
 QUIET = frozenset({"proposal", "trial_started", "promoted", "rung_run", "preflight"})
 
 
-def _number(value: Any, digits: int = 4) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) \
+def _number(value: Any, digits: int = 4, *, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return f"{value:{sign}.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) \
         else str(value)
 
 
@@ -160,6 +161,15 @@ class ReadableLines:
         return (f"── {which}: {event.get('steps')} steps ({_tokens(event.get('tokens'))} tokens), "
                 f"{climbers} × {seeds} seed(s) beside the baseline, "
                 f"lr × {_number(event.get('lr_factor'), 3)} ({event.get('rule_source')} horizon rule)")
+
+    def _close_call(self, event: Mapping[str, Any]) -> str:
+        seeds = ", ".join(str(s) for s in event.get("seeds") or [])
+        return clip(f"── close call: {event.get('trial_id')} gains "
+                    f"{_number(event.get('gain'), 4, signed=True)} "
+                    f"[{_number(event.get('gain_low'), 4, signed=True)}, "
+                    f"{_number(event.get('gain_high'), 4, signed=True)}] over the baseline at "
+                    f"{event.get('steps')} steps; it and the baseline train seed(s) {seeds} "
+                    "before the verdict", LINE_LIMIT)
 
     def _probes_started(self, event: Mapping[str, Any]) -> str:
         candidates = event.get("candidates") or []

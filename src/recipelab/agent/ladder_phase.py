@@ -9,7 +9,10 @@ ranks; every climber still trains at the rule's rate). Each middle rung
 baseline beside them, for ``steps`` of the baseline's tokens at the horizon
 rule's learning rate; the top rung, at ``stress_steps``, trains the ``promote`` finalists and
 the baseline at ``top_seeds`` seeds, so the winner is named only outside the paired interval
-(:meth:`~recipelab.trajectory.ledger.Ledger.recommendation`). The baseline's learning-rate
+(:meth:`~recipelab.trajectory.ledger.Ledger.recommendation`). A close call there (the best
+finalist's mean gain positive, its interval including 0) buys it and the baseline
+``close_call_seeds`` more seeds before the campaign keeps the baseline: a pure function of the
+records, so a resumed campaign buys the same runs. The baseline's learning-rate
 family at each rung is the controlled evidence the horizon rule is fitted from. Every run is
 checkpointed: one lost with its orchestrator resumes from its folder.
 """
@@ -121,6 +124,8 @@ class LadderPhase:
             self._climb(ctx, rung, top=False)
         if not ctx.stops.stop:
             self._climb(ctx, steps[-1], top=True)
+        if not ctx.stops.stop:
+            self._settle_close_call(ctx, steps[-1])
 
     def _rule(self, ctx: CampaignContext) -> HorizonRule:
         """The horizon rule from every record so far (the rungs below included)."""
@@ -177,13 +182,44 @@ class LadderPhase:
                      for c in ledger.stress_candidates[len(climbers):] if c.trial_id not in taken]
         self._in_waves(ctx, [*jobs, *family])
 
-    def _top_seeds(self, ctx: CampaignContext) -> list[int]:
+    def _settle_close_call(self, ctx: CampaignContext, steps: int) -> None:
+        """While the top rung's verdict is a close call, train its best finalist and the
+        baseline at ``close_call_seeds`` more seeds there, each at the rate of its own top-rung
+        runs (so every seed of a pair trains alike); each finalist buys them once."""
+        extra = ctx.settings.ladder.close_call_seeds
+        bought: set[str] = set()
+        while extra and not ctx.stops.stop:
+            verdict = ctx.ledger.recommendation()
+            baseline = ctx.ledger.baseline
+            if (verdict is None or not verdict.close_call or verdict.best is None
+                    or baseline is None or verdict.best.trial_id in bought):
+                return
+            best = verdict.best
+            bought.add(best.trial_id)
+            seeds = self._top_seeds(ctx, ctx.settings.ladder.top_seeds + extra)
+            seeds = seeds[ctx.settings.ladder.top_seeds:]
+            assert verdict.gain is not None
+            ctx.log.info("close_call", trial_id=best.trial_id, steps=steps, seeds=seeds,
+                         gain=round(verdict.gain.value, 6), gain_low=round(verdict.gain.low, 6),
+                         gain_high=round(verdict.gain.high, 6))
+            self._in_waves(ctx, [RungJob(c, steps, seed, self._top_factor(ctx, c, steps),
+                                         kind="stress")
+                                 for c in (baseline, best) for seed in seeds])
+
+    @staticmethod
+    def _top_factor(ctx: CampaignContext, candidate: TrialRecord, steps: int) -> float:
+        """The multiple of its proxy rate ``candidate`` trained at on the top rung."""
+        run = ctx.ledger.runs_at(candidate.trial_id, steps)[0]
+        return float(run.recipe["optimizer"]["lr"]) / float(candidate.recipe["optimizer"]["lr"])
+
+    def _top_seeds(self, ctx: CampaignContext, count: int | None = None) -> list[int]:
         """The top rung's seeds: the campaign's, then the baseline's other noise seeds, then
-        the next integers, ``top_seeds`` in all."""
+        the next integers, ``count`` in all (``top_seeds`` by default)."""
+        count = ctx.settings.ladder.top_seeds if count is None else count
         seeds = [ctx.settings.seed]
         floor = ctx.ledger.noise
         for seed in [*(floor.seeds if floor else ()), *range(ctx.settings.seed + 1, 10**6)]:
-            if len(seeds) >= ctx.settings.ladder.top_seeds:
+            if len(seeds) >= count:
                 break
             if seed not in seeds:
                 seeds.append(seed)

@@ -24,7 +24,13 @@ from pydantic import BaseModel, Field, field_validator
 from recipelab import environment
 from recipelab.errors import RecipelabError
 from recipelab.recipe import StrictModel, proxy_recipe
-from recipelab.trajectory.ladder import TOP_SEEDS, RungPlan, plan_ladder, rung_steps
+from recipelab.trajectory.ladder import (
+    CLOSE_CALL_SEEDS,
+    TOP_SEEDS,
+    RungPlan,
+    plan_ladder,
+    rung_steps,
+)
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
@@ -84,6 +90,9 @@ class LadderSettings(StrictModel):
     fidelity: int = Field(default=0, ge=0)  # mid-ranked trials stress-run besides the finalists
     # seeds of every finalist and the baseline at the top rung, where the winner is named
     top_seeds: int = Field(default=TOP_SEEDS, ge=2, le=20)
+    # a close call there (the best finalist's mean gain positive, its interval including 0)
+    # buys it and the baseline this many more seeds before the campaign keeps the baseline
+    close_call_seeds: int = Field(default=CLOSE_CALL_SEEDS, ge=0, le=20)
     eta: int = Field(default=3, ge=2)
     rung_size: int = Field(default=10, ge=0)  # at most this many climb to the first rung; 0: none
     rung_steps: int | None = Field(default=None, ge=1)  # the first rung's steps; None: proxy x eta

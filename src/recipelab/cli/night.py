@@ -50,6 +50,10 @@ def run(
         "top_seeds", "seeds of every finalist and of the baseline at the top rung, where the "
         "winner is named only when its paired gain's interval excludes 0: more seeds, a "
         "narrower interval"))] = None,
+    close_call_seeds: Annotated[int | None, typer.Option(help=with_default(
+        "close_call_seeds", "when the top rung's best finalist gains but its interval includes "
+        "0, train it and the baseline at this many more seeds there before keeping the "
+        "baseline; 0: keep it at once"))] = None,
     stress_steps: Annotated[int | None, typer.Option(help=with_default(
         "stress_steps", "steps of the ladder's top rung, the stress horizon"))] = None,
     fidelity: Annotated[int | None, typer.Option(help=with_default(

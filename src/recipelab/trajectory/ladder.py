@@ -11,7 +11,11 @@ horizon.
 
 The **top rung** is the stress horizon. It trains every finalist and the baseline at
 :data:`TOP_SEEDS` seeds (or more), so the winner's gain there has a paired interval of its own
-(:func:`top_interval`): the winner is named only when that interval excludes 0.
+(:func:`top_interval`): the winner is named only when that interval excludes 0. A close call
+(the best finalist's mean gain is positive, its interval includes 0) buys that finalist and the
+baseline :data:`CLOSE_CALL_SEEDS` more seeds there before the campaign keeps the baseline; from
+:data:`OWN_SEEDS` paired seeds a gain's interval is its own (Student's t over its per-seed
+gains), since noise is per recipe and one noisy finalist must not widen a steady one's.
 
 Everything here is a pure function of numbers, shared by the campaign, the window planner,
 ``status`` and ``bench/fidelity.py``, so the ladder they describe is the same ladder.
@@ -25,11 +29,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from recipelab.trajectory.noise import CONFIDENCE, bootstrap_quantiles
+from recipelab.trajectory.student_t import t_quantile
 
 DEFAULT_ETA = 3
 TOP_SEEDS = 2
 """Seeds of every finalist and of the baseline at the top rung by default: the fewest that
 pair. More (``--top-seeds``) narrow the interval the winner is named by."""
+CLOSE_CALL_SEEDS = 2
+"""Seeds a close call at the top rung buys the best finalist and the baseline by default
+(``--close-call-seeds``): with the rung's two, enough for an interval of the finalist's own."""
+OWN_SEEDS = 3
+"""Paired seeds from which a gain's interval comes from its own per-seed gains (Student's t)
+rather than from the deviations pooled over every finalist."""
 
 
 def rung_steps(proxy_steps: int, stress_steps: int, eta: int,
@@ -161,9 +172,14 @@ def pooled_deviations(gains: Mapping[str, Mapping[int, float]]) -> list[float]:
 
 
 def top_interval(values: Sequence[float], deviations: Sequence[float]) -> PairedGain:
-    """The mean of ``values`` (per-seed paired differences) with its bootstrapped interval
+    """The mean of ``values`` (per-seed paired differences) with its interval: from
+    :data:`OWN_SEEDS` values on, Student's t over their own spread; below it, bootstrapped
     from the pooled ``deviations`` (see :mod:`recipelab.trajectory.noise`)."""
     mean = statistics.fmean(values)
+    if len(values) >= OWN_SEEDS:
+        half = (t_quantile(CONFIDENCE, len(values) - 1) * statistics.stdev(values)
+                / math.sqrt(len(values)))
+        return PairedGain(mean, mean - half, mean + half, len(values))
     if not deviations:
         return PairedGain(mean, -math.inf, math.inf, len(values))
     tail = (1.0 - CONFIDENCE) / 2

@@ -125,6 +125,12 @@ class Recommendation:
     best: TrialRecord | None = None  # the best finalist, winner or not
     reason: str | None = None  # why there is no winner
 
+    @property
+    def close_call(self) -> bool:
+        """No winner, though the best finalist's mean gain is positive: its interval includes 0
+        from above, and more seeds of it and the baseline may settle which side it is on."""
+        return self.primary is None and self.gain is not None and self.gain.value > 0.0
+
     def line(self) -> str:
         """The winner line: what the console, ``status``, the report and ``export`` print."""
         if self.primary is None or self.gain is None:
