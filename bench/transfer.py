@@ -17,6 +17,9 @@ the user's commands. For each of ``--campaigns`` campaign seeds it runs
      target's scale, unanchored (one arm for every campaign, ``--seeds`` seeds);
    - ``lr×f``: the recommendation at its exported rate × ``f`` for each ``--sweep`` factor,
      seed 0, to find where the target's best rate is (the quadratic's minimum in log rate);
+   - ``baseline-lr×f`` and ``lr×f`` at every seed, for each ``--both-at`` factor: the
+     recommendation and the baseline both moved toward the target's best rate, to see whether
+     the recommendation's gain is its recipe's or only its rate's;
      the same sweep at twice the proxy's width, a second size at which the exported rate can
      be compared with the best;
    - ``width-64``, ``width-128``: the recommendation exported to the proxy's width and to
@@ -32,7 +35,7 @@ run is cached in ``--out`` (a run whose recipe is unchanged is not trained again
 interrupted bench resumes, and an export rule changed since is re-measured.
 
     python bench/transfer.py [--campaigns 3] [--seeds 2] [--horizon 5] [--stress-steps 200]
-                             [--iterations 8] [--parallel 2] [--out DIR]
+                             [--iterations 8] [--both-at 2] [--parallel 2] [--out DIR]
 """
 
 from __future__ import annotations
@@ -206,6 +209,16 @@ def rate_sweep(runs: Path, base: str, prefix: str, factors: Sequence[float]
     return sweep, sweep[0][0], best_lr
 
 
+def both_moved(runs: Path, factor: float, seeds: int) -> dict[str, Any]:
+    """The recommendation and the baseline, both at their exported rate × ``factor``, per seed:
+    their scores, the paired gains, and whether every gain exceeds both seed spreads."""
+    rec = [final(runs / f"lr×{factor:g}-s{s}") for s in range(seeds)]
+    base = [final(runs / f"baseline-lr×{factor:g}-s{s}") for s in range(seeds)]
+    gain = [b - r for r, b in zip(rec, base, strict=True)]
+    return {"recommended": rec, "baseline": base, "gain": gain,
+            "beats": min(gain) > max(spread(rec), spread(base))}
+
+
 def size_gap(runs: Path, widths: Sequence[Path], seeds: int, suffix: str = ""
              ) -> tuple[list[tuple[int, float]], float, float]:
     """The recommendation's mean val_bpb at each width, and ``A`` and ``E`` of
@@ -256,6 +269,9 @@ def main() -> None:
     parser.add_argument("--stress-steps", type=int, default=200)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--sweep", type=float, nargs="+", default=[0.25, 0.5, 2.0, 4.0])
+    parser.add_argument("--both-at", type=float, nargs="*", default=[2.0],
+                        help="rate factors at which the recommendation and the baseline both "
+                             "train every seed")
     parser.add_argument("--parallel", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=Path("bench-transfer"))
     args = parser.parse_args()
@@ -289,6 +305,10 @@ def main() -> None:
                  for f in args.sweep]
         jobs += [(Arm(name, where / "recipe.json", s), runs) for s in range(1, args.seeds)
                  for name, where in (("recommended", recommended), ("baseline", baseline))]
+        jobs += [(Arm(name, where / "recipe.json", s, f), runs) for f in args.both_at
+                 for s in range(args.seeds)
+                 for name, where in ((f"lr×{f:g}", recommended), (f"baseline-lr×{f:g}", baseline))
+                 if not (s == 0 and name == f"lr×{f:g}" and f in args.sweep)]
         for width in widths:
             exported = export(c, tokens, target=width, name=f"export-{width.stem}")
             jobs += [(Arm(width.stem, exported / "recipe.json", s), runs) for s in range(args.seeds)]
@@ -317,6 +337,7 @@ def main() -> None:
         measured = statistics.mean(rec)
         ladder = width_ladder(runs, widths, args.seeds, measured, recommended)
         b_predicted, b_measured, b_verdict = prediction_error(baseline, runs / "baseline-s0")
+        both_at = {f: both_moved(runs, f, args.seeds) for f in args.both_at}
         manifest = json.loads((recommended / "manifest.json").read_text())
         row = {"campaign": c.name, "winner": manifest["winner"],
                "recommended": rec, "baseline": base,
@@ -333,7 +354,7 @@ def main() -> None:
                "baseline_predicted": b_predicted, "baseline_measured": b_measured,
                "baseline_verdict": b_verdict,
                "baseline_prediction_error": abs(b_predicted - b_measured) / b_measured,
-               "width_ladder": ladder}
+               "width_ladder": ladder, "both_at": both_at}
         summary["campaigns"].append(row)
         print(f"\n{c.name} (winner {manifest['winner']}, {manifest['recommended']}):")
         print(f"  recommended {statistics.mean(rec):.4f} (spread {spread(rec):.4f}), "
@@ -342,6 +363,12 @@ def main() -> None:
               f"over the law's default {', '.join(f'{g:+.4f}' for g in over_law)}")
         print("  rate sweep (seed 0): " + ", ".join(f"{lr:.3g} → {v:.4f}" for lr, v in sweep)
               + f"; best {best_lr:.3g} = {best_lr / exported_lr:.2f}× the exported {exported_lr:.3g}")
+        for f, both in both_at.items():
+            print(f"  both at their exported rate × {f:g}: recommended "
+                  f"{statistics.mean(both['recommended']):.4f}, baseline "
+                  f"{statistics.mean(both['baseline']):.4f}; gain per seed "
+                  + ", ".join(f"{g:+.4f}" for g in both["gain"])
+                  + (" (beyond the seed spread)" if both["beats"] else " (within the seed spread)"))
         print(f"  at twice the proxy's width ({widths[1].stem}): best {middle_best:.3g} = "
               f"{middle_best / middle_lr:.2f}× the exported {middle_lr:.3g}")
         print(f"  prediction: recommended {predicted:.4f} vs {measured:.4f} measured "

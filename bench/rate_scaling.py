@@ -1,0 +1,168 @@
+"""How the best learning rate falls with the model's size, at fixed tokens and batch.
+
+The export carries the campaign's rate from the proxy to the target by Step Law's ratio
+(``N^-0.713 · D^0.307``, ``recipelab.report.steplaw``). ``bench/transfer.py`` found the exported
+rate below the target's best. This bench isolates the ``N`` part of that ratio: the preset's
+baseline in the target's family at the proxy's width, twice it and the target
+(``recipelab.report.width.width_targets``, depth-to-width kept), all at the transfer bench's
+tokens, batch (Step Law's at those tokens), context and warm-up fraction, trained at rates × 2
+apart from an eighth to four times Step Law's own rate at each size.
+
+Each size's best rate is the minimum of a quadratic in log rate through its best measured rate
+and the two beside it: the loss rises slowly below the best and falls off a cliff above it,
+so a quadratic through the whole sweep would be pulled toward the cliff. It prints each size's
+sweep, its best rate, the exponent those bests give against ``N`` beside Step Law's, and, for
+the larger sizes, the rate Step Law's exponent carries from the proxy's width's best over the
+measured best. Runs are cached in ``--out``.
+
+    python bench/rate_scaling.py [--tokens 512000] [--seeds 0 1] [--parallel 2] [--out DIR]
+
+The first seed trains every rate; a later seed trains only the best measured rate and the two
+beside it, and each rate's score is the mean over the seeds that trained it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recipelab.recipe import Recipe, Target, load_target_file, proxy_recipe
+from recipelab.report.steplaw import (
+    LR_PARAMS_EXPONENT,
+    law_batch_tokens,
+    law_learning_rate,
+    non_embedding_params,
+)
+from recipelab.report.width import width_targets
+from recipelab.trajectory.horizon import best_log_lr
+from transfer import EVAL_BYTES, PRESET, TARGET, Arm, final, pretrain
+
+GRID_BASE = 2.5e-4
+"""Every size's rates lie on one ladder, ``GRID_BASE × 2^k``, so neighbouring sizes share rates."""
+GRID_BELOW, GRID_ABOVE = 8.0, 4.0
+"""A size's sweep: the ladder's rates from Step Law's own rate / 8 to × 4."""
+
+
+def sizes() -> list[Target]:
+    """The proxy's width, twice it and the target, all in the target's family."""
+    proxy = proxy_recipe(PRESET, str(TARGET))
+    narrow, wide = width_targets(proxy.shape, load_target_file(TARGET))
+    return [narrow, wide, load_target_file(TARGET)]
+
+
+def baseline_at(size: Target, tokens: int, out: Path) -> Path:
+    """The preset's baseline at ``size``: the target's context, Step Law's batch at ``tokens``,
+    the preset's warm-up fraction."""
+    proxy = proxy_recipe(PRESET, str(TARGET))
+    context = load_target_file(TARGET).context
+    batch = max(1, round(law_batch_tokens(tokens) / context))
+    steps = math.ceil(tokens / (batch * context))
+    warmup = max(1, round(proxy.schedule.warmup_steps * steps / proxy.steps))
+    recipe = proxy.model_copy(update={
+        "shape": size.shape, "seq_len": context, "batch_size": batch, "grad_accum": 1,
+        "steps": steps, "eval_bytes": EVAL_BYTES,
+        "schedule": proxy.schedule.model_copy(update={"warmup_steps": warmup})})
+    path = out / f"base-{size.shape.d_model}-{tokens}-{batch}.json"
+    path.write_text(json.dumps(Recipe.model_validate(recipe.model_dump()).model_dump(mode="json"),
+                               indent=2))
+    return path
+
+
+def grid(law_rate: float) -> list[float]:
+    """The ladder's rates within [law_rate / GRID_BELOW, law_rate × GRID_ABOVE]."""
+    low = math.ceil(math.log2(law_rate / GRID_BELOW / GRID_BASE) - 1e-9)
+    high = math.floor(math.log2(law_rate * GRID_ABOVE / GRID_BASE) + 1e-9)
+    return [GRID_BASE * 2.0 ** k for k in range(max(0, low), high + 1)]
+
+
+def best_rate(sweep: list[tuple[float, float]]) -> float:
+    """The quadratic's minimum through the best measured rate and its neighbours (the best
+    measured rate itself when it lies at the sweep's edge)."""
+    ordered = sorted(sweep)
+    i = min(range(len(ordered)), key=lambda k: ordered[k][1])
+    if i in (0, len(ordered) - 1):
+        return ordered[i][0]
+    placed = best_log_lr(ordered[i - 1:i + 2])
+    return math.exp(placed) if placed is not None else ordered[i][0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=512_000,
+                        help="tokens per run (bench/transfer.py's: 5 × its top rung)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--parallel", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--out", type=Path, default=Path("bench-rate-scaling"))
+    args = parser.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    plan: list[tuple[Target, Path, list[float]]] = []
+    for size in sizes():
+        recipe = baseline_at(size, args.tokens, out)
+        law = law_learning_rate(non_embedding_params(size.shape), args.tokens)
+        plan.append((size, recipe, grid(law)))
+    base_lr = Recipe.model_validate_json(plan[0][1].read_text()).optimizer.lr
+
+    def arm(size: Target, recipe: Path, lr: float, seed: int) -> Arm:
+        batch = Recipe.model_validate_json(recipe.read_text()).batch_size
+        return Arm(f"w{size.shape.d_model}-d{args.tokens}-b{batch}-lr{lr:g}", recipe, seed,
+                   lr / base_lr)
+
+    def train(jobs: list[Arm]) -> None:
+        with ThreadPoolExecutor(args.parallel) as pool:
+            list(pool.map(lambda job: pretrain(job, out / "runs"), jobs))
+
+    first, *later = args.seeds
+    train([arm(size, recipe, lr, first) for size, recipe, rates in reversed(plan) for lr in rates])
+
+    def around_best(size: Target, recipe: Path, rates: list[float]) -> list[float]:
+        scores = [final(out / "runs" / arm(size, recipe, lr, first).run_name) for lr in rates]
+        i = min(range(len(rates)), key=scores.__getitem__)
+        return rates[max(0, i - 1):i + 2]
+
+    near = {size.shape.d_model: around_best(size, recipe, rates) for size, recipe, rates in plan}
+    train([arm(size, recipe, lr, seed) for seed in later for size, recipe, _ in reversed(plan)
+           for lr in near[size.shape.d_model]])
+
+    def score(size: Target, recipe: Path, lr: float) -> float:
+        seeds = [s for s in args.seeds if s == first or lr in near[size.shape.d_model]]
+        return statistics.mean(final(out / "runs" / arm(size, recipe, lr, s).run_name)
+                               for s in seeds)
+
+    print(f"the preset's baseline at {args.tokens:,} tokens, seeds {args.seeds}; mean val_bpb "
+          "by rate")
+    measured: list[tuple[int, float]] = []
+    for size, recipe, rates in plan:
+        sweep = [(lr, score(size, recipe, lr)) for lr in rates]
+        params = non_embedding_params(size.shape)
+        best = best_rate(sweep)
+        measured.append((params, best))
+        print(f"  d_model {size.shape.d_model}, {size.shape.n_layer} layers, N {params:,}: "
+              + ", ".join(f"{lr:.3g} → {value:.4f}" for lr, value in sweep)
+              + f"; best {best:.3g}")
+    slope = float(np.polyfit([math.log(n) for n, _ in measured],
+                             [math.log(b) for _, b in measured], 1)[0])
+    print(f"best rate ∝ N^{slope:.2f} (Step Law: N^{LR_PARAMS_EXPONENT})")
+    (n0, b0), *larger = measured
+    for n, best in larger:
+        carried = b0 * (n / n0) ** LR_PARAMS_EXPONENT
+        print(f"  N {n:,} ({n / n0:.0f}× the proxy's width's): Step Law carries the best "
+              f"{b0:.3g} to {carried:.3g} = {carried / best:.2f}× the measured best {best:.3g}; "
+              f"the measured exponent carries it to {b0 * (n / n0) ** slope / best:.2f}×")
+    (out / "summary.json").write_text(json.dumps(
+        {"tokens": args.tokens, "seeds": args.seeds, "best": measured, "exponent": slope,
+         "law_exponent": LR_PARAMS_EXPONENT}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
