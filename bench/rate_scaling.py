@@ -15,10 +15,7 @@ sweep, its best rate, the exponent those bests give against ``N`` beside Step La
 the larger sizes, the rate Step Law's exponent carries from the proxy's width's best over the
 measured best. Runs are cached in ``--out``.
 
-    python bench/rate_scaling.py [--tokens 512000] [--seeds 0 1] [--parallel 2] [--out DIR]
-
-The first seed trains every rate; a later seed trains only the best measured rate and the two
-beside it, and each rate's score is the mean over the seeds that trained it.
+    python bench/rate_scaling.py [--tokens 512000] [--seed 0] [--parallel 2] [--out DIR]
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -99,7 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=512_000,
                         help="tokens per run (bench/transfer.py's: 5 × its top rung)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--parallel", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=Path("bench-rate-scaling"))
     args = parser.parse_args()
@@ -113,37 +109,19 @@ def main() -> None:
         plan.append((size, recipe, grid(law)))
     base_lr = Recipe.model_validate_json(plan[0][1].read_text()).optimizer.lr
 
-    def arm(size: Target, recipe: Path, lr: float, seed: int) -> Arm:
+    def arm(size: Target, recipe: Path, lr: float) -> Arm:
         batch = Recipe.model_validate_json(recipe.read_text()).batch_size
-        return Arm(f"w{size.shape.d_model}-d{args.tokens}-b{batch}-lr{lr:g}", recipe, seed,
+        return Arm(f"w{size.shape.d_model}-d{args.tokens}-b{batch}-lr{lr:g}", recipe, args.seed,
                    lr / base_lr)
 
-    def train(jobs: list[Arm]) -> None:
-        with ThreadPoolExecutor(args.parallel) as pool:
-            list(pool.map(lambda job: pretrain(job, out / "runs"), jobs))
+    jobs = [arm(size, recipe, lr) for size, recipe, rates in reversed(plan) for lr in rates]
+    with ThreadPoolExecutor(args.parallel) as pool:
+        list(pool.map(lambda job: pretrain(job, out / "runs"), jobs))
 
-    first, *later = args.seeds
-    train([arm(size, recipe, lr, first) for size, recipe, rates in reversed(plan) for lr in rates])
-
-    def around_best(size: Target, recipe: Path, rates: list[float]) -> list[float]:
-        scores = [final(out / "runs" / arm(size, recipe, lr, first).run_name) for lr in rates]
-        i = min(range(len(rates)), key=scores.__getitem__)
-        return rates[max(0, i - 1):i + 2]
-
-    near = {size.shape.d_model: around_best(size, recipe, rates) for size, recipe, rates in plan}
-    train([arm(size, recipe, lr, seed) for seed in later for size, recipe, _ in reversed(plan)
-           for lr in near[size.shape.d_model]])
-
-    def score(size: Target, recipe: Path, lr: float) -> float:
-        seeds = [s for s in args.seeds if s == first or lr in near[size.shape.d_model]]
-        return statistics.mean(final(out / "runs" / arm(size, recipe, lr, s).run_name)
-                               for s in seeds)
-
-    print(f"the preset's baseline at {args.tokens:,} tokens, seeds {args.seeds}; mean val_bpb "
-          "by rate")
+    print(f"the preset's baseline at {args.tokens:,} tokens, seed {args.seed}; val_bpb by rate")
     measured: list[tuple[int, float]] = []
     for size, recipe, rates in plan:
-        sweep = [(lr, score(size, recipe, lr)) for lr in rates]
+        sweep = [(lr, final(out / "runs" / arm(size, recipe, lr).run_name)) for lr in rates]
         params = non_embedding_params(size.shape)
         best = best_rate(sweep)
         measured.append((params, best))
@@ -160,7 +138,7 @@ def main() -> None:
               f"{b0:.3g} to {carried:.3g} = {carried / best:.2f}× the measured best {best:.3g}; "
               f"the measured exponent carries it to {b0 * (n / n0) ** slope / best:.2f}×")
     (out / "summary.json").write_text(json.dumps(
-        {"tokens": args.tokens, "seeds": args.seeds, "best": measured, "exponent": slope,
+        {"tokens": args.tokens, "seed": args.seed, "best": measured, "exponent": slope,
          "law_exponent": LR_PARAMS_EXPONENT}, indent=2) + "\n")
 
 

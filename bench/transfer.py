@@ -17,11 +17,11 @@ the user's commands. For each of ``--campaigns`` campaign seeds it runs
      target's scale, unanchored (one arm for every campaign, ``--seeds`` seeds);
    - ``lr×f``: the recommendation at its exported rate × ``f`` for each ``--sweep`` factor,
      seed 0, to find where the target's best rate is (the quadratic's minimum in log rate);
+     the same sweep at twice the proxy's width, a second size at which the exported rate can
+     be compared with the best;
    - ``baseline-lr×f`` and ``lr×f`` at every seed, for each ``--both-at`` factor: the
      recommendation and the baseline both moved toward the target's best rate, to see whether
      the recommendation's gain is its recipe's or only its rate's;
-     the same sweep at twice the proxy's width, a second size at which the exported rate can
-     be compared with the best;
    - ``width-64``, ``width-128``: the recommendation exported to the proxy's width and to
      twice it, at the target's tokens and at the top rung's (``-top``), for the size gap;
 
