@@ -13,7 +13,7 @@ and the two beside it: the loss rises slowly below the best and falls off a clif
 so a quadratic through the whole sweep would be pulled toward the cliff. It prints each size's
 sweep, its best rate, the exponent those bests give against ``N`` beside Step Law's, and, for
 the larger sizes, the rate Step Law's exponent carries from the proxy's width's best over the
-measured best. Runs are cached in ``--out``.
+measured best. Runs are cached in ``--out``, the figures in its ``summary-s<seed>.json``.
 
     python bench/rate_scaling.py [--tokens 512000] [--seed 0] [--parallel 2] [--out DIR]
 """
@@ -48,18 +48,16 @@ GRID_BELOW, GRID_ABOVE = 8.0, 4.0
 """A size's sweep: the ladder's rates from Step Law's own rate / 8 to × 4."""
 
 
-def sizes() -> list[Target]:
+def sizes(proxy: Recipe, target: Target) -> list[Target]:
     """The proxy's width, twice it and the target, all in the target's family."""
-    proxy = proxy_recipe(PRESET, str(TARGET))
-    narrow, wide = width_targets(proxy.shape, load_target_file(TARGET))
-    return [narrow, wide, load_target_file(TARGET)]
+    narrow, wide = width_targets(proxy.shape, target)
+    return [narrow, wide, target]
 
 
-def baseline_at(size: Target, tokens: int, out: Path) -> Path:
-    """The preset's baseline at ``size``: the target's context, Step Law's batch at ``tokens``,
-    the preset's warm-up fraction."""
-    proxy = proxy_recipe(PRESET, str(TARGET))
-    context = load_target_file(TARGET).context
+def baseline_at(proxy: Recipe, size: Target, context: int, tokens: int, out: Path
+                ) -> tuple[Path, int]:
+    """The preset's baseline at ``size`` as a recipe file, and its batch in sequences: the
+    target's context, Step Law's batch at ``tokens``, the preset's warm-up fraction."""
     batch = max(1, round(law_batch_tokens(tokens) / context))
     steps = math.ceil(tokens / (batch * context))
     warmup = max(1, round(proxy.schedule.warmup_steps * steps / proxy.steps))
@@ -70,7 +68,7 @@ def baseline_at(size: Target, tokens: int, out: Path) -> Path:
     path = out / f"base-{size.shape.d_model}-{tokens}-{batch}.json"
     path.write_text(json.dumps(Recipe.model_validate(recipe.model_dump()).model_dump(mode="json"),
                                indent=2))
-    return path
+    return path, batch
 
 
 def grid(law_rate: float) -> list[float]:
@@ -102,26 +100,23 @@ def main() -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
 
-    plan: list[tuple[Target, Path, list[float]]] = []
-    for size in sizes():
-        recipe = baseline_at(size, args.tokens, out)
+    proxy, target = proxy_recipe(PRESET, str(TARGET)), load_target_file(TARGET)
+    plan: list[tuple[Target, list[Arm]]] = []
+    for size in sizes(proxy, target):
+        recipe, batch = baseline_at(proxy, size, target.context, args.tokens, out)
         law = law_learning_rate(non_embedding_params(size.shape), args.tokens)
-        plan.append((size, recipe, grid(law)))
-    base_lr = Recipe.model_validate_json(plan[0][1].read_text()).optimizer.lr
+        plan.append((size, [Arm(f"w{size.shape.d_model}-d{args.tokens}-b{batch}-lr{lr:g}", recipe,
+                                args.seed, lr / proxy.optimizer.lr) for lr in grid(law)]))
 
-    def arm(size: Target, recipe: Path, lr: float) -> Arm:
-        batch = Recipe.model_validate_json(recipe.read_text()).batch_size
-        return Arm(f"w{size.shape.d_model}-d{args.tokens}-b{batch}-lr{lr:g}", recipe, args.seed,
-                   lr / base_lr)
-
-    jobs = [arm(size, recipe, lr) for size, recipe, rates in reversed(plan) for lr in rates]
+    jobs = [arm for _, arms in reversed(plan) for arm in arms]
     with ThreadPoolExecutor(args.parallel) as pool:
         list(pool.map(lambda job: pretrain(job, out / "runs"), jobs))
 
     print(f"the preset's baseline at {args.tokens:,} tokens, seed {args.seed}; val_bpb by rate")
     measured: list[tuple[int, float]] = []
-    for size, recipe, rates in plan:
-        sweep = [(lr, final(out / "runs" / arm(size, recipe, lr).run_name)) for lr in rates]
+    for size, arms in plan:
+        sweep = [(proxy.optimizer.lr * arm.lr_factor, final(out / "runs" / arm.run_name))
+                 for arm in arms]
         params = non_embedding_params(size.shape)
         best = best_rate(sweep)
         measured.append((params, best))
@@ -137,7 +132,7 @@ def main() -> None:
         print(f"  N {n:,} ({n / n0:.0f}× the proxy's width's): Step Law carries the best "
               f"{b0:.3g} to {carried:.3g} = {carried / best:.2f}× the measured best {best:.3g}; "
               f"the measured exponent carries it to {b0 * (n / n0) ** slope / best:.2f}×")
-    (out / "summary.json").write_text(json.dumps(
+    (out / f"summary-s{args.seed}.json").write_text(json.dumps(
         {"tokens": args.tokens, "seed": args.seed, "best": measured, "exponent": slope,
          "law_exponent": LR_PARAMS_EXPONENT}, indent=2) + "\n")
 
