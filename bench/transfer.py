@@ -30,9 +30,11 @@ the user's commands. For each of ``--campaigns`` campaign seeds it runs
 
 It prints each arm's mean val_bpb and seed spread, the recommendation's gain over the baseline
 and the law with the paired per-seed gains, the prediction error |predicted − measured| /
-measured, and the factor between the exported rate and the sweep's best. Every campaign and
-run is cached in ``--out`` (a run whose recipe is unchanged is not trained again), so an
-interrupted bench resumes, and an export rule changed since is re-measured.
+measured, the factor between the exported rate and the sweep's best, and how many arms were
+already in the order they end in at each evaluation against their rate × each ``--both-at``
+factor (whether an early comparison could choose the rate). Every campaign and run is cached
+in ``--out`` (a run whose recipe is unchanged is not trained again), so an interrupted bench
+resumes, and an export rule changed since is re-measured.
 
     python bench/transfer.py [--campaigns 3] [--seeds 2] [--horizon 5] [--stress-steps 200]
                              [--iterations 8] [--both-at 2] [--parallel 2] [--out DIR]
@@ -219,6 +221,23 @@ def both_moved(runs: Path, factor: float, seeds: int) -> dict[str, Any]:
             "beats": min(gain) > max(spread(rec), spread(base))}
 
 
+def early_order(runs: Path, factor: float, seeds: int) -> list[list[bool]]:
+    """For each pair of one arm and seed at the exported rate and at the rate × ``factor``
+    (the recommendation and the baseline, every seed), whether each evaluation put the two in
+    the order they end in. It says how early a cloud run could choose its rate between two
+    arms."""
+    pairs = [(runs / f"{name}-s{s}", runs / f"{moved}lr×{factor:g}-s{s}")
+             for name, moved in (("recommended", ""), ("baseline", "baseline-"))
+             for s in range(seeds)]
+    agree = []
+    for at, moved in pairs:
+        base = [v for _, _, v in read_evaluations(at / "metrics.csv")]
+        other = [v for _, _, v in read_evaluations(moved / "metrics.csv")]
+        ends_lower = other[-1] < base[-1]
+        agree.append([(o < b) == ends_lower for b, o in zip(base, other, strict=True)])
+    return agree
+
+
 def size_gap(runs: Path, widths: Sequence[Path], seeds: int, suffix: str = ""
              ) -> tuple[list[tuple[int, float]], float, float]:
     """The recommendation's mean val_bpb at each width, and ``A`` and ``E`` of
@@ -322,6 +341,7 @@ def main() -> None:
     law_runs = [final(out / "runs" / f"law-s{s}") for s in range(args.seeds)]
     summary = {"target": target.name, "params": params, "tokens": tokens,
                "law": {"val_bpb": law_runs}, "campaigns": []}
+    early: dict[float, list[list[bool]]] = {}
     print(f"\nlaw's default (no campaign): {statistics.mean(law_runs):.4f} "
           f"(spread {spread(law_runs):.4f})")
     for c, (recommended, baseline) in exports.items():
@@ -338,6 +358,8 @@ def main() -> None:
         ladder = width_ladder(runs, widths, args.seeds, measured, recommended)
         b_predicted, b_measured, b_verdict = prediction_error(baseline, runs / "baseline-s0")
         both_at = {f: both_moved(runs, f, args.seeds) for f in args.both_at}
+        for f in args.both_at:
+            early.setdefault(f, []).extend(early_order(runs, f, args.seeds))
         manifest = json.loads((recommended / "manifest.json").read_text())
         row = {"campaign": c.name, "winner": manifest["winner"],
                "recommended": rec, "baseline": base,
@@ -393,6 +415,11 @@ def main() -> None:
               and 1 / RATE_BAR <= r["lr_factor"] <= RATE_BAR for r in rows)
     print(f"all four (beats both, prediction within {PREDICTION_BAR:.0%}, exported rate within "
           f"{RATE_BAR:g}× the best): {met} of {len(rows)} campaigns")
+    for f, pairs in early.items():
+        counts = [sum(column) for column in zip(*pairs, strict=True)]
+        print(f"exported rate × {f:g} against × 1, pairs in the order they end at each of the "
+              f"{EVALUATIONS} evaluations: {', '.join(map(str, counts))} of {len(pairs)}")
+        summary.setdefault("early_order", {})[f] = counts
     summary["held"] = held
     summary["all_four"] = met
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
