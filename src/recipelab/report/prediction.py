@@ -52,7 +52,8 @@ TRANSFER_CHECK = (
     "0.09-0.43); the target's best rate was 1.3-1.9x the exported, and a rate too low cost "
     "less than one too high (0.6x the best: +0.04 val_bpb, 2.4x: +0.15); arms at x1 and x2 "
     "ranked as they ended only from 5/8 of their tokens on, so an early comparison does not "
-    "choose the rate. Keep the baseline as a control arm ('recipelab export --trial p0000'); "
+    "choose the rate. Keep the baseline as a control arm ('recipelab export --trial p0000') and "
+    "judge it against the recommendation: its own prediction was 10-18% high; "
     "docs/cloud-run.md, 'What transfers'")
 """The recommendation's confidence, in the terms of the last transfer measurement."""
 BYTE_TOKEN_BYTES = 1.0
