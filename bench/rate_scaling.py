@@ -32,15 +32,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recipelab.recipe import Recipe, Target, load_target_file, proxy_recipe
-from recipelab.report.steplaw import (
-    LR_PARAMS_EXPONENT,
-    law_batch_tokens,
-    law_learning_rate,
-    non_embedding_params,
-)
+from recipelab.report.steplaw import LR_PARAMS_EXPONENT, law_learning_rate, non_embedding_params
 from recipelab.report.width import width_targets
 from recipelab.trajectory.horizon import best_log_lr
-from transfer import EVAL_BYTES, PRESET, TARGET, Arm, final, pretrain
+from transfer import EVAL_BYTES, PRESET, TARGET, Arm, at_law_batch, final, pretrain
 
 GRID_BASE = 2.5e-4
 """Every size's rates lie on one ladder, ``GRID_BASE × 2^k``, so neighbouring sizes share rates."""
@@ -58,17 +53,12 @@ def baseline_at(proxy: Recipe, size: Target, context: int, tokens: int, out: Pat
                 ) -> tuple[Path, int]:
     """The preset's baseline at ``size`` as a recipe file, and its batch in sequences: the
     target's context, Step Law's batch at ``tokens``, the preset's warm-up fraction."""
-    batch = max(1, round(law_batch_tokens(tokens) / context))
-    steps = math.ceil(tokens / (batch * context))
-    warmup = max(1, round(proxy.schedule.warmup_steps * steps / proxy.steps))
-    recipe = proxy.model_copy(update={
-        "shape": size.shape, "seq_len": context, "batch_size": batch, "grad_accum": 1,
-        "steps": steps, "eval_bytes": EVAL_BYTES,
-        "schedule": proxy.schedule.model_copy(update={"warmup_steps": warmup})})
-    path = out / f"base-{size.shape.d_model}-{tokens}-{batch}.json"
+    recipe = at_law_batch(proxy.model_copy(update={
+        "shape": size.shape, "seq_len": context, "eval_bytes": EVAL_BYTES}), tokens)
+    path = out / f"base-{size.shape.d_model}-{tokens}-{recipe.batch_size}.json"
     path.write_text(json.dumps(Recipe.model_validate(recipe.model_dump()).model_dump(mode="json"),
                                indent=2))
-    return path, batch
+    return path, recipe.batch_size
 
 
 def grid(law_rate: float) -> list[float]:

@@ -143,18 +143,23 @@ def width_target(out: Path, multiple: int) -> Path:
     return path
 
 
+def at_law_batch(recipe: Recipe, tokens: int) -> Recipe:
+    """``recipe`` trained on ``tokens`` at Step Law's global batch there (whole sequences of
+    its context, no accumulation), its warm-up the same fraction of the run."""
+    batch = max(1, round(law_batch_tokens(tokens) / recipe.seq_len))
+    steps = math.ceil(tokens / (batch * recipe.seq_len))
+    warmup = max(1, round(recipe.schedule.warmup_steps * steps / recipe.steps))
+    return recipe.model_copy(update={
+        "batch_size": batch, "grad_accum": 1, "steps": steps,
+        "schedule": recipe.schedule.model_copy(update={"warmup_steps": warmup})})
+
+
 def law_recipe(out: Path, baseline: Path, tokens: int) -> Path:
     """The exported baseline (the preset's knobs through the export's rules) with Step Law's
     own rate and batch at the target, unanchored: what a user without a campaign would run."""
-    recipe = Recipe.model_validate_json(baseline.read_text())
-    batch = max(1, round(law_batch_tokens(tokens) / recipe.seq_len))
-    steps = math.ceil(tokens / (batch * recipe.seq_len))
+    recipe = at_law_batch(Recipe.model_validate_json(baseline.read_text()), tokens)
     lr = law_learning_rate(non_embedding_params(recipe.shape), tokens)
-    recipe = recipe.model_copy(update={
-        "batch_size": batch, "grad_accum": 1, "steps": steps,
-        "optimizer": recipe.optimizer.model_copy(update={"lr": lr}),
-        "schedule": recipe.schedule.model_copy(
-            update={"warmup_steps": max(1, round(recipe.schedule.warmup_steps * recipe.steps / steps))})})
+    recipe = recipe.model_copy(update={"optimizer": recipe.optimizer.model_copy(update={"lr": lr})})
     path = out / "law-recipe.json"
     path.write_text(json.dumps(Recipe.model_validate(recipe.model_dump()).model_dump(mode="json"),
                                indent=2) + "\n")
