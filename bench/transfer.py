@@ -196,6 +196,11 @@ def spread(values: Sequence[float]) -> float:
     return max(values) - min(values) if len(values) > 1 else float("nan")
 
 
+def beyond_spread(gain: Sequence[float], *arms: Sequence[float]) -> bool:
+    """The bench's bar: every per-seed gain exceeds every arm's seed spread."""
+    return min(gain) > max(spread(arm) for arm in arms)
+
+
 def prediction_error(export_dir: Path, run: Path) -> tuple[float, float, str]:
     """(predicted, measured, verdict) at the run's last evaluation."""
     prediction = Prediction.from_json(json.loads((export_dir / "prediction.json").read_text()))
@@ -223,7 +228,7 @@ def both_moved(runs: Path, factor: float, seeds: int) -> dict[str, Any]:
     base = [final(runs / f"baseline-lr×{factor:g}-s{s}") for s in range(seeds)]
     gain = [b - r for r, b in zip(rec, base, strict=True)]
     return {"recommended": rec, "baseline": base, "gain": gain,
-            "beats": min(gain) > max(spread(rec), spread(base))}
+            "beats": beyond_spread(gain, rec, base)}
 
 
 def early_order(runs: Path, factor: float, seeds: int) -> list[list[bool]]:
@@ -369,8 +374,8 @@ def main() -> None:
         row = {"campaign": c.name, "winner": manifest["winner"],
                "recommended": rec, "baseline": base,
                "gain_over_baseline": over_base, "gain_over_law": over_law,
-               "beats_baseline": min(over_base) > max(spread(rec), spread(base)),
-               "beats_law": min(over_law) > max(spread(rec), spread(law_runs)),
+               "beats_baseline": beyond_spread(over_base, rec, base),
+               "beats_law": beyond_spread(over_law, rec, law_runs),
                "exported_lr": exported_lr, "sweep": sweep, "best_lr": best_lr,
                "lr_factor": best_lr / exported_lr,
                "twice_the_proxy_width": {"sweep": middle_sweep, "exported_lr": middle_lr,
