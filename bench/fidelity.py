@@ -71,9 +71,9 @@ import trial_process
 from recipelab.recipe import Recipe, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory.horizon import best_log_lr
-from recipelab.trajectory.ladder import climbers, pooled_deviations
+from recipelab.trajectory.ladder import climbers
 from recipelab.trajectory.ladder import rung_steps as ladder_rungs
-from recipelab.trajectory.noise import CONFIDENCE, bootstrap_quantiles
+from recipelab.trajectory.noise import CONFIDENCE, bootstrap_quantiles, pooled_deviations
 from recipelab.trajectory.rung import curve_score
 
 TOP = 3
@@ -245,7 +245,7 @@ def noise_floor_at(long: dict[str, float], second: dict[str, float]) -> float | 
     gains = {n: {0: long["baseline"] - long[n], 1: second["baseline"] - second[n]}
              for n in second if n != "baseline" and n in long
              and math.isfinite(long[n]) and math.isfinite(second[n])}
-    deviations = pooled_deviations(gains)
+    deviations, _, _ = pooled_deviations(gains)
     if not deviations:
         return None
     low, high = bootstrap_quantiles(deviations, 1, (1 - CONFIDENCE) / 2)

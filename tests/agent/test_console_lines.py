@@ -131,7 +131,11 @@ def test_the_width_rungs_control_is_named_and_the_gain_one_size_up_is_said() -> 
 
 def test_a_close_call_says_which_seeds_it_buys_and_why() -> None:
     line = ReadableLines().line({"event": "close_call", "trial_id": "p0010", "steps": 1000,
-                                 "seeds": [3, 4], "gain": 0.02394, "gain_low": -0.009951,
-                                 "gain_high": 0.057832})
+                                 "seeds": [1003, 1004], "gain": 0.02394, "gain_low": -0.009951,
+                                 "gain_high": 0.057832, "control_lr_factor": 0.5})
     assert line == ("── close call: p0010 gains +0.0239 [-0.0100, +0.0578] over the baseline at "
-                    "1000 steps; it and the baseline train seed(s) 3, 4 before the verdict")
+                    "0.5× its rate at 1000 steps; both train seed(s) 1003, 1004 for a second look")
+    untuned = ReadableLines().line({"event": "close_call", "trial_id": "p0010", "steps": 1000,
+                                    "seeds": [1003], "gain": 0.02, "gain_low": -0.01,
+                                    "gain_high": 0.05, "control_lr_factor": 1.0})
+    assert untuned is not None and "over the baseline at 1000 steps" in untuned

@@ -104,10 +104,11 @@ def test_a_window_too_short_says_how_many_stress_steps_would_fit() -> None:
 def test_a_campaign_bounded_only_by_its_window_still_runs_a_stress_run_before_its_deadline(
         tmp_path: Path, tiny_settings: CampaignSettings) -> None:
     # Proxy trials of 1 s and top-rung runs of 2 s (the finalist and the baseline at two
-    # seeds) in a window of 40 s, of which the report keeps 15: the search has about 15 s.
+    # seeds, and the baseline's family at each) in a window of 50 s, of which the report
+    # keeps 15: the search has about 15 s.
     settings = tiny_settings.model_copy(update={
-        "iterations": None, "hours": 40 / 3600, "promote": 1, "stress_steps": 40,
-        "stress_log_every": 10, "stress_checkpoint_every": 25})
+        "iterations": None, "hours": 50 / 3600, "promote": 1, "stress_steps": 40,
+        "stress_log_every": 10, "stress_checkpoint_every": 25, "top_seeds": 2})
     executor = fake_executor(duration=lambda spec: spec.recipe.steps * 0.05)
 
     summary = Campaign(settings, tmp_path, executor=executor).run()
@@ -120,8 +121,8 @@ def test_a_campaign_bounded_only_by_its_window_still_runs_a_stress_run_before_it
     assert summary.stress_runs == 4 and all(s["status"] == "complete" for s in stress)
     assert summary.proxy_trials >= 2  # the window was not all given to Phase 2
     planned = events(tmp_path, "window_planned")
-    # the top rung's four, and the baseline's learning-rate family at its budget
-    assert planned and planned[0]["stress_runs"] == 4 + 2
+    # the top rung's four, and the baseline's learning-rate family at each of its seeds
+    assert planned and planned[0]["stress_runs"] == 4 + 2 * 2
     window = latest_window(tmp_path)
     assert window is not None and window.startswith("search until ")
     assert campaign_status(settings, [], window).window == window

@@ -42,6 +42,7 @@ def finished_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSp
     settings = CampaignSettings(name="nightly", preset="tiny", corpus=corpus, precision="fp32",
                                 window=WindowSettings(iterations=6, trial_timeout_s=120),
                                 ladder=LadderSettings(promote=2, fidelity=1, stress_steps=24,
+                                                      top_seeds=2, close_call_seeds=0,
                                                       stress_log_every=4, stress_checkpoint_every=8,
                                                       rung_size=0, attribution=False,
                                                       width_rung=False),

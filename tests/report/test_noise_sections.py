@@ -108,8 +108,8 @@ def test_the_summary_says_how_many_search_trials_were_the_llms_and_how_many_fell
 def test_the_summary_sets_the_pick_against_the_baseline_at_its_best_rate() -> None:
     from tests.trajectory.test_ladder import PROXIES, family, top
 
-    records = [*PROXIES, *top({"p0001": (0.20, 0.22)}), *family(1.20)]
+    records = [*PROXIES, *top({"p0001": (0.20, 0.22, 0.21)}), *family((1.20, 1.30, 1.25))]
     text = " ".join(markdown(summary(Ledger(records), context(), noise_floor(records))).split())
-    assert ("yardstick: at the top rung (1000 steps, seed 0) the baseline at 0.5× its rate "
-            "scored 1.2000 and p0001 1.3000: the night does not beat lowering the learning "
-            "rate") in text
+    assert ("no better than lowering the learning rate: it beats the baseline at its own rate "
+            "by +0.2100") in text
+    assert "not the baseline at 0.5× its rate" in text

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from recipelab.agent.settings import load
 from recipelab.cli import app
 from recipelab.longrun.run import PretrainConfig, run_pretrain
 from recipelab.recipe import Recipe
@@ -26,9 +27,17 @@ def _records(campaign: Path) -> list[TrialRecord]:
         return store.records()
 
 
-def _winner_run_recipe(records: list[TrialRecord]) -> Recipe:
+def _ledger(campaign: Path) -> Ledger:
+    """The campaign's records read under its own ladder settings, as ``verify`` reads them."""
+    settings = load(campaign)
+    assert settings is not None
+    return settings.ladder.ledger(_records(campaign))
+
+
+def _winner_run_recipe(campaign: Path) -> Recipe:
     """The recipe the prediction rests on: the winner's stress run, as it was trained."""
-    chosen = Ledger(records).recommended
+    records = _records(campaign)
+    chosen = _ledger(campaign).recommended
     assert chosen is not None
     source = predict(records, chosen[0]).source_trial
     return Recipe.model_validate(next(r for r in records if r.trial_id == source).recipe)
@@ -48,7 +57,7 @@ def _verify(campaign: Path, metrics: Path) -> tuple[int, str]:
 
 def test_a_run_that_follows_the_winners_recipe_is_on_track(
         finished_campaign: Path, tmp_path: Path, corpus: CorpusSpec) -> None:
-    recipe = _winner_run_recipe(_records(finished_campaign))
+    recipe = _winner_run_recipe(finished_campaign)
     code, output = _verify(finished_campaign, _pretrain(recipe, tmp_path / "good", corpus))
     assert code == 0, output
     assert "verdict: on track" in output and "noise floor" in output
@@ -57,12 +66,12 @@ def test_a_run_that_follows_the_winners_recipe_is_on_track(
 def test_a_run_with_a_worse_recipe_is_worse_by_a_stated_percentage(
         finished_campaign: Path, tmp_path: Path, corpus: CorpusSpec) -> None:
     records = _records(finished_campaign)
-    recipe = _winner_run_recipe(records)
+    recipe = _winner_run_recipe(finished_campaign)
     worse = recipe.apply({"optimizer.lr": recipe.optimizer.lr / 1000})
     metrics = _pretrain(worse, tmp_path / "bad", corpus)
     code, output = _verify(finished_campaign, metrics)
     assert code == 1 and "verdict: worse than predicted by" in output, output
-    chosen = Ledger(records).recommended
+    chosen = _ledger(finished_campaign).recommended
     assert chosen is not None
     found = verify(predict(records, chosen[0]), read_evaluations(metrics))
     assert found.verdict == "worse" and found.by is not None and found.by > 0.1

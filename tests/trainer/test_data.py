@@ -16,12 +16,14 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from recipelab.trainer import data
 from recipelab.trainer.data import (
+    EVAL_PIECE_BYTES,
     DataError,
     Dataset,
     bpe_tokenizer,
     byte_tokenizer,
     load_dataset,
     sample_batch,
+    spread_slice,
 )
 from recipelab.trainer.spec import CorpusSpec
 
@@ -443,16 +445,32 @@ def test_a_train_bin_without_a_val_bin_is_an_error(tmp_path: Path) -> None:
         load(corpus(tmp_path, tmp_path / "bin"), vocab_size=320)
 
 
-def test_validation_text_shorter_than_the_eval_budget_is_an_error(tmp_path: Path) -> None:
+def test_a_validation_text_shorter_than_the_eval_budget_is_scored_whole(tmp_path: Path) -> None:
     path = write_text(tmp_path / "small.txt", prose(40))
-    with pytest.raises(DataError, match=r"shorter than the eval budget.*lower recipe\.eval_bytes"):
-        load(corpus(tmp_path, path), eval_bytes=100_000)
+    ds = load(corpus(tmp_path, path), eval_bytes=100_000)
+    validation = path.read_bytes()[-ds.eval_bytes:]
+    assert 0 < ds.eval_bytes < 100_000
+    assert ds.tokenizer.decode(ds.eval_tokens).encode() == validation
 
 
-def test_a_val_bin_shorter_than_the_eval_budget_is_an_error(tmp_path: Path) -> None:
+def test_a_val_bin_shorter_than_the_eval_budget_is_scored_whole(tmp_path: Path) -> None:
     make_bin_corpus(tmp_path / "bin")
-    with pytest.raises(DataError, match=r"val\.bin encodes [\d,]+ bytes, fewer than the eval"):
-        load(corpus(tmp_path, tmp_path / "bin"), vocab_size=320, eval_bytes=10**7)
+    ds = load(corpus(tmp_path, tmp_path / "bin"), vocab_size=320, eval_bytes=10**7)
+    val = np.fromfile(tmp_path / "bin" / "val.bin", dtype=np.uint16)
+    assert len(ds.eval_tokens) == len(val)
+
+
+def test_the_eval_slice_samples_the_whole_validation_text() -> None:
+    """Pieces from evenly spaced lines, not the first few files: the start, the middle and
+    the end of the validation text are all scored."""
+    validation = b"".join(f"line {i:05d} of the validation text\n".encode() for i in range(5000))
+    piece = spread_slice(validation, 16 * EVAL_PIECE_BYTES)
+    assert len(piece) == 16 * EVAL_PIECE_BYTES
+    lines = [int(line.split()[1]) for line in piece.split(b"\n")
+             if line.startswith(b"line ") and len(line.split()) > 1 and line.split()[1].isdigit()]
+    assert min(lines) == 0 and max(lines) > 4600
+    assert len({n * 16 // 5000 for n in lines}) == 16, "every sixteenth of the text is scored"
+    assert spread_slice(validation[:1000], 4096) == validation[:1000]
 
 
 def test_a_corpus_smaller_than_one_batch_says_how_many_tokens_it_has_and_needs(

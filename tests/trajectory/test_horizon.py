@@ -121,11 +121,15 @@ def test_one_budget_makes_no_fit() -> None:
     assert fit_alpha(baseline_family("c", {PROXY_STEPS: 1e-2})) is None
 
 
-def test_a_family_run_at_another_seed_is_not_part_of_the_family() -> None:
+def test_a_family_run_at_another_seed_is_still_part_of_the_family() -> None:
+    """The top rung trains the baseline's family at each of its fresh seeds."""
     records = baseline_family("c", {PROXY_STEPS: 1e-2, RUNG_STEPS: 5e-3})
     moved = [r.model_copy(update={"recipe": {**r.recipe, "seed": 1}})
              if r.trial_id == "r240-0.5" else r for r in records]
-    assert fit_alpha(moved) is None  # 240 keeps two rates: no quadratic there
+    fit = fit_alpha(moved)
+    assert fit is not None and fit.alpha == pytest.approx(0.5)
+    assert fit_alpha([r for r in records if r.trial_id != "r240-0.5"]) is None, (
+        "240 keeps two rates without it: no quadratic there")
 
 
 def test_a_minimum_at_the_familys_edge_counts_for_less() -> None:

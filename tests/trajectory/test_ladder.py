@@ -4,7 +4,7 @@ the top rung's verdict (winner, fallback, or no winner beyond noise) in one line
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -45,14 +45,15 @@ PROXIES = [proxy("p0000", 2.00, baseline=True), proxy("p0001", 1.90), proxy("p00
            proxy("p0006", 1.95)]
 
 
-def top(gains: dict[str, tuple[float, float]], base: tuple[float, float] = (1.50, 1.60),
+def top(gains: Mapping[str, tuple[float, ...]], base: tuple[float, ...] = (1.50, 1.60, 1.55),
         steps: int = 1000) -> list[TrialRecord]:
-    """Top-rung runs at seeds 0 and 1: the baseline's ``base`` and each finalist's
-    ``base - gain`` per seed."""
-    records = [run(f"sb{s}", "p0000", steps, base[s], seed=s, kind="stress") for s in (0, 1)]
-    for parent, (g0, g1) in gains.items():
+    """Top-rung runs at seeds 0, 1, ...: the baseline's ``base`` and each finalist's
+    ``base - gain`` per seed (as many seeds as it has gains)."""
+    seeds = range(max(len(g) for g in gains.values()))
+    records = [run(f"sb{s}", "p0000", steps, base[s], seed=s, kind="stress") for s in seeds]
+    for parent, per_seed in gains.items():
         records += [run(f"s{parent}-{s}", parent, steps, base[s] - g, seed=s, kind="stress")
-                    for s, g in ((0, g0), (1, g1))]
+                    for s, g in enumerate(per_seed)]
     return records
 
 
@@ -71,10 +72,12 @@ def test_each_rung_keeps_the_best_third_but_never_fewer_than_the_finalists() -> 
     assert climbers(2, 3, 3) == 2, "never more than entered"
     assert climbers(30, 3, 3, cap=10) == 10
     plan = plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=3, first_size=10)
-    assert plan == [RungPlan(180, 6), RungPlan(540, 3), RungPlan(1000, 3, seeds=2)]
-    assert plan[-1].runs == 8, "three finalists and the baseline at two seeds"
+    assert plan == [RungPlan(180, 6), RungPlan(540, 3), RungPlan(1000, 3, seeds=3, family=6)]
+    assert plan[-1].runs == 18, (
+        "three finalists and the baseline at three seeds, and the baseline at × ½ and × 2 there")
     assert describe_ladder(plan, 60, 17) == (
-        "60 steps ×17 → 180 ×6 → 540 ×3 → 1000 ×3 at 2 seeds (+ the baseline at every rung)")
+        "60 steps ×17 → 180 ×6 → 540 ×3 → 1000 ×3 at 3 seeds (+ the baseline and its "
+        "learning-rate family at every rung)")
     assert plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=0) == []
 
 
@@ -158,7 +161,7 @@ def test_learning_rate_family_runs_rank_nothing() -> None:
 
 
 def test_the_winner_is_named_at_the_top_rung_when_its_paired_gain_is_outside_the_interval() -> None:
-    records = [*PROXIES, *top({"p0001": (0.20, 0.22), "p0002": (0.05, 0.07)})]
+    records = [*PROXIES, *top({"p0001": (0.20, 0.22, 0.21), "p0002": (0.05, 0.07, 0.06)})]
     ledger = Ledger(records)
     verdict = ledger.recommendation()
     assert verdict is not None and verdict.primary is not None
@@ -168,39 +171,74 @@ def test_the_winner_is_named_at_the_top_rung_when_its_paired_gain_is_outside_the
     winner = ledger.winner
     assert winner is not None and winner.record.trial_id == "p0001" and winner.evidence == "stress"
     line = ledger.winner_line()
-    assert line.startswith("winner: p0001, evidence: top rung at 1000 steps, 2 seeds, gain over "
-                           "the baseline +0.2100 [")
-    assert ledger.top_rung() == Rung(1000, (0, 1), "stress")
+    assert line.startswith("winner: p0001, evidence: top rung at 1000 steps, 3 seeds, gain over "
+                           "the baseline (its learning-rate family did not train here: untuned) "
+                           "+0.2100 [")
+    assert "(90% paired, Bonferroni over 4 tests: each at 97.5%, 3 seeds)" in line
+    assert ledger.top_rung() == Rung(1000, (0, 1, 2), "stress")
 
 
-def family(base: float, steps: int = 1000) -> list[TrialRecord]:
-    """The baseline's learning-rate family at the top rung, seed 0: × ½ scores ``base``."""
+def test_the_interval_is_corrected_for_the_finalists_and_the_looks() -> None:
+    """Each finalist's interval is drawn at 1 - 10% / (finalists × looks): a best of three
+    has three chances to look lucky, and a close call looks twice."""
+    gains = {"p0001": (0.20, 0.26, 0.23), "p0002": (0.05, 0.07, 0.06), "p0003": (0.0, 0.01, 0.0)}
+    records = [*PROXIES, *top(gains)]
+    # Student's t at 2 degrees of freedom: 7.6488 standard errors at 98.33%, 5.3393 at 96.67%
+    se = statistics.stdev(gains["p0001"]) / 3 ** 0.5
+    for looks, t in ((2, 7.6488), (1, 5.3393)):
+        verdict = Ledger(records, looks=looks).recommendation()
+        assert verdict is not None and verdict.gain is not None
+        assert verdict.gain.tests == 3 * looks
+        assert verdict.gain.low == pytest.approx(0.23 - t * se, abs=1e-4)
+    one = Ledger([*PROXIES, *top({"p0001": gains["p0001"]})], looks=1).recommendation()
+    assert one is not None and one.gain is not None and one.gain.tests == 1
+    assert "Bonferroni" not in one.gain.text() and "(90% paired, 3 seeds)" in one.gain.text()
+
+
+def family(base: tuple[float, ...], steps: int = 1000) -> list[TrialRecord]:
+    """The baseline's learning-rate family at the top rung, a seed per value: × ½ scores
+    ``base`` and × 2 half a bit per byte worse."""
     runs = []
-    for i, (factor, val_bpb) in enumerate(((0.5, base), (2.0, base + 0.5))):
-        record = run(f"rf{i}", "p0000", steps, val_bpb)
-        runs.append(record.model_copy(update={"proposer": "lr-family",
-                                               "edit": {"lr_family": factor}}))
+    for factor, offset in ((0.5, 0.0), (2.0, 0.5)):
+        for seed, value in enumerate(base):
+            record = run(f"rf{factor:g}-{seed}", "p0000", steps, value + offset, seed=seed)
+            runs.append(record.model_copy(update={"proposer": "lr-family",
+                                                   "edit": {"lr_family": factor}}))
     return runs
 
 
-def test_the_yardstick_sets_the_pick_against_the_baseline_at_its_best_rate() -> None:
-    """What a user gets for free: the baseline at the family's best rate, at the family's
-    seed. A night whose pick loses to it says so."""
-    records = [*PROXIES, *top({"p0001": (0.20, 0.22), "p0002": (0.05, 0.07)})]
-    assert Ledger(records).yardstick() is None, "no family at the top rung, no yardstick"
-    beaten = Ledger([*records, *family(1.40)]).yardstick()
-    assert beaten is not None and beaten.pick.trial_id == "p0001" and beaten.factor == 0.5
-    assert beaten.baseline == 1.40 and beaten.value == pytest.approx(1.30)
-    assert beaten.gain == pytest.approx(0.10) and "the night beats lowering" in beaten.line()
-    lost = Ledger([*records, *family(1.20)]).yardstick()
-    assert lost is not None and lost.gain == pytest.approx(-0.10)
-    assert "does not beat lowering the learning rate" in lost.line()
-    own = Ledger([*records, *family(1.55)]).yardstick()
-    assert own is not None and own.factor == 1.0 and own.baseline == 1.50
+def test_the_gain_is_over_the_baseline_at_its_best_rate() -> None:
+    """The control is the tuned baseline: the best of its family by the mean over the seeds
+    they share. A pick that beats only the untuned baseline is no winner, and says why."""
+    records = [*PROXIES, *top({"p0001": (0.20, 0.22, 0.21), "p0002": (0.05, 0.07, 0.06)})]
+    beaten = Ledger([*records, *family((1.40, 1.50, 1.45))])
+    control = beaten.control(1000)
+    assert control is not None and control.factor == 0.5 and control.compared == (0.5, 1.0, 2.0)
+    verdict = beaten.recommendation()
+    assert verdict is not None and verdict.primary is not None
+    assert verdict.gain is not None and verdict.gain.value == pytest.approx(0.11)
+    assert "gain over the tuned baseline (0.5× its rate, the best of 0.5/1/2× here)" in (
+        beaten.winner_line())
+    lost = Ledger([*records, *family((1.20, 1.30, 1.25))])
+    verdict = lost.recommendation()
+    assert verdict is not None and verdict.primary is None and lost.winner is None
+    assert verdict.reason is not None and "no better than lowering the learning rate" in (
+        verdict.reason)
+    assert lost.kept_baseline is not None
+    own = Ledger([*records, *family((1.55, 1.65, 1.60))]).control(1000)
+    assert own is not None and own.factor == 1.0 and own.compared == (0.5, 1.0, 2.0)
+
+
+def test_a_rate_that_diverged_anywhere_is_no_control() -> None:
+    records = [*PROXIES, *top({"p0001": (0.20, 0.22, 0.21)}), *family((1.40, 1.50, 1.45))]
+    blown = [r.model_copy(update={"val_bpb": None, "status": "failed", "reason": "diverged"})
+             if r.trial_id == "rf0.5-2" else r for r in records]
+    control = Ledger(blown).control(1000)
+    assert control is not None and control.factor == 1.0 and control.compared == (1.0, 2.0)
 
 
 def test_a_lead_inside_the_interval_recommends_both_primary_and_fallback() -> None:
-    records = [*PROXIES, *top({"p0001": (0.20, 0.26), "p0002": (0.21, 0.23)})]
+    records = [*PROXIES, *top({"p0001": (0.20, 0.26, 0.23), "p0002": (0.21, 0.23, 0.22)})]
     verdict = Ledger(records).recommendation()
     assert verdict is not None and verdict.primary is not None and verdict.fallback is not None
     assert Ledger(records).kept_baseline is None
@@ -226,7 +264,7 @@ def test_a_gain_inside_the_paired_interval_names_no_winner_and_says_why() -> Non
 def test_finalists_worse_than_the_baseline_beyond_noise_keep_it_without_blaming_the_seeds() -> None:
     """Both finalists lose about 0.3 at both seeds: the interval lies below 0, so the line
     must not say that it includes 0 or that more seeds could help."""
-    records = [*PROXIES, *top({"p0001": (-0.29, -0.30), "p0002": (-0.31, -0.32)})]
+    records = [*PROXIES, *top({"p0001": (-0.29, -0.30, -0.295), "p0002": (-0.31, -0.32, -0.3)})]
     ledger = Ledger(records)
     assert ledger.winner is None
     line = ledger.winner_line()
@@ -281,13 +319,14 @@ STEADY_AND_NOISY = {"p0001": (0.0237, 0.0242), "p0002": (-0.048, -0.142), "p0003
 
 
 def test_a_positive_gain_whose_interval_includes_0_is_a_close_call() -> None:
-    verdict = Ledger([*PROXIES, *top(STEADY_AND_NOISY)]).recommendation()
+    verdict = Ledger([*PROXIES, *top({"p0001": (0.03, -0.01, 0.02), "p0002": (-0.05, -0.1, 0.0)})]
+                     ).recommendation()
     assert verdict is not None and verdict.primary is None and verdict.close_call
     assert verdict.best is not None and verdict.best.trial_id == "p0001"
     assert verdict.gain is not None and verdict.gain.low < 0 < verdict.gain.value
     below = Ledger([*PROXIES, *top({"p0001": (-0.29, -0.30)})]).recommendation()
     assert below is not None and not below.close_call, "a loss is no close call"
-    named = Ledger([*PROXIES, *top({"p0001": (0.20, 0.22)})]).recommendation()
+    named = Ledger([*PROXIES, *top({"p0001": (0.20, 0.22, 0.21)})]).recommendation()
     assert named is not None and not named.close_call, "nor is a named winner"
 
 
@@ -300,8 +339,9 @@ def test_from_three_paired_seeds_a_gain_has_its_own_interval() -> None:
     assert verdict is not None and verdict.primary is not None
     assert verdict.primary.trial_id == "p0001" and verdict.gain is not None
     assert verdict.gain.seeds == 4 and verdict.gain.value == pytest.approx(0.023975)
-    # Student's t at 3 degrees of freedom, 90%: 2.3534 standard errors either side
-    half = 2.3534 * statistics.stdev([0.0237, 0.0242, 0.0251, 0.0229]) / 2
+    # Student's t at 3 degrees of freedom, 98.33% (3 finalists, 2 looks): 4.8567 standard
+    # errors either side
+    half = 4.8567 * statistics.stdev([0.0237, 0.0242, 0.0251, 0.0229]) / 2
     assert verdict.gain.low == pytest.approx(0.023975 - half, abs=1e-4)
     assert "4 seeds" in Ledger(records).winner_line()
 

@@ -166,7 +166,15 @@ class AttributionPhase:
         self._measure(ctx, winner, groups, seeds, rung)
 
     def _seeds(self, ctx: CampaignContext, winner: Winner) -> tuple[int, ...]:
-        """The baseline's seeds (those its noise floor was measured at), else the winner's."""
+        """The top rung's first ``top_seeds`` seeds where the winner and the baseline both
+        trained (their runs there are the whole edit and the baseline, read, not trained
+        again); else the baseline's noise-floor seeds, else the winner's own."""
+        if winner.top is not None and (base := ctx.ledger.baseline) is not None:
+            steps = winner.top.steps
+            shared = sorted(set(ctx.ledger.scores_at(winner.record.trial_id, steps))
+                            & set(ctx.ledger.scores_at(base.trial_id, steps)))
+            if shared:
+                return tuple(shared[:ctx.settings.ladder.top_seeds])
         noise = ctx.ledger.noise
         if noise is not None and noise.seeds:
             return tuple(noise.seeds)

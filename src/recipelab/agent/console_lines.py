@@ -164,12 +164,14 @@ class ReadableLines:
 
     def _close_call(self, event: Mapping[str, Any]) -> str:
         seeds = ", ".join(str(s) for s in event.get("seeds") or [])
+        factor = event.get("control_lr_factor") or 1.0
+        control = "the baseline" if factor == 1.0 else f"the baseline at {factor:g}× its rate"
         return clip(f"── close call: {event.get('trial_id')} gains "
                     f"{_number(event.get('gain'), 4, signed=True)} "
                     f"[{_number(event.get('gain_low'), 4, signed=True)}, "
-                    f"{_number(event.get('gain_high'), 4, signed=True)}] over the baseline at "
-                    f"{event.get('steps')} steps; it and the baseline train seed(s) {seeds} "
-                    "before the verdict", LINE_LIMIT)
+                    f"{_number(event.get('gain_high'), 4, signed=True)}] over {control} at "
+                    f"{event.get('steps')} steps; both train seed(s) {seeds} for a second look",
+                    LINE_LIMIT)
 
     def _probes_started(self, event: Mapping[str, Any]) -> str:
         candidates = event.get("candidates") or []

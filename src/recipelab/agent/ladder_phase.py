@@ -7,12 +7,15 @@ so a recipe whose rate suits the long run is not culled for starting slowly (the
 ranks; every climber still trains at the rule's rate). Each middle rung
 (:mod:`recipelab.trajectory.ladder`, by ``eta``) trains the best of the one below and the
 baseline beside them, for ``steps`` of the baseline's tokens at the horizon
-rule's learning rate; the top rung, at ``stress_steps``, trains the ``promote`` finalists and
-the baseline at ``top_seeds`` seeds, so the winner is named only outside the paired interval
+rule's learning rate; the top rung, at ``stress_steps``, trains the ``promote`` finalists,
+the baseline and the baseline's learning-rate family at ``top_seeds`` fresh seeds
+(:func:`~recipelab.trajectory.ladder.top_rung_seeds`), so the winner is named only outside its
+paired interval over the tuned baseline
 (:meth:`~recipelab.trajectory.ledger.Ledger.recommendation`). A close call there (the best
-finalist's mean gain positive, its interval including 0) buys it and the baseline
-``close_call_seeds`` more seeds before the campaign keeps the baseline: a pure function of the
-records, so a resumed campaign buys the same runs. The baseline's learning-rate
+finalist's mean gain positive, its interval including 0) buys it and the control
+``close_call_seeds`` more seeds before the campaign keeps the baseline
+(:func:`~recipelab.trajectory.ledger.close_call_target`: a pure function of the records, so a
+resumed campaign buys the same runs). The baseline's learning-rate
 family at each rung is the controlled evidence the horizon rule is fitted from. Every run is
 checkpointed: one lost with its orchestrator resumes from its folder.
 """
@@ -29,8 +32,8 @@ from recipelab.agent.seeds import noise_marks, rerun_proposals
 from recipelab.agent.trials import TRIALS_DIR
 from recipelab.recipe import Recipe
 from recipelab.trajectory.horizon import HorizonFit, HorizonRule, horizon_rule, probe_multiple
-from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder, probed
-from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER
+from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder, probed, top_rung_seeds
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, close_call_target
 from recipelab.trajectory.record import TrialRecord
 
 STRESS_ATTEMPTS = 5
@@ -132,15 +135,21 @@ class LadderPhase:
         return horizon_rule(ctx.ledger.records, self.horizon_fits)
 
     def _family(self, ctx: CampaignContext, steps: int, factor: float,
-                rule: HorizonRule) -> list[RungJob]:
+                rule: HorizonRule, seeds: Sequence[int] | None = None) -> list[RungJob]:
         """The baseline at ``factor`` × its rate × {½, 2} at a budget of ``steps``: with its
-        run at ``factor``, a controlled family for the horizon rule. Nothing once the rule is
-        tight, or when the rule is off."""
+        run at ``factor``, a controlled family for the horizon rule. Below the top rung, at
+        the campaign's seed, and nothing once the rule is tight or when it is off; at the top
+        rung (``seeds`` given) always, at each seed: it is the tuned control the verdict's
+        gains are measured against."""
         baseline = ctx.ledger.baseline
-        if baseline is None or not ctx.settings.ladder.horizon_rule or rule.tight:
+        if baseline is None:
             return []
-        return [RungJob(baseline, steps, ctx.settings.seed, factor * m, family=m)
-                for m in LR_FAMILY]
+        if seeds is None:
+            if not ctx.settings.ladder.horizon_rule or rule.tight:
+                return []
+            seeds = [ctx.settings.seed]
+        return [RungJob(baseline, steps, seed, factor * m, family=m)
+                for seed in seeds for m in LR_FAMILY]
 
     def _probes(self, ctx: CampaignContext, proxy_steps: int) -> list[RungJob]:
         """The best :func:`~recipelab.trajectory.ladder.probed` contenders at
@@ -168,7 +177,7 @@ class LadderPhase:
         factor = rule.factor(ctx.baseline.steps, steps) if ctx.settings.ladder.horizon_rule else 1.0
         seeds = self._top_seeds(ctx) if top else [ctx.settings.seed]
         kind = "stress" if top else "rung"
-        family = self._family(ctx, steps, factor, rule)
+        family = self._family(ctx, steps, factor, rule, seeds if top else None)
         ctx.log.info("rung_started", steps=steps, tokens=steps * ctx.baseline.tokens_per_step,
                      top=top, seeds=seeds, climbers=[c.trial_id for c in climbers],
                      lr_factor=factor, rule=rule.describe(), rule_source=rule.source,
@@ -183,28 +192,33 @@ class LadderPhase:
         self._in_waves(ctx, [*jobs, *family])
 
     def _settle_close_call(self, ctx: CampaignContext, steps: int) -> None:
-        """While the top rung's verdict is a close call, train its best finalist and the
-        baseline at ``close_call_seeds`` more seeds there, each at the rate of its own top-rung
-        runs (so every seed of a pair trains alike); each finalist buys them once."""
+        """While :func:`~recipelab.trajectory.ledger.close_call_target` names a finalist,
+        train it and the control at ``close_call_seeds`` more seeds there, each at the rate
+        of its own top-rung runs (so every seed of a pair trains alike)."""
         extra = ctx.settings.ladder.close_call_seeds
         bought: set[str] = set()
-        while extra and not ctx.stops.stop:
-            verdict = ctx.ledger.recommendation()
+        while not ctx.stops.stop:
+            target = close_call_target(ctx.ledger, bought, extra)
             baseline = ctx.ledger.baseline
-            if (verdict is None or not verdict.close_call or verdict.best is None
-                    or baseline is None or verdict.best.trial_id in bought):
+            if target is None or baseline is None:
                 return
-            best = verdict.best
+            best, control = target
             bought.add(best.trial_id)
             seeds = self._top_seeds(ctx, ctx.settings.ladder.top_seeds + extra)
             seeds = seeds[ctx.settings.ladder.top_seeds:]
-            assert verdict.gain is not None
+            verdict = ctx.ledger.recommendation()
+            assert verdict is not None and verdict.gain is not None
             ctx.log.info("close_call", trial_id=best.trial_id, steps=steps, seeds=seeds,
+                         control_lr_factor=control,
                          gain=round(verdict.gain.value, 6), gain_low=round(verdict.gain.low, 6),
                          gain_high=round(verdict.gain.high, 6))
-            self._in_waves(ctx, [RungJob(c, steps, seed, self._top_factor(ctx, c, steps),
-                                         kind="stress")
-                                 for c in (baseline, best) for seed in seeds])
+            jobs = [RungJob(best, steps, seed, self._top_factor(ctx, best, steps), kind="stress")
+                    for seed in seeds]
+            base_factor = self._top_factor(ctx, baseline, steps)
+            jobs += [RungJob(baseline, steps, seed, base_factor * control,
+                             family=control if control != 1.0 else None,
+                             kind="rung" if control != 1.0 else "stress") for seed in seeds]
+            self._in_waves(ctx, jobs)
 
     @staticmethod
     def _top_factor(ctx: CampaignContext, candidate: TrialRecord, steps: int) -> float:
@@ -213,17 +227,11 @@ class LadderPhase:
         return float(run.recipe["optimizer"]["lr"]) / float(candidate.recipe["optimizer"]["lr"])
 
     def _top_seeds(self, ctx: CampaignContext, count: int | None = None) -> list[int]:
-        """The top rung's seeds: the campaign's, then the baseline's other noise seeds, then
-        the next integers, ``count`` in all (``top_seeds`` by default)."""
+        """The top rung's seeds (:func:`~recipelab.trajectory.ladder.top_rung_seeds`):
+        ``count`` fresh ones (``top_seeds`` by default), none a proxy trial trained at."""
         count = ctx.settings.ladder.top_seeds if count is None else count
-        seeds = [ctx.settings.seed]
-        floor = ctx.ledger.noise
-        for seed in [*(floor.seeds if floor else ()), *range(ctx.settings.seed + 1, 10**6)]:
-            if len(seeds) >= count:
-                break
-            if seed not in seeds:
-                seeds.append(seed)
-        return seeds
+        used = {int(r.recipe.get("seed", ctx.settings.seed)) for r in ctx.ledger.proxies}
+        return top_rung_seeds(ctx.settings.seed, used, count)
 
     def _in_waves(self, ctx: CampaignContext, jobs: Sequence[RungJob]) -> None:
         """Start each job, up to ``parallel`` at a time; one lost while running is started

@@ -88,7 +88,8 @@ class LadderSettings(StrictModel):
     stress_log_every: int = Field(default=50, ge=1)
     stress_checkpoint_every: int = Field(default=50, ge=1)
     fidelity: int = Field(default=0, ge=0)  # mid-ranked trials stress-run besides the finalists
-    # seeds of every finalist and the baseline at the top rung, where the winner is named
+    # seeds of every finalist and the baseline at the top rung, where the winner is named;
+    # fresh seeds (trajectory.ladder.top_rung_seeds), never those the lower rungs ranked on
     top_seeds: int = Field(default=TOP_SEEDS, ge=2, le=20)
     # a close call there (the best finalist's mean gain positive, its interval including 0)
     # buys it and the baseline this many more seeds before the campaign keeps the baseline
@@ -115,7 +116,8 @@ class LadderSettings(StrictModel):
         the same winner (a ledger built on the defaults names another in a campaign run with
         another ``--promote``)."""
         return Ledger(records, promote=self.promote, fidelity=self.fidelity,
-                      rung_size=self.rung_size, eta=self.eta)
+                      rung_size=self.rung_size, eta=self.eta,
+                      looks=2 if self.close_call_seeds else 1)
 
     def compiles(self, kind: str) -> bool:
         """Whether a trial of ``kind`` is compiled: stress runs when ``compile_stress`` is

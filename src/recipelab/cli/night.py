@@ -47,13 +47,15 @@ def run(
         "promote", "finalists on the ladder's top rung (the stress horizon), each at --top-seeds "
         "seeds with the baseline; 0: no ladder"))] = None,
     top_seeds: Annotated[int | None, typer.Option(help=with_default(
-        "top_seeds", "seeds of every finalist and of the baseline at the top rung, where the "
-        "winner is named only when its paired gain's interval excludes 0: more seeds, a "
-        "narrower interval"))] = None,
+        "top_seeds", "fresh seeds of every finalist, the baseline and its learning-rate "
+        "family at the top rung, where the winner is named only when its own paired interval "
+        "over the tuned baseline excludes 0 (Bonferroni over the finalists and the close "
+        "call): more seeds, a narrower interval"))] = None,
     close_call_seeds: Annotated[int | None, typer.Option(help=with_default(
         "close_call_seeds", "when the top rung's best finalist gains but its interval includes "
-        "0, train it and the baseline at this many more seeds there before keeping the "
-        "baseline; 0: keep it at once"))] = None,
+        "0, train it and the tuned baseline at this many more seeds there for a second look "
+        "before keeping the baseline; 0: keep it at once (and the first look keeps all the "
+        "error)"))] = None,
     stress_steps: Annotated[int | None, typer.Option(help=with_default(
         "stress_steps", "steps of the ladder's top rung, the stress horizon"))] = None,
     fidelity: Annotated[int | None, typer.Option(help=with_default(

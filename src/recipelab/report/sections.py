@@ -63,9 +63,6 @@ def summary(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None) -> Sec
              f"top-rung (stress) runs: {sum(r.kind == 'stress' and r.is_terminal for r in records)}"]
     if scored:
         items.insert(0, ledger.winner_line())  # the same line as the console and status
-        yardstick = ledger.yardstick()
-        if yardstick is not None:
-            items.insert(1, yardstick.line())
         best = scored[0]
         items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "
                      f"{compact_edit(best.edit, baseline_knobs(records))})")

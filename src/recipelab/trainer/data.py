@@ -2,8 +2,10 @@
 
 Every trial of a campaign must be scored on the same held-out bytes, or val_bpb would not
 compare across trials. So the split is a pure function of the corpus (the last
-``val_fraction`` of the text, cut at a newline), the evaluation slice is the first
-``eval_bytes`` bytes of the validation text, and each tokenizer reports how many UTF-8
+``val_fraction`` of the text, cut at a newline), the evaluation slice is ``eval_bytes`` bytes
+drawn in evenly spaced pieces across the whole validation text (:func:`spread_slice`: the
+first bytes alone would be a few neighbouring files, whose windows are not independent), and
+each tokenizer reports how many UTF-8
 bytes every token id stands for (``token_bytes``), so the bytes behind any run of eval
 tokens is ``token_bytes[ids].sum()`` whatever the tokenizer.
 
@@ -82,7 +84,7 @@ capped read stops within a few MiB of its cap."""
 PARQUET_BUFFER_BYTES = 1 << 20
 """Read column chunks through a 1 MiB buffer instead of whole (a row group's text column can
 be hundreds of MiB), so reading the first rows of a huge shard costs little memory."""
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: the evaluation slice spread across the validation text
 BIN_DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 """Token id types a ``.bin`` directory may hold: nanoGPT's uint16, and uint32 for vocabularies
 above 65,536, which its ``meta.json`` then names as ``{"dtype": "uint32"}``."""
@@ -536,14 +538,8 @@ def _build(source: _Source, corpus: CorpusSpec, tokenizer: str, vocab_size: int,
     data = _read_corpus(source, corpus)
     cut = _split_point(data, corpus.val_fraction)
     validation = data[cut:]
-    if len(validation) < eval_bytes:
-        raise DataError(
-            f"the validation text of {source.label} is {len(validation):,} bytes, shorter than "
-            f"the eval budget of {eval_bytes:,} bytes: lower recipe.eval_bytes, or use a larger "
-            "corpus or corpus.val_fraction"
-        )
     train_text = data[:cut].decode("utf-8")
-    eval_text = _utf8_prefix(validation, eval_bytes)
+    eval_text = spread_slice(validation, eval_bytes)
     tok = (byte_tokenizer() if tokenizer == "byte"
            else bpe_tokenizer(train_text, vocab_size, tokenizer_cache))
     description = (f"{source.label} ({len(data):,} bytes; {cut:,} train / "
@@ -610,7 +606,8 @@ def _check_ids(path: Path, tokens: TokenArray, vocab_size: int) -> None:
 
 def _eval_prefix(val: TokenArray, token_bytes: npt.NDArray[np.int64], eval_bytes: int,
                  path: Path) -> tuple[int, int]:
-    """How many leading ``val`` tokens fit in ``eval_bytes``, and the bytes they encode.
+    """How many leading ``val`` tokens fit in ``eval_bytes``, and the bytes they encode: all
+    of them when they encode fewer.
 
     Looks at a growing prefix rather than all of ``val``, which may be gigabytes.
     """
@@ -620,11 +617,8 @@ def _eval_prefix(val: TokenArray, token_bytes: npt.NDArray[np.int64], eval_bytes
         if total[-1] > eval_bytes or window == len(val):
             break
         window = min(len(val), 2 * window)
-    if total[-1] < eval_bytes:
-        raise DataError(
-            f"{path} encodes {int(total[-1]):,} bytes, fewer than the eval budget of "
-            f"{eval_bytes:,} bytes: lower recipe.eval_bytes or use a larger val.bin"
-        )
+    if total[-1] <= eval_bytes:
+        return len(total), int(total[-1])
     count = int(np.searchsorted(total, eval_bytes, side="right"))
     return count, int(total[count - 1])
 
@@ -759,6 +753,31 @@ def _char_boundary(data: bytes, position: int) -> int:
 
 def _utf8_prefix(data: bytes, limit: int) -> bytes:
     return data[:_char_boundary(data, limit)]
+
+
+EVAL_PIECE_BYTES = 2_048
+"""The evaluation slice's pieces: long enough for a few windows of context each, short enough
+that a 32 KiB slice samples 16 places of the validation text."""
+
+
+def spread_slice(validation: bytes, eval_bytes: int) -> bytes:
+    """``eval_bytes`` of ``validation`` (or all of it, when that is no more) in pieces of
+    :data:`EVAL_PIECE_BYTES`, each starting at a line spread evenly across the text: the
+    slice's windows then sample the validation text rather than its first few files, and the
+    sampling error their spread reports is an honest one."""
+    if len(validation) <= eval_bytes:
+        return validation
+    count = max(1, eval_bytes // EVAL_PIECE_BYTES)
+    stride = len(validation) // count
+    pieces: list[bytes] = []
+    for index in range(count):
+        size = eval_bytes // count + (eval_bytes % count if index == count - 1 else 0)
+        start = index * stride
+        if index:  # the line after the mark, kept inside this piece's stride
+            newline = validation.find(b"\n", start, start + stride - size)
+            start = newline + 1 if newline >= 0 else _char_boundary(validation, start)
+        pieces.append(_utf8_prefix(validation[start:], size))
+    return b"".join(pieces)
 
 
 # --- the cache ------------------------------------------------------------------------------

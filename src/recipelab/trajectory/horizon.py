@@ -159,19 +159,18 @@ def _vertex(points: Sequence[tuple[float, float]]) -> _Placed | None:
 
 def families(records: Iterable[TrialRecord]) -> dict[str, dict[int, list[tuple[float, float]]]]:
     """Each recipe's learning-rate families: by the recipe's trial id, then by budget (in
-    the baseline's steps), the (lr, val_bpb) of its scored runs at its own seed: the trial
-    itself and its ladder runs (rung and stress runs train the recipe, and family runs only
-    its rate, differently). Proxies parented on it are other recipes. A recipe with no family
-    run has none."""
+    the baseline's steps), the (lr, val_bpb) of its scored runs: the trial itself and its
+    ladder runs (rung and stress runs train the recipe, and family runs only its rate,
+    differently), at every seed they trained (the top rung trains its family at each of its
+    seeds, so a rate's points weigh alike). Proxies parented on it are other recipes. A
+    recipe with no family run has none."""
     records = list(records)
     heads = {r.parent for r in records if r.proposer == LR_FAMILY_PROPOSER and r.parent}
-    seed_of = {r.trial_id: r.recipe.get("seed") for r in records if r.trial_id in heads}
     found: dict[str, dict[int, list[tuple[float, float]]]] = {}
     for r in records:
         head = r.trial_id if r.trial_id in heads else r.parent
         ladder_run = r.trial_id == head or r.kind in ("rung", "stress")
-        if (head in heads and ladder_run and has_score(r)
-                and r.recipe.get("seed") == seed_of.get(head)):
+        if head in heads and ladder_run and has_score(r):
             found.setdefault(head, {}).setdefault(r.budget_steps, []).append(
                 (float(r.recipe["optimizer"]["lr"]), float(r.val_bpb)))  # type: ignore[arg-type]
     return found

@@ -9,13 +9,16 @@ every rung as the control, so a rung ranks its candidates by their paired gain o
 baseline at the same steps and seed, not by a val_bpb that means something different at each
 horizon.
 
-The **top rung** is the stress horizon. It trains every finalist and the baseline at
-:data:`TOP_SEEDS` seeds (or more), so the winner's gain there has a paired interval of its own
-(:func:`top_interval`): the winner is named only when that interval excludes 0. A close call
-(the best finalist's mean gain is positive, its interval includes 0) buys that finalist and the
-baseline :data:`CLOSE_CALL_SEEDS` more seeds there before the campaign keeps the baseline; from
-:data:`OWN_SEEDS` paired seeds a gain's interval is its own (Student's t over its per-seed
-gains), since noise is per recipe and one noisy finalist must not widen a steady one's.
+The **top rung** is the stress horizon. It trains every finalist, the baseline and the
+baseline's learning-rate family at :data:`TOP_SEEDS` fresh seeds (:func:`top_rung_seeds`: none
+the lower rungs ranked on, so a lucky draw there does not carry into the verdict). The control
+is the **tuned baseline**, the baseline at its best rate there. Each finalist's gain over it has
+an interval of its own (:func:`top_interval`, Student's t over its per-seed gains) at the
+Bonferroni level :func:`verdict_confidence`: the verdict chose among ``promote`` finalists and
+may look twice (a close call buys the best finalist and the control
+:data:`CLOSE_CALL_SEEDS` more seeds), so each look spends its share of the 5% one-sided error
+of a 90% interval, and the chance of naming a false winner stays within it however the looks
+fall (``bench/null_campaigns.py`` measures it).
 
 Everything here is a pure function of numbers, shared by the campaign, the window planner,
 ``status`` and ``bench/fidelity.py``, so the ladder they describe is the same ladder.
@@ -25,22 +28,54 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from recipelab.trajectory.noise import CONFIDENCE, bootstrap_quantiles
+from recipelab.trajectory.noise import CONFIDENCE
 from recipelab.trajectory.student_t import t_quantile
 
 DEFAULT_ETA = 3
-TOP_SEEDS = 2
-"""Seeds of every finalist and of the baseline at the top rung by default: the fewest that
-pair. More (``--top-seeds``) narrow the interval the winner is named by."""
+TOP_SEEDS = 3
+"""Seeds of every finalist and of the baseline at the top rung by default. Two pair, but an
+interval from two seeds of one's own is ±6.3 standard errors wide (Student's t on one degree
+of freedom): three is the fewest that can name a winner (``--top-seeds``)."""
 CLOSE_CALL_SEEDS = 2
-"""Seeds a close call at the top rung buys the best finalist and the baseline by default
-(``--close-call-seeds``): with the rung's two, enough for an interval of the finalist's own."""
-OWN_SEEDS = 3
-"""Paired seeds from which a gain's interval comes from its own per-seed gains (Student's t)
-rather than from the deviations pooled over every finalist."""
+"""Seeds a close call at the top rung buys the best finalist and the control by default
+(``--close-call-seeds``; 0: no second look, and the first keeps all the error)."""
+FRESH_SEEDS_FROM = 1000
+"""The top rung's seeds start this far above the campaign's seed: clear of every seed a
+proxy trial, a noise seed or a seed re-run trains at."""
+
+
+def top_rung_seeds(campaign_seed: int, used: Iterable[int], count: int) -> list[int]:
+    """The top rung's ``count`` seeds: fresh ones, from ``campaign_seed +``
+    :data:`FRESH_SEEDS_FROM` on, skipping any in ``used``. A finalist climbed because it did
+    well at the campaign's seed; measured there again it keeps that luck (a null simulation
+    named a false winner up to 36% of the time where half of it carried over).
+
+    >>> top_rung_seeds(0, [], 3)
+    [1000, 1001, 1002]
+    """
+    taken = set(used)
+    seeds: list[int] = []
+    seed = campaign_seed + FRESH_SEEDS_FROM
+    while len(seeds) < count:
+        if seed not in taken:
+            seeds.append(seed)
+        seed += 1
+    return seeds
+
+
+def verdict_confidence(finalists: int, looks: int) -> float:
+    """The two-sided level of each finalist's interval at the top rung so that, over
+    ``finalists`` compared and ``looks`` at the seeds (2 with a close call), the chance that
+    any interval excludes 0 by luck stays within the one-sided ``(1 - CONFIDENCE) / 2`` of
+    one 90% interval (Bonferroni: the union bound holds whatever the looks share).
+
+    >>> round(verdict_confidence(3, 2), 4)
+    0.9833
+    """
+    return 1.0 - (1.0 - CONFIDENCE) / max(1, finalists * looks)
 
 
 def rung_steps(proxy_steps: int, stress_steps: int, eta: int,
@@ -111,8 +146,9 @@ def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: in
     """The rungs above the proxy for ``candidates`` proxy candidates (the baseline not
     counted): each takes the best :func:`climbers` of the one below (the first at most
     ``first_size``, chosen with :func:`probed` probes); the top rung takes ``promote``
-    finalists at ``top_seeds`` seeds. With ``family`` (the horizon rule on), every rung also
-    trains the baseline's learning-rate family, and the first rung's climbers are probed."""
+    finalists at ``top_seeds`` seeds, beside the baseline's learning-rate family at each of
+    them (the tuned control). With ``family`` (the horizon rule on), every rung below it also
+    trains the family, and the first rung's climbers are probed."""
     if promote == 0:
         return []
     steps = rung_steps(proxy_steps, stress_steps, eta, first_steps)
@@ -124,7 +160,8 @@ def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: in
         probes = probed(entrants, eta, promote, cap) if family and i == 0 else 0
         entrants = climbers(entrants, eta, promote, cap)
         plan.append(RungPlan(at, entrants, family=extra, probes=probes))
-    plan.append(RungPlan(steps[-1], min(promote, entrants), top_seeds, family=extra))
+    plan.append(RungPlan(steps[-1], min(promote, entrants), top_seeds,
+                         family=len(LR_FAMILY) * top_seeds))
     return plan
 
 
@@ -141,12 +178,15 @@ def describe_ladder(plan: Sequence[RungPlan], proxy_steps: int, candidates: int)
 
 @dataclass(frozen=True)
 class PairedGain:
-    """A gain over the baseline at one rung (positive is better) with its interval."""
+    """A gain over the control at one rung (positive is better) with its interval, drawn at
+    ``confidence`` (two-sided) so that ``tests`` of them hold the family's 90%."""
 
     value: float
     low: float
     high: float
     seeds: int
+    confidence: float = CONFIDENCE
+    tests: int = 1
 
     @property
     def is_noise(self) -> bool:
@@ -154,34 +194,23 @@ class PairedGain:
         return self.low <= 0.0 or self.value <= 0.0
 
     def text(self) -> str:
-        return (f"{self.value:+.4f} [{self.low:+.4f}, {self.high:+.4f}] val_bpb "
-                f"({round(100 * CONFIDENCE)}% paired, {self.seeds} seeds)")
+        level = f"{round(100 * CONFIDENCE)}% paired"
+        if self.tests > 1:
+            level += (f", Bonferroni over {self.tests} tests: each at "
+                      f"{100 * self.confidence:.3g}%")
+        return (f"{self.value:+.4f} [{self.low:+.4f}, {self.high:+.4f}] val_bpb ({level}, "
+                f"{self.seeds} seeds)")
 
 
-def pooled_deviations(gains: Mapping[str, Mapping[int, float]]) -> list[float]:
-    """Each recipe's per-seed gains' deviations from its own mean, scaled by
-    ``sqrt(n / (n - 1))`` to estimate one gain's noise, pooled over recipes with 2+ seeds."""
-    deviations: list[float] = []
-    for by_seed in gains.values():
-        values = list(by_seed.values())
-        if len(values) >= 2:
-            centre = statistics.fmean(values)
-            scale = math.sqrt(len(values) / (len(values) - 1))
-            deviations += [(v - centre) * scale for v in values]
-    return deviations
-
-
-def top_interval(values: Sequence[float], deviations: Sequence[float]) -> PairedGain:
-    """The mean of ``values`` (per-seed paired differences) with its interval: from
-    :data:`OWN_SEEDS` values on, Student's t over their own spread; below it, bootstrapped
-    from the pooled ``deviations`` (see :mod:`recipelab.trajectory.noise`)."""
+def top_interval(values: Sequence[float], confidence: float = CONFIDENCE,
+                 tests: int = 1) -> PairedGain:
+    """The mean of ``values`` (one recipe's per-seed paired gains) with its own two-sided
+    interval at ``confidence``: Student's t over their spread. Its own, not pooled over the
+    finalists: noise is per recipe, and a pooled two-seed interval was mean ± |g1 − g2|/√2,
+    which named a false winner one time in five. Below two values there is no interval."""
     mean = statistics.fmean(values)
-    if len(values) >= OWN_SEEDS:
-        half = (t_quantile(CONFIDENCE, len(values) - 1) * statistics.stdev(values)
-                / math.sqrt(len(values)))
-        return PairedGain(mean, mean - half, mean + half, len(values))
-    if not deviations:
-        return PairedGain(mean, -math.inf, math.inf, len(values))
-    tail = (1.0 - CONFIDENCE) / 2
-    low, high = bootstrap_quantiles(deviations, len(values), tail)
-    return PairedGain(mean, mean - high, mean - low, len(values))
+    if len(values) < 2:
+        return PairedGain(mean, -math.inf, math.inf, len(values), confidence, tests)
+    half = (t_quantile(confidence, len(values) - 1) * statistics.stdev(values)
+            / math.sqrt(len(values)))
+    return PairedGain(mean, mean - half, mean + half, len(values), confidence, tests)

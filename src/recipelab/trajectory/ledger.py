@@ -32,11 +32,18 @@ makes the same decisions and none of them disagree:
   :meth:`Ledger.proxy_ranked`, each candidate's better of its proxy trial and its *probe*
   (a family run at the proxy's steps at a higher rate); the baseline's learning-rate family
   runs (proposer ``lr-family``) feed the horizon rule and rank nothing;
+- **control** (:meth:`Ledger.control`): at the top rung, the **tuned baseline**: the baseline
+  at the best of its rate and its family's (× ½, × 2), by their mean over the seeds all of them
+  trained (a rate that diverged anywhere is out);
 - **recommendation** (:meth:`Ledger.recommendation`): when the top rung holds paired seeds
-  for the baseline and a finalist, the finalist with the largest mean paired gain there is the
-  winner only when its interval excludes 0 (else there is *no winner beyond noise*, with the
-  reason); a runner-up whose gap to it is inside the interval is recommended too, as the
-  fallback. :meth:`Ledger.winner_line` is the one sentence every surface prints;
+  for the control and a finalist, the finalist with the largest mean paired gain over the
+  control there is the winner only when its own interval, at the Bonferroni level for the
+  finalists compared and the looks taken
+  (:func:`~recipelab.trajectory.ladder.verdict_confidence`), excludes 0 (else there is *no
+  winner beyond noise*, with the reason; one that beats only the untuned baseline is *no
+  better than moving the learning rate*); a runner-up whose gap to it is inside the noise is
+  recommended too, as the fallback. :meth:`Ledger.winner_line` is the one sentence every
+  surface prints; :func:`close_call_target` says whether a close call is due;
 - **winner** (older campaigns, or a top rung cut short): named by the highest-fidelity
   evidence there is. Among candidates whose stress run stayed stable, the lowest stress
   val_bpb wins (a 60-step lead that a long run does not keep is not a lead). Without a
@@ -53,7 +60,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, TypeVar
@@ -68,8 +75,8 @@ from recipelab.trajectory.ladder import (
     DEFAULT_ETA,
     PairedGain,
     climbers,
-    pooled_deviations,
     top_interval,
+    verdict_confidence,
 )
 from recipelab.trajectory.noise import (
     SEED_RERUN_PROPOSER,
@@ -112,6 +119,38 @@ def mid_ranked(ranked: Sequence[T], k: int) -> list[T]:
 
 
 @dataclass(frozen=True)
+class Control:
+    """What the top rung's gains are measured against: the baseline at ``factor`` × its rate
+    there (the best of its learning-rate family), with its val_bpb by seed; ``own`` is the
+    baseline at its own rate, the untuned control."""
+
+    steps: int
+    factor: float
+    scores: Mapping[int, float]
+    own: Mapping[int, float]
+    compared: tuple[float, ...] = (1.0,)  # the rates it was chosen among
+
+    @property
+    def tuned(self) -> bool:
+        """Whether the control's rate differs from the baseline's own."""
+        return self.factor != 1.0
+
+    def gains(self, scores: Mapping[int, float], *, untuned: bool = False) -> dict[int, float]:
+        """``control - candidate`` val_bpb at each seed both have (``untuned``: against the
+        baseline at its own rate)."""
+        at = self.own if untuned else self.scores
+        return {seed: at[seed] - value for seed, value in scores.items() if seed in at}
+
+    def text(self) -> str:
+        """``the tuned baseline (0.5× its rate, the best of 0.5/1/2× here)``, or the
+        untuned one where its family was not trained (a campaign of an older recipelab)."""
+        if len(self.compared) < 2:
+            return "the baseline (its learning-rate family did not train here: untuned)"
+        return (f"the tuned baseline ({self.factor:g}× its rate, the best of "
+                f"{'/'.join(f'{m:g}' for m in sorted(self.compared))}× here)")
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """The top rung's verdict: a winner (and a fallback when the two are inside the noise of
     each other), or why there is none. ``steps`` and ``seeds`` say where the evidence is."""
@@ -124,6 +163,7 @@ class Recommendation:
     lead: PairedGain | None = None  # primary over the runner-up
     best: TrialRecord | None = None  # the best finalist, winner or not
     reason: str | None = None  # why there is no winner
+    control: Control | None = None  # what the gains are over
 
     @property
     def close_call(self) -> bool:
@@ -135,8 +175,9 @@ class Recommendation:
         """The winner line: what the console, ``status``, the report and ``export`` print."""
         if self.primary is None or self.gain is None:
             return f"no winner beyond noise: {self.reason}"
+        against = self.control.text() if self.control is not None else "the baseline"
         text = (f"winner: {self.primary.trial_id}, evidence: top rung at {self.steps} steps, "
-                f"{self.gain.seeds} seeds, gain over the baseline {self.gain.text()}")
+                f"{self.gain.seeds} seeds, gain over {against} {self.gain.text()}")
         if self.fallback is not None and self.lead is not None:
             text += (f"; fallback: {self.fallback.trial_id} (the lead over it, "
                      f"{self.lead.value:+.4f} [{self.lead.low:+.4f}, {self.lead.high:+.4f}], is "
@@ -186,32 +227,6 @@ class Winner:
 
 
 @dataclass(frozen=True)
-class Yardstick:
-    """The top rung's pick against the baseline at its best learning rate there (its own rate
-    or its family's × ½ or × 2), at the seed the family trained: what a user gets for free by
-    lowering the learning rate, the cheapest alternative to the night."""
-
-    steps: int
-    seed: int
-    factor: float  # the baseline's best rate there, as a multiple of its own
-    baseline: float  # its val_bpb at that rate
-    pick: TrialRecord  # the proxy trial of the winner (or of the best finalist)
-    value: float  # the pick's val_bpb at the top rung, same seed
-
-    @property
-    def gain(self) -> float:
-        return self.baseline - self.value
-
-    def line(self) -> str:
-        verdict = ("beats lowering the learning rate" if self.gain > 0 else
-                   "does not beat lowering the learning rate: train the baseline at the lower "
-                   "rate, or search longer")
-        return (f"yardstick: at the top rung ({self.steps} steps, seed {self.seed}) the baseline "
-                f"at {self.factor:g}× its rate scored {self.baseline:.4f} and {self.pick.trial_id} "
-                f"{self.value:.4f}: the night {verdict} ({self.gain:+.4f}, one seed)")
-
-
-@dataclass(frozen=True)
 class Counts:
     """How many trials are where, each counted once (what ``status`` prints)."""
 
@@ -247,12 +262,16 @@ class Ledger:
     """The records of one campaign and every definition read from them (see the module)."""
 
     def __init__(self, records: Sequence[TrialRecord], *, promote: int = 3,
-                 fidelity: int = 0, rung_size: int = 10, eta: int = DEFAULT_ETA) -> None:
+                 fidelity: int = 0, rung_size: int = 10, eta: int = DEFAULT_ETA,
+                 looks: int = 2) -> None:
+        """``looks``: how often the top rung's verdict may look at its seeds, 2 when a close
+        call can buy more (the Bonferroni count's second factor), else 1."""
         self.records = list(records)
         self.promote = promote
         self.fidelity = fidelity
         self.rung_size = rung_size
         self.eta = eta
+        self.looks = looks
 
     def of_kind(self, kind: str) -> list[TrialRecord]:
         return [r for r in self.records if r.kind == kind]
@@ -363,39 +382,14 @@ class Ledger:
         return [r for r in (*self.climbing, *self.stress)
                 if r.parent == proxy_id and r.budget_steps == steps]
 
-    def yardstick(self) -> Yardstick | None:
-        """The top rung's pick against the tuned baseline (see :class:`Yardstick`); None
-        before the top rung has both, or when its family was not trained (a tight rule)."""
-        top, base = self.recommendation(), self.baseline
-        pick = top.primary or top.best if top is not None else None
-        if top is None or base is None or pick is None:
-            return None
-        family = [r for r in self.rung if r.proposer == LR_FAMILY_PROPOSER and has_score(r)
-                  and r.parent == base.trial_id and r.budget_steps == top.steps]
-        if not family:
-            return None
-        seed = family[0].recipe.get("seed")
-
-        def at_seed(records: Sequence[TrialRecord]) -> list[TrialRecord]:
-            return [r for r in records if has_score(r) and r.recipe.get("seed") == seed]
-
-        picked = at_seed(self.runs_at(pick.trial_id, top.steps))
-        if not picked:
-            return None
-        best = min(at_seed(family) + at_seed(self.runs_at(base.trial_id, top.steps)),
-                   key=lambda r: (r.val_bpb, r.trial_id))
-        factor = float(best.edit.get("lr_family", 1.0)) if best.proposer == LR_FAMILY_PROPOSER else 1.0
-        assert best.val_bpb is not None and picked[0].val_bpb is not None
-        return Yardstick(top.steps, int(seed or 0), factor, best.val_bpb, pick, picked[0].val_bpb)
-
     def longest_run(self, record: TrialRecord) -> TrialRecord:
-        """``record``'s recipe as it trained the most tokens at its own seed: its completed
-        top-rung or rung run, else the trial itself. Its rate and batch are what the campaign
-        measured at the largest scale, where the export anchors its law."""
-        seed = record.recipe.get("seed")
+        """``record``'s recipe as it trained the most tokens: its completed top-rung or rung
+        run (the first, by trial id, of those at the most tokens: the top rung trains fresh
+        seeds), else the trial itself. Its rate and batch are what the campaign measured at
+        the largest scale, where the export anchors its law."""
         runs = [r for r in (*self.climbing, *self.stress) if r.parent == record.trial_id
-                and r.status == "complete" and r.recipe.get("seed") == seed]
-        return max(runs, key=lambda r: (r.tokens, r.trial_id), default=record)
+                and r.status == "complete"]
+        return min(runs, key=lambda r: (-r.tokens, r.trial_id), default=record)
 
     def best_rung_run(self, proxy_id: str) -> tuple[float, TrialRecord] | None:
         """The candidate's scored run at its highest rung below the top, with its score."""
@@ -479,41 +473,84 @@ class Ledger:
         extras = mid_ranked(self.contenders[self.promote:], self.fidelity)
         return chosen + [r for r in extras if r.trial_id not in taken]
 
+    def control(self, steps: int) -> Control | None:
+        """The tuned baseline at ``steps`` (see the module); None without a baseline. Its rate
+        is chosen on the seeds every rate of the family trained, so the seeds a close call
+        adds to the chosen rate alone never change the choice."""
+        base = self.baseline
+        if base is None:
+            return None
+        rates: dict[float, dict[int, float]] = {1.0: self.scores_at(base.trial_id, steps)}
+        failed: set[float] = set()
+        for run in self.rung:
+            if (run.proposer != LR_FAMILY_PROPOSER or run.parent != base.trial_id
+                    or run.budget_steps != steps or not run.trained):
+                continue
+            factor = float(run.edit.get("lr_family", 1.0))
+            score = rung_score(run)
+            if score is None or run.verdict == "diverged":
+                failed.add(factor)
+            else:
+                rates.setdefault(factor, {}).setdefault(int(run.recipe.get("seed", 0)), score)
+        compared = {m: v for m, v in rates.items() if m not in failed and v}
+        shared = set.intersection(*(set(v) for v in compared.values())) if compared else set()
+        factor = 1.0
+        if len(compared) > 1 and len(shared) >= 2:
+            factor = min(compared, key=lambda m: (statistics.fmean(compared[m][s]
+                                                                   for s in shared), m))
+        compared_rates = tuple(sorted(compared)) if len(shared) >= 2 else (1.0,)
+        return Control(steps, factor, rates[factor], rates[1.0], compared_rates)
+
     def recommendation(self) -> Recommendation | None:
         """The top rung's verdict (see the module), or None when no top-rung run of a
-        finalist pairs with the baseline's at two or more seeds."""
+        finalist pairs with the control's at two or more seeds."""
         steps = max((r.budget_steps for r in self.stress), default=0)
-        gains = {c.trial_id: g for c in self.contenders
-                 if len(g := self.gains_at(c.trial_id, steps)) >= 2}
+        control = self.control(steps)
+        if control is None:
+            return None
+        scores = {c.trial_id: self.scores_at(c.trial_id, steps) for c in self.contenders}
+        gains = {i: g for i, at in scores.items() if len(g := control.gains(at)) >= 2}
         if not gains:
             return None
-        deviations = pooled_deviations(gains)
+        tests = len(gains) * self.looks
+        level = verdict_confidence(len(gains), self.looks)
         by_id = {c.trial_id: c for c in self.contenders}
         ranked = sorted(gains, key=lambda i: (-statistics.fmean(gains[i].values()), i))
         best = by_id[ranked[0]]
-        gain = top_interval(list(gains[best.trial_id].values()), deviations)
+        gain = top_interval(list(gains[best.trial_id].values()), level, tests)
         seeds = max(len(g) for g in gains.values())
         if gain.is_noise:
-            why = ("the whole interval is below 0, so every finalist is worse than the baseline "
-                   "there: keep the baseline" if gain.high < 0.0 else
-                   "the interval includes 0, so the seeds alone could explain it: keep the "
-                   f"baseline, or buy more evidence at the top rung (--top-seeds {seeds + 1}) "
-                   "or a longer one (--stress-steps)")
+            untuned = top_interval(list(control.gains(scores[best.trial_id], untuned=True)
+                                        .values()), level, tests)
+            if control.tuned and not untuned.is_noise:
+                moved = "lowering" if control.factor < 1.0 else "raising"
+                why = (f"no better than {moved} the learning rate: it beats the baseline "
+                       f"at its own rate by {untuned.text()}, not the baseline at "
+                       f"{control.factor:g}× its rate; train the baseline at that rate, or "
+                       "search again")
+            elif gain.high < 0.0:
+                why = ("the whole interval is below 0, so every finalist is worse than the "
+                       "baseline there: keep the baseline")
+            else:
+                why = ("the interval includes 0, so the seeds alone could explain it: keep the "
+                       f"baseline, or buy more evidence at the top rung (--top-seeds {seeds + 2}) "
+                       "or a longer one (--stress-steps)")
             return Recommendation(
-                steps, seeds, None, gain, best=best,
-                reason=(f"the best finalist {best.trial_id} gains {gain.text()} over the baseline "
-                        f"at the top rung ({steps} steps); {why}"))
+                steps, seeds, None, gain, best=best, control=control,
+                reason=(f"the best finalist {best.trial_id} gains {gain.text()} over "
+                        f"{control.text()} at the top rung ({steps} steps); {why}"))
         fallback = lead = None
         if len(ranked) > 1:
             runner = ranked[1]
             shared = [gains[best.trial_id][s] - gains[runner][s]
                       for s in gains[best.trial_id] if s in gains[runner]]
-            if shared:
-                lead = top_interval(shared, deviations)
+            if len(shared) >= 2:
+                lead = top_interval(shared)
                 if lead.low <= 0.0:
                     fallback = by_id[runner]
         return Recommendation(steps, seeds, best, gain, fallback=fallback,
-                              lead=lead if fallback is not None else None, best=best)
+                              lead=lead if fallback is not None else None, best=best,
+                              control=control)
 
     def winner_line(self) -> str:
         """The one sentence that names the winner (or why there is none), with the rung of
@@ -690,3 +727,18 @@ class Ledger:
                          for r in self.search_trials),
             llm=sum(r.proposer.startswith(LLM_PROPOSER_PREFIX) for r in self.search_trials),
             fell_back=sum(FALLBACK_ARTIFACT in r.artifacts for r in self.search_trials))
+
+
+def close_call_target(ledger: Ledger, bought: Collection[str],
+                      extra: int) -> tuple[TrialRecord, float] | None:
+    """The finalist a close call at the top rung buys ``extra`` more seeds for, and the
+    multiple of the baseline's rate its control trains them at; None when no close call is
+    due: no verdict yet, a winner or a clear loss, no seeds to buy, or the best finalist has
+    bought its seeds already (``bought``: each finalist looks twice at most, which the
+    verdict's Bonferroni count assumes). A pure function of the records, so a resumed
+    campaign buys the same runs."""
+    verdict = ledger.recommendation()
+    if (not extra or verdict is None or not verdict.close_call or verdict.best is None
+            or verdict.control is None or verdict.best.trial_id in bought):
+        return None
+    return verdict.best, verdict.control.factor

@@ -1,0 +1,179 @@
+"""Null campaigns: how often the top rung names a winner among finalists no better than the
+tuned baseline (the false-winner rate), and how often it names a better one (power).
+
+Each campaign runs the campaign's own verdict code on real records
+(:mod:`recipelab.trajectory.null_campaigns`: the top rung's fresh seeds, the close call, the
+Bonferroni verdict over the tuned control). Only each run's val_bpb comes from elsewhere:
+
+- **(a) simulated** (``--simulate N`` campaigns per cell): a noise model with the truth set by
+  hand (:func:`~recipelab.trajectory.null_campaigns.noise_model`): every finalist equal to the
+  control, or one better by 1 or 2 σ of a paired gain (power).
+- **(b) from real runs** (``--pool N``): the preset's baseline trained at ``N`` seeds at the
+  proxy's steps and at the top rung at × ½, × 1 and × 2 its rate (real trainer subprocesses,
+  cached in ``--out``). Each campaign gives every (recipe, seed) its own pool seed, drawn
+  without replacement, so real tails and the real spread of seeds go through the same code;
+  finalists draw from the rate with the best mean, so they equal the tuned control.
+
+Each row prints its false-winner rate with a 95% Wilson interval, beside the bar of 10%.
+
+    python bench/null_campaigns.py [--simulate 2000] [--pool 40] [--campaigns 2000] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fidelity
+from recipelab.agent.settings_components import LadderSettings
+from recipelab.recipe import PROXY_PRESETS, proxy_recipe
+from recipelab.trainer.spec import CorpusSpec
+from recipelab.trajectory.ladder import LR_FAMILY
+from recipelab.trajectory.null_campaigns import (
+    CAMPAIGN_SEED,
+    Draw,
+    TopRung,
+    top_rung_campaign,
+    wilson,
+    winner_rate,
+)
+
+BAR = 0.10
+"""The false-winner rate the verdict must stay under."""
+
+
+def simulate(rungs: Sequence[TopRung], n: int) -> None:
+    print(f"\n(a) simulated campaigns, {n} per cell; σ is one seed's paired gain. False winners "
+          "where the baseline's other rates are far worse (no luck in choosing its best rate: "
+          "the hardest case) and where all three tie")
+    print(f"{'setting':<42} {'false winners [95%]':<26} {'rates tied':>10} {'power 1σ':>9} "
+          f"{'power 2σ':>9}")
+    for rung in rungs:
+        null = winner_rate(rung, n)
+        tied = winner_rate(rung, n, rate_gap=0.0)
+        one, two = (winner_rate(rung, n, gain=g) for g in (1.0, 2.0))
+        low, high = wilson(round(null * n), n)
+        flag = "" if null <= BAR else "  ABOVE THE BAR"
+        print(f"{rung.describe():<42} {null:6.1%} [{low:.1%}, {high:.1%}]{flag:<10} "
+              f"{tied:10.1%} {one:9.1%} {two:9.1%}")
+
+
+# --- (b): null campaigns from real runs --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The baseline's real runs: ``proxy[i]`` at the proxy's steps, ``top[m][i]`` at the top
+    rung at ``m`` × its rate, for pool seed ``i``."""
+
+    proxy: list[float]
+    top: dict[float, list[float]]
+    proxy_steps: int
+    top_steps: int
+
+
+def train_pool(preset: str, corpus: str, seeds: int, top_steps: int, out: Path,
+               workers: int) -> Pool:
+    base = proxy_recipe(preset)
+    spec = CorpusSpec(source=corpus)
+    factors = (1.0, *LR_FAMILY)
+
+    def run(steps: int, factor: float, seed: int) -> float:
+        recipe = base.apply({"seed": 1000 + seed,
+                                     "optimizer.lr": base.optimizer.lr * factor})
+        return fidelity.score(fidelity.trial(recipe, steps, out, f"{steps}-x{factor:g}-s{seed}",
+                                             threads=1, corpus=spec,
+                                             tokens_per_step=base.tokens_per_step))
+
+    with ThreadPoolExecutor(workers) as pool:
+        proxy = [pool.submit(run, base.steps, 1.0, s) for s in range(seeds)]
+        top = {m: [pool.submit(run, top_steps, m, s) for s in range(seeds)] for m in factors}
+        return Pool([f.result() for f in proxy], {m: [f.result() for f in fs]
+                                                  for m, fs in top.items()},
+                    base.steps, top_steps)
+
+
+def pool_draw(pool: Pool, rng: random.Random, best: float) -> Draw:
+    """Each (recipe, seed) of one campaign gets its own pool seed, none used twice; finalists
+    draw from the baseline's ``best`` rate, the baseline's family from its own rates. A
+    finalist's proxy run and its top-rung run at the proxy's seed share a pool seed, so real
+    luck carries across rungs as it does in a campaign."""
+    order = list(range(len(pool.proxy)))
+    rng.shuffle(order)
+    assigned: dict[tuple[str, int], int] = {}
+
+    def draw(who: str, seed: int, factor: float) -> float:
+        key = (who, seed)
+        if key not in assigned:
+            if not order:
+                raise RuntimeError("the pool ran out of seeds: train it at more (--pool)")
+            assigned[key] = order.pop()
+        index = assigned[key]
+        if seed == CAMPAIGN_SEED and factor == 1.0 and (who, -1) not in assigned:
+            assigned[(who, -1)] = index
+            return pool.proxy[index]
+        return pool.top[best if who != "base" else factor][index]
+    return draw
+
+
+def from_pool(rungs: Sequence[TopRung], pool: Pool, n: int, seed: int = 0) -> None:
+    means = {m: statistics.fmean(v) for m, v in pool.top.items()}
+    best = min(means, key=lambda m: means[m])
+    print(f"\n(b) null campaigns from {len(pool.proxy)} real seeds of the baseline, {n} per cell "
+          f"(top rung {pool.top_steps} steps; mean val_bpb by rate: "
+          + ", ".join(f"× {m:g} {v:.4f}" for m, v in sorted(means.items()))
+          + f"; finalists drawn at × {best:g})")
+    print(f"{'setting':<42} {'false winners [95%]':<26}")
+    for rung in rungs:
+        need = (rung.promote + 1) * (rung.top_seeds + rung.close_call_seeds + 1)
+        if need > len(pool.proxy):
+            print(f"{rung.describe():<42} needs {need} pool seeds (--pool {need})")
+            continue
+        rng = random.Random(seed)
+        hits = sum(top_rung_campaign(rung, pool_draw(pool, rng, best),
+                                     proxy_steps=pool.proxy_steps, top_steps=pool.top_steps)
+                   for _ in range(n))
+        low, high = wilson(hits, n)
+        flag = "" if hits / n <= BAR else "  ABOVE THE BAR"
+        print(f"{rung.describe():<42} {hits / n:6.1%} [{low:.1%}, {high:.1%}]{flag}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--simulate", type=int, default=2000, help="campaigns per cell in (a)")
+    parser.add_argument("--pool", type=int, default=0,
+                        help="(b): train the baseline at this many seeds (0: skip (b))")
+    parser.add_argument("--campaigns", type=int, default=2000, help="campaigns per cell in (b)")
+    parser.add_argument("--preset", default="tiny", choices=sorted(PROXY_PRESETS))
+    parser.add_argument("--corpus", default="python-source")
+    parser.add_argument("--stress-steps", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("bench-out/null-campaigns"))
+    args = parser.parse_args()
+
+    default = LadderSettings()
+    rungs = [TopRung(p, default.top_seeds, c) for c in (default.close_call_seeds, 0)
+             for p in (1, 3)]
+    print(f"defaults: --top-seeds {default.top_seeds}, --close-call-seeds "
+          f"{default.close_call_seeds}; the bar: at most {BAR:.0%} false winners")
+    started = time.perf_counter()
+    simulate(rungs, args.simulate)
+    print(f"({time.perf_counter() - started:.0f} s)")
+    if args.pool:
+        args.out.mkdir(parents=True, exist_ok=True)
+        pool = train_pool(args.preset, args.corpus, args.pool, args.stress_steps, args.out,
+                          args.workers)
+        from_pool(rungs, pool, args.campaigns)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Null campaigns: the top rung's verdict run where the truth is known, so the confidence it
+prints is a measured one.
+
+:func:`top_rung_campaign` builds one campaign's top rung from real :class:`TrialRecord` objects
+(the seeds of :func:`~recipelab.trajectory.ladder.top_rung_seeds`, the baseline's learning-rate
+family at each) and runs the campaign's own decisions on them: the close call of
+:func:`~recipelab.trajectory.ledger.close_call_target` and the verdict of
+:meth:`~recipelab.trajectory.ledger.Ledger.recommendation`. Only the val_bpb of each run comes
+from elsewhere: a :data:`Draw`. :func:`noise_model` draws from a model with the truth set by
+hand; ``bench/null_campaigns.py`` also draws from real runs of the baseline. Where every
+finalist equals the control, a named winner is a false one: the **false-winner rate**; where
+one is better, naming it is the verdict's **power**.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from recipelab.recipe import BASELINE_PROPOSER
+from recipelab.trajectory.ladder import LR_FAMILY, top_rung_seeds
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger, close_call_target
+from recipelab.trajectory.record import TrialRecord
+
+CAMPAIGN_SEED = 0
+"""The null campaign's seed: its proxy trials train at it; the top rung never does."""
+BASELINE_ID = "p0000"
+RATE_GAP = 10.0
+"""How much worse (in σ) the baseline's other rates are by default: far enough that choosing
+the best rate gives the control no luck of its own, the null's hardest case."""
+
+Draw = Callable[[str, int, float], float]
+"""One run's val_bpb from who trains it (``"base"`` or a finalist's id, ``f0`` first), its
+seed and its multiple of the baseline's rate (1 for every finalist)."""
+
+
+@dataclass(frozen=True)
+class TopRung:
+    """What decides the verdict: ``promote`` finalists at ``top_seeds`` seeds, and a close
+    call's ``close_call_seeds`` more."""
+
+    promote: int
+    top_seeds: int
+    close_call_seeds: int
+
+    def describe(self) -> str:
+        return (f"{self.promote} finalist{'s' if self.promote > 1 else ''}, "
+                f"{self.top_seeds} top seeds, close call +{self.close_call_seeds}")
+
+    def ledger(self, records: list[TrialRecord]) -> Ledger:
+        return Ledger(records, promote=self.promote, looks=2 if self.close_call_seeds else 1)
+
+
+def run_record(trial_id: str, kind: str, proposer: str, value: float, *, parent: str | None,
+               steps: int, seed: int, family: float | None = None) -> TrialRecord:
+    """A complete, stable run as the campaign records it (what the verdict reads)."""
+    return TrialRecord(campaign="null", trial_id=trial_id, kind=kind, status="complete",
+                       proposer=proposer, parent=parent, budget=steps, val_bpb=value,
+                       recipe={"seed": seed, "steps": steps},
+                       edit={"lr_family": family} if family else {}, verdict="stable")
+
+
+def top_rung_campaign(rung: TopRung, draw: Draw, *, proxy_steps: int = 20,
+                      top_steps: int = 200) -> bool:
+    """One campaign's top rung, close call and verdict: whether it named a winner."""
+    finalists = [f"f{i}" for i in range(rung.promote)]
+    records = [run_record(BASELINE_ID, "proxy", BASELINE_PROPOSER,
+                          draw("base", CAMPAIGN_SEED, 1.0), parent=None, steps=proxy_steps,
+                          seed=CAMPAIGN_SEED)]
+    records += [run_record(f, "proxy", "tpe", draw(f, CAMPAIGN_SEED, 1.0), parent=None,
+                           steps=proxy_steps, seed=CAMPAIGN_SEED) for f in finalists]
+    ids = iter(range(10**6))
+
+    def top_run(parent: str, seed: int, family: float | None = None) -> TrialRecord:
+        who = "base" if parent == BASELINE_ID else parent
+        kind, proposer = ("rung", LR_FAMILY_PROPOSER) if family else ("stress", "tpe")
+        return run_record(f"s{next(ids):04d}", kind, proposer, draw(who, seed, family or 1.0),
+                          parent=parent, steps=top_steps, seed=seed, family=family)
+
+    for seed in top_rung_seeds(CAMPAIGN_SEED, (CAMPAIGN_SEED,), rung.top_seeds):
+        records += [top_run(p, seed) for p in (BASELINE_ID, *finalists)]
+        records += [top_run(BASELINE_ID, seed, m) for m in LR_FAMILY]
+    bought: set[str] = set()
+    while (target := close_call_target(rung.ledger(records), bought,
+                                       rung.close_call_seeds)) is not None:
+        best, factor = target
+        bought.add(best.trial_id)
+        seeds = top_rung_seeds(CAMPAIGN_SEED, (CAMPAIGN_SEED,),
+                               rung.top_seeds + rung.close_call_seeds)[rung.top_seeds:]
+        for seed in seeds:
+            records += [top_run(best.trial_id, seed),
+                        top_run(BASELINE_ID, seed, factor if factor != 1.0 else None)]
+    verdict = rung.ledger(records).recommendation()
+    return verdict is not None and verdict.primary is not None
+
+
+def noise_model(rng: random.Random, gain: float = 0.0, rate_gap: float = RATE_GAP) -> Draw:
+    """Runs whose paired difference at one seed has σ 1: a per-seed draw every recipe at that
+    seed shares (the same initialisation and batches) and one of each run's own, variance ½
+    each. Every finalist has the truth of the baseline at its own rate, except ``f0``,
+    ``gain`` σ better; the baseline's other rates are ``rate_gap`` σ worse (at 0 the control
+    is the best of three equal rates, biased in its own favour; far apart, it is not)."""
+    shared: dict[int, float] = {}
+    own = math.sqrt(0.5)
+
+    def draw(who: str, seed: int, factor: float) -> float:
+        if seed not in shared:
+            shared[seed] = rng.gauss(0.0, own)
+        truth = -gain if who == "f0" else (rate_gap if factor != 1.0 else 0.0)
+        return truth + shared[seed] + rng.gauss(0.0, own)
+    return draw
+
+
+def winner_rate(rung: TopRung, campaigns: int, *, gain: float = 0.0, seed: int = 0,
+                rate_gap: float = RATE_GAP) -> float:
+    """The share of ``campaigns`` simulated campaigns (:func:`noise_model`) that name a
+    winner: the false-winner rate at ``gain`` 0, the power above it."""
+    rng = random.Random(seed)
+    return sum(top_rung_campaign(rung, noise_model(rng, gain, rate_gap))
+               for _ in range(campaigns)) / campaigns
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson interval of a rate of ``hits`` in ``n``."""
+    if n == 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

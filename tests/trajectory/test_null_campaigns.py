@@ -1,0 +1,73 @@
+"""Null campaigns through the verdict's own code: with every finalist equal to the tuned
+baseline, the default top rung names a winner at most 10% of the time, and it still names a
+finalist that is truly better."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from recipelab.agent.settings_components import LadderSettings
+from recipelab.trajectory.null_campaigns import (
+    TopRung,
+    noise_model,
+    top_rung_campaign,
+    wilson,
+    winner_rate,
+)
+
+DEFAULT = LadderSettings()
+CAMPAIGNS = 600
+
+
+@pytest.mark.parametrize("promote", [1, 3])
+def test_the_default_verdict_names_a_false_winner_at_most_one_time_in_ten(promote: int) -> None:
+    rung = TopRung(promote, DEFAULT.top_seeds, DEFAULT.close_call_seeds)
+    assert winner_rate(rung, CAMPAIGNS, seed=1) <= 0.10
+
+
+@pytest.mark.parametrize(("promote", "power"), [(1, 0.6), (3, 0.4)])
+def test_the_default_verdict_names_a_finalist_two_sigma_better_most_of_the_time(
+        promote: int, power: float) -> None:
+    """A verdict that never names anything passes the test above: this one it fails."""
+    rung = TopRung(promote, DEFAULT.top_seeds, DEFAULT.close_call_seeds)
+    assert winner_rate(rung, CAMPAIGNS // 2, gain=2.0, seed=2) >= power
+
+
+def test_a_close_call_is_a_second_look_that_adds_power() -> None:
+    with_call = TopRung(3, DEFAULT.top_seeds, 2)
+    without = TopRung(3, DEFAULT.top_seeds, 0)
+    assert winner_rate(with_call, 300, gain=2.0, seed=3) > winner_rate(without, 300, gain=2.0,
+                                                                        seed=3)
+
+
+def test_the_noise_model_pairs_runs_at_a_seed_and_sets_the_gain() -> None:
+    rng = random.Random(0)
+    pairs = []
+    for _ in range(4000):
+        draw = noise_model(rng, gain=1.0)
+        pairs.append(draw("base", 1000, 1.0) - draw("f0", 1000, 1.0))
+    mean = sum(pairs) / len(pairs)
+    variance = sum((p - mean) ** 2 for p in pairs) / (len(pairs) - 1)
+    assert mean == pytest.approx(1.0, abs=0.06) and variance == pytest.approx(1.0, abs=0.08)
+
+
+def test_a_campaign_reads_the_seeds_it_drew() -> None:
+    """Every run the verdict reads comes from the draw: a finalist far ahead wins, one far
+    behind does not, and no run trains at the campaign's own seed above the proxy."""
+    seen: list[tuple[str, int]] = []
+
+    def ahead(who: str, seed: int, factor: float) -> float:
+        seen.append((who, seed))
+        return 1.0 if who == "f0" else 2.0 + 0.01 * (seed % 7)
+
+    assert top_rung_campaign(TopRung(2, 3, 2), ahead)
+    assert {s for w, s in seen if w != "base" or s} >= {1000, 1001, 1002}
+    assert not top_rung_campaign(TopRung(2, 3, 2), lambda who, seed, factor:
+                                 3.0 if who == "f0" else 2.0 + 0.01 * (seed % 7))
+
+
+def test_the_wilson_interval_holds_its_rate() -> None:
+    low, high = wilson(5, 100)
+    assert 0.0 < low < 0.05 < high < 0.12
