@@ -28,13 +28,15 @@ from recipelab.trainer.spec import CorpusSpec
 
 @pytest.fixture
 def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
-    """Phase 2 without the middle rung (rung_size 0), attribution or the width rung: their
-    specifications turn them on themselves (tests/agent/test_ladder.py,
-    tests/agent/test_attribution_phase.py, tests/agent/test_width_phase.py)."""
+    """Phase 2 without the middle rung (rung_size 0), attribution or the width rung, and a top
+    rung of two seeds without a close call (cheap to train): their specifications turn them on
+    themselves (tests/agent/test_ladder.py, tests/agent/test_attribution_phase.py,
+    tests/agent/test_width_phase.py)."""
     return CampaignSettings(name="tiny", preset="tiny", corpus=corpus, precision="fp32",
                             window=WindowSettings(iterations=3, trial_timeout_s=120),
                             ladder=LadderSettings(promote=1, stress_steps=30, stress_log_every=10,
                                                   stress_checkpoint_every=10, rung_size=0,
+                                                  top_seeds=2, close_call_seeds=0,
                                                   attribution=False, width_rung=False),
                             search=SearchSettings(noise_seeds=1), executor=ExecutorSettings(parallel=1))
 

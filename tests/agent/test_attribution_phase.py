@@ -35,7 +35,8 @@ PLANTED = {"optimizer.lr": 3e-3, "optimizer.eps": 1e-10}
 def settings(tiny_settings: CampaignSettings) -> CampaignSettings:
     # three baseline seeds measure the paired noise floor, then the one scripted edit
     return tiny_settings.model_copy(update={"iterations": 4, "noise_seeds": 3, "promote": 1,
-                                            "attribution": True})
+                                            "attribution": True, "top_seeds": 3,
+                                            "close_call_seeds": 2})
 
 
 def run(settings: CampaignSettings, directory: Path, **executor: object) -> CampaignSummary:

@@ -28,9 +28,10 @@ def test_a_campaign_runs_baseline_then_proposals_then_stress_runs(
     stress = [r for r in lines if r["kind"] == "stress"]
     finalist = min((r for r in proxies if r["proposer"] != "baseline" and r["val_bpb"] is not None),
                    key=lambda r: (r["val_bpb"], r["trial_id"]))
-    # the top rung: the finalist and the baseline (the control), each at two seeds
+    # the top rung: the finalist and the baseline (the control), each at two fresh seeds
     assert {(s["parent"], s["recipe"]["seed"]) for s in stress} == {
-        (parent, seed) for parent in (proxies[0]["trial_id"], finalist["trial_id"]) for seed in (0, 1)}
+        (parent, seed) for parent in (proxies[0]["trial_id"], finalist["trial_id"])
+        for seed in (1000, 1001)}
     assert all(s["verdict"] in ("stable", "flat", "grad-spike", "diverged") for s in stress)
     # at least 20 curve points: a 30-step stress run logs every step (not every 10th); a
     # finalist with a larger batch trains the same tokens in fewer steps

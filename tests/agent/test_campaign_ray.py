@@ -36,7 +36,8 @@ def overlapping(records: list[dict[str, object]]) -> bool:
 
 def test_a_parallel_campaign_records_every_trial_once_with_distinct_candidates(
         tmp_path: Path, ray_settings: CampaignSettings) -> None:
-    settings = ray_settings.model_copy(update={"iterations": 5, "promote": 2})
+    settings = ray_settings.model_copy(update={"iterations": 5, "promote": 2, "top_seeds": 2,
+                                               "close_call_seeds": 0})
     summary = Campaign(settings, tmp_path).run()
 
     lines = read_jsonl(tmp_path / "trajectory.jsonl")

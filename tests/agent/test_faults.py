@@ -32,7 +32,8 @@ from .conftest import events, run_cli, wait_for
 from .processes import kill_orchestrator
 
 KILL_RUN = ("run", "--name", "faults", "--preset", "tiny", "--iterations", "6", "--promote", "2",
-            "--stress-steps", "150", "--noise-seeds", "1", "--rung-size", "0", "--no-attribution")
+            "--stress-steps", "150", "--noise-seeds", "1", "--rung-size", "0", "--no-attribution",
+            "--top-seeds", "2", "--close-call-seeds", "0")
 
 
 def stress_checkpoints(campaign: Path) -> set[tuple[str, str]]:

@@ -55,7 +55,8 @@ def ladder_settings(tiny_settings: CampaignSettings) -> CampaignSettings:
     # tiny proxies train 20 steps; with eta 3 and 400 stress steps the rungs are 60, 180, 400
     return tiny_settings.model_copy(update={
         "iterations": 1 + len(EDITS), "promote": 2, "rung_size": 10, "stress_steps": 400,
-        "stress_log_every": 40, "stress_checkpoint_every": 100})
+        "stress_log_every": 40, "stress_checkpoint_every": 100, "top_seeds": 3,
+        "close_call_seeds": 2})
 
 
 def run(settings: CampaignSettings, directory: Path, outcome: Callable[[TrialSpec], TrialResult] = scored,

@@ -21,7 +21,7 @@ from .conftest import events, fake_executor, read_jsonl, run_cli, wait_for
 from .processes import kill_orchestrator, open_paths, trainer_children
 
 TINY_RUN = ("run", "--name", "kill", "--preset", "tiny", "--iterations", "3", "--promote", "1",
-            "--stress-steps", "150")
+            "--stress-steps", "150", "--top-seeds", "2", "--close-call-seeds", "0")
 
 
 @pytest.mark.timeout(900)  # a few minutes of real training; a loaded machine stretches it
@@ -56,8 +56,8 @@ def test_sigkill_mid_trial_and_mid_stress_run_then_restart_loses_and_duplicates_
         assert [r["trial_id"] for r in lines if r["retry_of"] == record["trial_id"]], record
     assert sum(r["status"] in ("complete", "failed") for r in lines if r["kind"] == "proxy") == 3
     stress = [r for r in lines if r["kind"] == "stress" and r["status"] == "complete"]
-    # the three proxies are the baseline's noise seeds, so the top rung is it at two seeds
-    assert sorted(int(r["recipe"]["seed"]) for r in stress) == [0, 1]
+    # the three proxies are the baseline's noise seeds, so the top rung is it at two fresh seeds
+    assert sorted(int(r["recipe"]["seed"]) for r in stress) == [1000, 1001]
     lost = {r["trial_id"] for r in interrupted if r["kind"] == "stress"}
     resumed = [r for r in stress if r["retry_of"] in lost]
     assert any((r["metrics"].get("resumed_from_step") or 0) >= 50 for r in resumed), (

@@ -45,7 +45,7 @@ def test_the_report_opens_with_why_this_recipe(attributed_campaign: Path) -> Non
     assert len(kept) == 1 and kept[0].startswith("Keep the learning rate change (lr=0.003)")
     assert "of the winner's gain" in kept[0]
     assert "Drop the optimizer betas change (eps=1e-10) as noise" in text
-    assert "trained for 30 steps (the stress rung) at seeds 0, 1, 2" in text
+    assert "trained for 30 steps (the stress rung) at seeds 1000, 1001, 1002" in text
     # one gain interval in the report: the winner line's, from the top rung's own pairs
     assert "(its interval is the winner line's)" in text
     assert "learning rate | lr=0.003 |" in text and "| kept" in text
