@@ -227,7 +227,7 @@ def test_a_corpus_smaller_than_one_batch_fails_with_the_data_error_as_its_messag
 
 GOLDEN_LOSSES = [5.358485698699951, 5.017431735992432, 4.3558349609375, 3.7799668312072754,
                  3.534456729888916, 3.3565549850463867, 3.2519948482513428, 3.466308832168579]
-GOLDEN_VAL_BPB = 4.738595923564083
+GOLDEN_VAL_BPB = 4.938318048122045  # on the evaluation slice spread across the text
 """The tiny preset for 8 steps (warmup 2), a point per step, recorded with the code before
 the optimizer groups, WSD, z-loss, soft-capping and init scales were knobs."""
 
