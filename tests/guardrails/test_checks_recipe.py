@@ -47,7 +47,7 @@ def test_a_batch_edit_trains_the_baselines_tokens_in_fewer_steps() -> None:
 
 def test_eval_bytes_must_match_so_val_bpb_compares() -> None:
     (reason,) = ranges(eval_bytes=2 * BASELINE.eval_bytes)
-    assert reason.startswith("eval_bytes 8,192 differs")
+    assert reason.startswith(f"eval_bytes {2 * BASELINE.eval_bytes:,} differs")
     assert "val_bpb" in reason
 
 
