@@ -627,9 +627,9 @@ PROXY_PRESETS: dict[str, ProxyPreset] = {
         ProxyPreset("tiny", 120_000, "toy", batch_size=8, seq_len=64, steps=20,
                     eval_bytes=65_536, lr=1e-2, warmup_steps=2),
         ProxyPreset("cpu", 1_000_000, "smollm2-135m", batch_size=16, seq_len=256, steps=60,
-                    eval_bytes=32_768, lr=3e-3, warmup_steps=6),
+                    eval_bytes=65_536, lr=3e-3, warmup_steps=6),
         ProxyPreset("spark", 200_000_000, "llama2-7b", batch_size=16, seq_len=1024, steps=60,
-                    eval_bytes=32_768, lr=1e-3, warmup_steps=6, precision="bf16"),
+                    eval_bytes=65_536, lr=1e-3, warmup_steps=6, precision="bf16"),
     )
 }
 

@@ -24,6 +24,7 @@ from recipelab.trainer.data import (
     load_dataset,
     sample_batch,
     spread_slice,
+    spread_tokens,
 )
 from recipelab.trainer.spec import CorpusSpec
 
@@ -471,6 +472,20 @@ def test_the_eval_slice_samples_the_whole_validation_text() -> None:
     assert min(lines) == 0 and max(lines) > 4600
     assert len({n * 16 // 5000 for n in lines}) == 16, "every sixteenth of the text is scored"
     assert spread_slice(validation[:1000], 4096) == validation[:1000]
+
+
+def test_a_bin_eval_slice_samples_the_whole_validation_file() -> None:
+    """Token ids are spread like text: pieces of about EVAL_PIECE_BYTES from evenly spaced
+    places, the first at the start, each encoding no more than its share."""
+    val = np.arange(40_000, dtype=np.uint16)  # each id is its own position
+    token_bytes = 1 + np.arange(40_000, dtype=np.int64) % 3
+    ids, nbytes, whole = spread_tokens(val, token_bytes, 8 * EVAL_PIECE_BYTES)
+    assert not whole and nbytes == int(token_bytes[ids].sum()) <= 8 * EVAL_PIECE_BYTES
+    assert nbytes > 8 * (EVAL_PIECE_BYTES - 3), "each piece is as long as fits"
+    assert ids[0] == 0 and np.all(np.diff(ids.astype(np.int64)) > 0)
+    assert len({int(i) * 8 // len(val) for i in ids}) == 8, "every eighth of the file is scored"
+    short = val[:500]
+    assert spread_tokens(short, token_bytes, 10**6)[1:] == (int(token_bytes[short].sum()), True)
 
 
 def test_a_corpus_smaller_than_one_batch_says_how_many_tokens_it_has_and_needs(

@@ -17,9 +17,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recipelab.ratio import ratio_stderr
 from recipelab.recipe import FP8_TOKEN_MULTIPLE, Shape, proxy_recipe
 from recipelab.trainer.data import bpe_tokenizer, byte_tokenizer
-from recipelab.trainer.evaluate import BitsPerByte, bits_per_byte, padded_size
+from recipelab.trainer.evaluate import (
+    EVAL_BLOCKS,
+    BitsPerByte,
+    bits_per_byte,
+    block_sums,
+    padded_size,
+)
 from recipelab.trainer.model import GPT
 
 REL = 1e-6
@@ -262,43 +269,60 @@ def test_the_log_softmax_of_uniform_logits_is_minus_log_vocab() -> None:
 # --- the sampling error of the slice itself -------------------------------------------------
 
 
-def hand_computed_stderr(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
-                         seq_len: int) -> float:
-    """The standard error of a ratio of sums, each window one sample, in float64."""
+def hand_computed_blocks(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
+                         blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every predicted token's nats in float64, one at a time, summed into ``blocks`` blocks by
+    the byte its text starts at."""
     ids = torch.from_numpy(eval_tokens.astype(np.int64))
-    nats, n_bytes = [], []
+    pieces = []
     with torch.no_grad():
-        for start in range(0, len(ids) - 1, seq_len):
-            targets = ids[start + 1:start + seq_len + 1]
-            inputs = ids[start:start + seq_len][:len(targets)]
-            log_probs = torch.log_softmax(model(inputs[None])[0].double(), dim=-1)
-            nats.append(-float(log_probs.gather(1, targets[:, None]).sum()))
-            n_bytes.append(float(token_bytes[targets.numpy()].sum()))
-    x, b = np.array(nats), np.array(n_bytes)
-    n, ratio = len(x), x.sum() / b.sum()
-    return math.sqrt(n / (n - 1) * float(((x - ratio * b) ** 2).sum())) / (math.log(2) * float(b.sum()))
+        for start in range(0, len(ids) - 1, SEQ_LEN):  # the evaluation's windows
+            targets = ids[start + 1:start + SEQ_LEN + 1]
+            log_probs = torch.log_softmax(
+                model(ids[start:start + len(targets)][None])[0].double(), dim=-1)
+            pieces.append(-log_probs.gather(1, targets[:, None])[:, 0].numpy())
+    nats = np.concatenate(pieces)
+    widths = token_bytes[eval_tokens[1:]].astype(np.float64)
+    starts, total = np.cumsum(widths) - widths, widths.sum()
+    block_nats, block_bytes = np.zeros(blocks), np.zeros(blocks)
+    for nat, width, start in zip(nats, widths, starts, strict=True):
+        index = min(int(start * blocks // total), blocks - 1)
+        block_nats[index] += nat
+        block_bytes[index] += width
+    return block_nats, block_bytes
 
 
-def test_the_sampling_error_of_val_bpb_is_the_ratio_estimators_over_windows() -> None:
+def test_the_sampling_error_of_val_bpb_is_the_ratio_estimators_over_byte_blocks() -> None:
     model = fixed_model().eval()
-    eval_tokens = random_tokens(1 + 7 * SEQ_LEN + 5)
+    eval_tokens = random_tokens(1 + 7 * SEQ_LEN + 5)  # seven full windows and the tail
     token_bytes = np.arange(256, dtype=np.int64) % 4 + 1
     score = evaluate(model, eval_tokens, token_bytes)
-    assert score.windows == 8  # seven full windows and the tail
+    nats, n_bytes = hand_computed_blocks(model, eval_tokens, token_bytes, EVAL_BLOCKS)
+    assert len(score.block_nats) == EVAL_BLOCKS
+    assert np.allclose(score.block_nats, nats, rtol=1e-5)
+    assert score.block_bytes == tuple(int(b) for b in n_bytes)
+    assert sum(score.block_bytes) == score.bytes
     assert score.stderr is not None and score.stderr > 0
-    assert score.stderr == pytest.approx(
-        hand_computed_stderr(model, eval_tokens, token_bytes, SEQ_LEN), rel=1e-5)
+    assert score.stderr == pytest.approx(ratio_stderr(nats, n_bytes), rel=1e-4)
 
 
-def test_a_slice_scored_the_same_in_every_window_has_no_sampling_error() -> None:
+def test_blocks_follow_bytes_so_two_tokenizations_of_a_text_share_them() -> None:
+    """A token belongs to the block its first byte is in: the same text in one-byte or in
+    two-byte tokens puts each byte in the same block."""
+    ones = block_sums(np.ones(64), np.ones(64), blocks=4)
+    twos = block_sums(np.ones(32), np.full(32, 2.0), blocks=4)
+    assert ones[1].tolist() == twos[1].tolist() == [16.0] * 4
+
+
+def test_a_slice_scored_the_same_in_every_block_has_no_sampling_error() -> None:
     tok = byte_tokenizer()
     score = evaluate(uniform_model(256), random_tokens(1 + 6 * SEQ_LEN), tok.token_bytes)
     assert score.stderr == pytest.approx(0.0, abs=1e-9)
 
 
-def test_one_window_gives_no_sampling_error() -> None:
-    score = evaluate(fixed_model().eval(), random_tokens(SEQ_LEN), np.ones(256, dtype=np.int64))
-    assert (score.windows, score.stderr) == (1, None)
+def test_one_token_gives_one_block_and_no_sampling_error() -> None:
+    score = evaluate(fixed_model().eval(), random_tokens(2), np.ones(256, dtype=np.int64))
+    assert (len(score.block_nats), score.stderr) == (1, None)
 
 
 def test_a_longer_slice_has_a_smaller_sampling_error() -> None:

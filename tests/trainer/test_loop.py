@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 import torch
 
+from recipelab.ratio import ratio_stderr
 from recipelab.recipe import Recipe, proxy_recipe
 from recipelab.trainer.data import DataError, load_dataset
+from recipelab.trainer.evaluate import EVAL_BLOCKS
 from recipelab.trainer.loop import TrialRunner, run_trial
 from recipelab.trainer.model import GPT
 from recipelab.trainer.spec import CorpusSpec, CurvePoint, TrialResult, TrialSpec
@@ -55,6 +57,15 @@ def test_the_tiny_preset_completes_with_a_finite_val_bpb_better_than_a_uniform_g
     assert 0 < result.val_bpb < 8.0  # 8 bits per byte is a uniform guess over bytes
     assert result.steps_done == TINY.steps == 20
     assert result.resumed_from_step is None
+
+
+def test_a_complete_result_carries_the_slices_blocks_for_a_gains_error(tiny: Run) -> None:
+    blocks = tiny.result.eval_blocks
+    assert blocks is not None and len(blocks.nats) == len(blocks.bytes) == EVAL_BLOCKS
+    assert min(blocks.bytes) > 0
+    assert sum(blocks.nats) / (math.log(2) * sum(blocks.bytes)) == pytest.approx(
+        tiny.result.val_bpb, rel=1e-5)
+    assert tiny.result.val_bpb_stderr == pytest.approx(ratio_stderr(blocks.nats, blocks.bytes))
 
 
 def test_the_curve_has_a_point_every_log_every_steps_with_the_scheduled_lr(tiny: Run) -> None:

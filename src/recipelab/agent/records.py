@@ -28,6 +28,8 @@ def result_fields(result: TrialResult, recipe: Recipe, wall_s: float,
                   fallback_provenance: dict[str, Any]) -> dict[str, Any]:
     """The record fields a trial's result fills in."""
     metrics = {name: getattr(result, name) for name in RESULT_METRICS}
+    if result.eval_blocks is not None:
+        metrics["eval_blocks"] = result.eval_blocks.model_dump()
     metrics.update(wall_s=wall_s, tokens_per_step=recipe.tokens_per_step,
                    flops_per_token=recipe.flops_per_token(), steps=recipe.steps)
     if result.telemetry is not None:

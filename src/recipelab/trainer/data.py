@@ -84,7 +84,7 @@ capped read stops within a few MiB of its cap."""
 PARQUET_BUFFER_BYTES = 1 << 20
 """Read column chunks through a 1 MiB buffer instead of whole (a row group's text column can
 be hundreds of MiB), so reading the first rows of a huge shard costs little memory."""
-CACHE_FORMAT = 2  # 2: the evaluation slice spread across the validation text
+CACHE_FORMAT = 3  # 2: the text's evaluation slice spread; 3: a .bin's too, and whole_text
 BIN_DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 """Token id types a ``.bin`` directory may hold: nanoGPT's uint16, and uint32 for vocabularies
 above 65,536, which its ``meta.json`` then names as ``{"dtype": "uint32"}``."""
@@ -322,6 +322,7 @@ class Dataset:
     tokenizer: Tokenizer
     fingerprint: str
     description: str
+    eval_whole: bool = False  # the slice is the whole validation text (it was no longer)
 
 
 @dataclass(frozen=True)
@@ -545,7 +546,8 @@ def _build(source: _Source, corpus: CorpusSpec, tokenizer: str, vocab_size: int,
     description = (f"{source.label} ({len(data):,} bytes; {cut:,} train / "
                    f"{len(validation):,} val)")
     return Dataset(tok.encode(train_text), tok.encode(eval_text.decode("utf-8")),
-                   len(eval_text), tok, "", description)
+                   len(eval_text), tok, "", description,
+                   eval_whole=len(validation) <= eval_bytes)
 
 
 def _build_bin(source: _Source, vocab_size: int, eval_bytes: int) -> Dataset:
@@ -554,10 +556,10 @@ def _build_bin(source: _Source, vocab_size: int, eval_bytes: int) -> Dataset:
     for path, tokens in ((train_path, train), (val_path, val)):
         _check_ids(path, tokens, vocab_size)
     tok = _load_tokenizer_json(tokenizer_path, vocab_size)
-    count, nbytes = _eval_prefix(val, tok.token_bytes, eval_bytes, val_path)
+    eval_tokens, nbytes, whole = spread_tokens(val, tok.token_bytes, eval_bytes)
     description = (f"{source.label} ({len(train):,} train / {len(val):,} val tokens, "
                    f"{tok.name})")
-    return Dataset(train, val[:count].astype(np.int32), nbytes, tok, "", description)
+    return Dataset(train, eval_tokens, nbytes, tok, "", description, eval_whole=whole)
 
 
 def bin_dtype(directory: Path) -> str:
@@ -604,14 +606,14 @@ def _check_ids(path: Path, tokens: TokenArray, vocab_size: int) -> None:
         )
 
 
-def _eval_prefix(val: TokenArray, token_bytes: npt.NDArray[np.int64], eval_bytes: int,
-                 path: Path) -> tuple[int, int]:
+def _eval_prefix(val: TokenArray, token_bytes: npt.NDArray[np.int64],
+                 eval_bytes: int) -> tuple[int, int]:
     """How many leading ``val`` tokens fit in ``eval_bytes``, and the bytes they encode: all
     of them when they encode fewer.
 
     Looks at a growing prefix rather than all of ``val``, which may be gigabytes.
     """
-    window = min(len(val), eval_bytes)
+    window = min(len(val), max(1, eval_bytes))
     while True:
         total = np.cumsum(token_bytes[val[:window]])
         if total[-1] > eval_bytes or window == len(val):
@@ -621,6 +623,28 @@ def _eval_prefix(val: TokenArray, token_bytes: npt.NDArray[np.int64], eval_bytes
         return len(total), int(total[-1])
     count = int(np.searchsorted(total, eval_bytes, side="right"))
     return count, int(total[count - 1])
+
+
+def spread_tokens(val: TokenArray, token_bytes: npt.NDArray[np.int64],
+                  eval_bytes: int) -> tuple[npt.NDArray[np.int32], int, bool]:
+    """:func:`spread_slice` for token ids: about ``eval_bytes`` of ``val`` in pieces of
+    :data:`EVAL_PIECE_BYTES`, spread evenly over it, the first piece at its start; all of it
+    when it encodes no more. Returns the ids, the bytes they encode and whether they are the
+    whole of ``val``."""
+    count, nbytes = _eval_prefix(val, token_bytes, eval_bytes)
+    if count == len(val):
+        return np.asarray(val, dtype=np.int32), nbytes, True
+    pieces = max(1, min(eval_bytes // EVAL_PIECE_BYTES, len(val)))
+    stride = len(val) // pieces
+    chosen: list[npt.NDArray[np.int32]] = []
+    total = 0
+    for index in range(pieces):
+        size = eval_bytes // pieces + (eval_bytes % pieces if index == pieces - 1 else 0)
+        region = val[index * stride:(index + 1) * stride]  # no piece reaches into the next
+        taken, piece_bytes = _eval_prefix(region, token_bytes, size)
+        chosen.append(np.asarray(region[:taken], dtype=np.int32))
+        total += piece_bytes
+    return np.concatenate(chosen), total, False
 
 
 def _read_corpus(source: _Source, corpus: CorpusSpec) -> bytes:
@@ -792,7 +816,7 @@ def _store(entry: Path, source: _Source, dataset: Dataset) -> None:
         tokenizer_json = dataset.tokenizer.to_json().encode("utf-8")
         _atomic_write(entry / "tokenizer.json", lambda f: f.write(tokenizer_json))
     meta = {"eval_bytes": dataset.eval_bytes, "description": dataset.description,
-            "tokenizer": dataset.tokenizer.name}
+            "tokenizer": dataset.tokenizer.name, "eval_whole": dataset.eval_whole}
     _atomic_write(entry / "meta.json", lambda f: f.write(json.dumps(meta).encode("utf-8")))
 
 
@@ -808,7 +832,7 @@ def _load_cached(entry: Path, source: _Source, fingerprint: str,
                          else np.load(entry / "train.npy", mmap_mode="r"))
     eval_tokens: npt.NDArray[np.int32] = np.load(entry / "eval.npy", mmap_mode="r")
     return Dataset(train, eval_tokens, int(meta["eval_bytes"]), tok, fingerprint,
-                   str(meta["description"]))
+                   str(meta["description"]), eval_whole=bool(meta.get("eval_whole", False)))
 
 
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:

@@ -17,10 +17,12 @@ number it would be without the padding.
 
 The slice is a sample of the corpus, so val_bpb carries a sampling error of its own: two
 slices of the same size would score the same model differently. ``stderr`` estimates it from
-the slice itself, treating its windows as independent samples of text: the standard error
-of a ratio of sums, ``sqrt(n / (n - 1) · Σ (nats_i - bpb·ln 2·bytes_i)²) / (ln 2 · Σ bytes_i)``
-over the ``n`` windows. Set beside the noise floor, it says whether the slice is large
-enough for its own error to be negligible.
+the slice itself: the predicted tokens fall into :data:`EVAL_BLOCKS` blocks by byte position,
+and the blocks are the samples of a ratio estimator (:func:`recipelab.ratio.ratio_stderr`).
+Blocks span several windows, so the error counts the likeness of neighbouring text that
+per-window samples would miss. The blocks' sums go back with the score: every trial on the
+same slice has the same blocks, so the report can give a *gain's* sampling error too
+(:func:`recipelab.ratio.gain_stderr`), the one that matters beside the paired noise floor.
 """
 
 from __future__ import annotations
@@ -36,32 +38,37 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recipelab.ratio import ratio_stderr
 from recipelab.recipe import FP8_TOKEN_MULTIPLE
+
+EVAL_BLOCKS = 32  # the slice's sampling units for its error: 2 KiB each on a 64 KiB slice
 
 
 @dataclass(frozen=True)
 class BitsPerByte:
-    """val_bpb with its parts; ``stderr`` is its sampling error over ``windows`` windows of
-    the slice (None with a single window)."""
+    """val_bpb with its parts; ``stderr`` is its sampling error over the slice's blocks (None
+    with a single block), whose sums ``block_nats`` and ``block_bytes`` hold."""
 
     bpb: float
     nats: float
     bytes: int
     tokens: int
     stderr: float | None = None
-    windows: int = 1
+    block_nats: tuple[float, ...] = ()  # per block of the slice, for a gain's error
+    block_bytes: tuple[int, ...] = ()
 
 
-def ratio_stderr(nats: np.ndarray, n_bytes: np.ndarray) -> float | None:
-    """The standard error of ``sum(nats) / (ln 2 · sum(n_bytes))`` with windows as samples
-    (the delta method for a ratio estimator); None with fewer than two windows."""
-    n = len(nats)
-    total = float(n_bytes.sum())
-    if n < 2 or total <= 0:
-        return None
-    ratio = float(nats.sum()) / total
-    residuals = nats - ratio * n_bytes
-    return math.sqrt(n / (n - 1) * float((residuals**2).sum())) / (math.log(2) * total)
+def block_sums(nats: np.ndarray, n_bytes: np.ndarray,
+               blocks: int = EVAL_BLOCKS) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token ``nats`` and ``n_bytes`` summed into ``blocks`` blocks by byte position (a
+    token belongs to the block its first byte falls in), so that slices tokenized differently
+    still share their blocks' text; fewer blocks when there are fewer tokens."""
+    count = max(1, min(blocks, len(nats)))
+    total = int(n_bytes.sum())
+    starts = np.cumsum(n_bytes) - n_bytes
+    index = np.minimum(starts * count // max(total, 1), count - 1).astype(np.int64)
+    return (np.bincount(index, weights=nats, minlength=count),
+            np.bincount(index, weights=n_bytes, minlength=count))
 
 
 def _windows(tokens: torch.Tensor, seq_len: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -130,23 +137,20 @@ def bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.nda
     tokens = torch.from_numpy(np.asarray(eval_tokens, dtype=np.int64)).to(device)
     widths = torch.from_numpy(np.asarray(token_bytes, dtype=np.int64)).to(device)
     nats = torch.zeros((), dtype=torch.float64, device=device)
-    row_nats: list[torch.Tensor] = []  # per window, for the sampling error
-    row_bytes: list[torch.Tensor] = []
+    token_nats: list[torch.Tensor] = []  # per predicted token, in the slice's order
     for x, y in _batches(tokens, seq_len, batch_size):
         flat, labels = _logits(model, x, y, seq_len, precision_context)
-        nats += F.cross_entropy(flat, labels, reduction="sum").double()
-        losses = F.cross_entropy(flat, labels, reduction="none")  # the same, per token
-        row_nats.append(losses.double().view(x.shape).sum(dim=1))
-        row_bytes.append(widths[y].sum(dim=1))
+        nats += F.cross_entropy(flat, labels, reduction="sum").double()  # as shard_sums sums
+        token_nats.append(F.cross_entropy(flat, labels, reduction="none").double())
     model.train(was_training)
-    n_bytes = int(np.asarray(token_bytes)[np.asarray(eval_tokens[1:], dtype=np.int64)].sum())
-    total = float(nats.item())
-    per_window = torch.cat(row_nats).cpu().numpy()
-    return BitsPerByte(bpb=total / (math.log(2) * n_bytes), nats=total, bytes=n_bytes,
+    n_bytes = widths[tokens[1:]].cpu().numpy()
+    total, byte_count = float(nats.item()), int(n_bytes.sum())
+    block_nats, block_bytes = block_sums(torch.cat(token_nats).cpu().numpy(), n_bytes)
+    return BitsPerByte(bpb=total / (math.log(2) * byte_count), nats=total, bytes=byte_count,
                        tokens=int(eval_tokens.size - 1),
-                       stderr=ratio_stderr(per_window, torch.cat(row_bytes).cpu().numpy()
-                                           .astype(np.float64)),
-                       windows=len(per_window))
+                       stderr=ratio_stderr(block_nats, block_bytes),
+                       block_nats=tuple(float(v) for v in block_nats),
+                       block_bytes=tuple(int(v) for v in block_bytes))
 
 
 @torch.no_grad()

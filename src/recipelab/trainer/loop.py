@@ -42,7 +42,13 @@ from recipelab.trainer.device import (
 )
 from recipelab.trainer.evaluate import bits_per_byte
 from recipelab.trainer.model import GPT
-from recipelab.trainer.spec import CurvePoint, FailureReason, TrialResult, TrialSpec
+from recipelab.trainer.spec import (
+    CurvePoint,
+    EvalBlocks,
+    FailureReason,
+    TrialResult,
+    TrialSpec,
+)
 from recipelab.trainer.step_loop import Interval, Step, Stepper, run_steps
 from recipelab.trainer.telemetry import DeviceSampler
 
@@ -172,7 +178,10 @@ class TrialRunner:
                         if progress.timed_s > 0 else None)
         return TrialResult(
             trial_id=spec.trial_id, status="complete", val_bpb=score.bpb, train_loss=train_loss,
-            val_bpb_stderr=score.stderr, steps_done=progress.steps_done, curve=progress.curve,
+            val_bpb_stderr=score.stderr,
+            eval_blocks=EvalBlocks(nats=list(score.block_nats), bytes=list(score.block_bytes),
+                                   whole_text=data.eval_whole),
+            steps_done=progress.steps_done, curve=progress.curve,
             losses=progress.losses, tokens_per_s=tokens_per_s,
             step_ms=(1000 * progress.timed_s / progress.timed_steps
                      if progress.timed_steps else None),

@@ -140,6 +140,16 @@ def code_version() -> str:
     return __version__
 
 
+class EvalBlocks(StrictModel):
+    """The evaluation slice's blocks as one trial scored them: nats and bytes per block
+    (``trainer.evaluate``), so that a gain's sampling error can be read from two trials on the
+    same slice; ``whole_text`` when the slice is the whole validation text."""
+
+    nats: list[float]
+    bytes: list[int]
+    whole_text: bool = False
+
+
 class TrialResult(StrictModel):
     trial_id: str
     # interrupted: the executor lost the worker or machine running the trial (never the
@@ -150,6 +160,7 @@ class TrialResult(StrictModel):
     val_bpb: float | None = None
     # the sampling error of val_bpb over the evaluation slice's windows (trainer.evaluate)
     val_bpb_stderr: float | None = None
+    eval_blocks: EvalBlocks | None = None
     train_loss: float | None = None
     steps_done: int = 0
     curve: list[CurvePoint] = Field(default_factory=list)

@@ -50,6 +50,8 @@ class TrialMetrics(BaseModel):
     peak_memory_bytes: int | None = None
     telemetry: dict[str, Any] | None = None
     val_bpb_stderr: float | None = None  # sampling error of val_bpb over the eval slice
+    # the slice's blocks as this trial scored them (trainer.spec.EvalBlocks): a gain's error
+    eval_blocks: dict[str, Any] | None = None
     losses: list[float | None] | None = None  # every step's training loss
     gain_vs_baseline: float | None = None
     gain_low: float | None = None  # its 90% interval
