@@ -36,8 +36,12 @@ factor (whether an early comparison could choose the rate). Every campaign and r
 in ``--out`` (a run whose recipe is unchanged is not trained again), so an interrupted bench
 resumes, and an export rule changed since is re-measured.
 
+``--ship`` writes the distance every campaign reached, with these bars, to the package's
+``report/verified_transfer.json``: every export prints it beside its own distance, and warns
+beyond it.
+
     python bench/transfer.py [--campaigns 3] [--seeds 2] [--horizon 5] [--stress-steps 200]
-                             [--iterations 8] [--both-at 2] [--parallel 2] [--out DIR]
+                             [--iterations 8] [--both-at 2] [--parallel 2] [--out DIR] [--ship]
 """
 
 from __future__ import annotations
@@ -52,10 +56,12 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 from recipelab.recipe import Recipe, load_target_file, proxy_recipe
+from recipelab.report.distance import VERIFIED_PATH, Distance, Verified
 from recipelab.report.prediction import Prediction
 from recipelab.report.steplaw import law_batch_tokens, law_learning_rate, non_embedding_params
 from recipelab.report.verify import read_evaluations, verify
@@ -303,6 +309,9 @@ def main() -> None:
                              "train every seed")
     parser.add_argument("--parallel", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=Path("bench-transfer"))
+    parser.add_argument("--ship", action="store_true",
+                        help="write the distance every campaign reached, with the bars, to the "
+                             "package's verified_transfer.json: every export prints it")
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -386,7 +395,8 @@ def main() -> None:
                "baseline_predicted": b_predicted, "baseline_measured": b_measured,
                "baseline_verdict": b_verdict,
                "baseline_prediction_error": abs(b_predicted - b_measured) / b_measured,
-               "width_ladder": ladder, "both_at": both_at}
+               "width_ladder": ladder, "both_at": both_at,
+               "distance": manifest["distance"], "code_version": manifest["code_version"]}
         summary["campaigns"].append(row)
         print(f"\n{c.name} (winner {manifest['winner']}, {manifest['recommended']}):")
         print(f"  recommended {statistics.mean(rec):.4f} (spread {spread(rec):.4f}), "
@@ -433,6 +443,23 @@ def main() -> None:
     summary["held"] = held
     summary["all_four"] = met
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if args.ship:
+        verified = verified_of(rows, args.seeds)
+        VERIFIED_PATH.write_text(json.dumps(verified.to_json(), indent=2) + "\n")
+        print(f"wrote {VERIFIED_PATH}: {verified.text()}")
+
+
+def verified_of(rows: Sequence[dict[str, Any]], seeds: int) -> Verified:
+    """What the package ships from a bench run: the distance every campaign reached (the
+    least on each axis) and each campaign's bars."""
+    return Verified(
+        distance=Distance(*(min(r["distance"][axis] for r in rows)
+                            for axis in ("params", "tokens", "context"))),
+        campaigns=len(rows), seeds=seeds, held=sum(bool(r["beats_baseline"]) for r in rows),
+        prediction_errors=[r["prediction_error"] for r in rows],
+        baseline_prediction_errors=[r["baseline_prediction_error"] for r in rows],
+        rate_factors=[1 / r["lr_factor"] for r in rows],
+        code_version=str(rows[0]["code_version"]), date=date.today().isoformat())
 
 
 if __name__ == "__main__":

@@ -88,7 +88,10 @@ def test_a_rising_curve_above_the_band_or_a_nan_is_diverging() -> None:
     assert verify(PREDICTION, [(1, 500.0, 2.0), (2, 1000.0, math.nan)]).verdict == "diverging"
     flat_above = verify(PREDICTION, [(1, 500.0, 2.5), (2, 1000.0, 2.5)])
     assert flat_above.verdict == "worse" and flat_above.by == pytest.approx(0.25)
-    assert verify(PREDICTION, [(1, 1000.0, 1.5)]).verdict == "on track"  # below: a bigger model
+    below = verify(PREDICTION, [(1, 1000.0, 1.5)])
+    assert below.verdict == "better" and below.by == pytest.approx(-0.25)
+    assert "the run is fine, the prediction is not" in below.headline()
+    assert verify(PREDICTION, [(1, 1000.0, 2.05)]).verdict == "on track"
 
 
 def test_a_file_without_evaluations_is_named(tmp_path: Path) -> None:
@@ -117,6 +120,13 @@ def test_verify_reads_the_prediction_an_export_wrote_for_its_target(
     metrics.write_text("step,tokens,bytes_seen,train_loss,val_loss,val_bpb\n" + "\n".join(rows) + "\n")
     from_export = _verify(out, metrics)
     from_campaign = _verify(finished_campaign, metrics)
+    far_below = tmp_path / "far-below.csv"  # half the predicted val_bpb: far below the band
+    rows = [f"{p['step']},{p['tokens']},{p['bytes']},3.0,2.0,{p['val_bpb'] * 0.5}"
+            for p in planned]
+    far_below.write_text("step,tokens,bytes_seen,train_loss,val_loss,val_bpb\n"
+                         + "\n".join(rows) + "\n")
+    better = _verify(out, far_below)
+    assert better[0] == 3 and "verdict: better than predicted by 50.0%" in better[1], better[1]
     assert from_export[0] == 0 and "verdict: on track" in from_export[1], from_export[1]
     assert from_campaign[0] == 0, from_campaign[1]
     for point in planned:  # the same predicted value at every evaluation, from either source

@@ -65,6 +65,9 @@ def export(
         fail(str(error))
     for path in written:
         console.print(f"wrote {path}", markup=False)
+    for line in json.loads((out / "manifest.json").read_text())["distance_lines"]:
+        (errors if line.startswith("Warning:") else console).print(line, markup=False,
+                                                                    soft_wrap=True)
 
 
 def _prediction_of(source: str) -> Prediction:
@@ -94,7 +97,8 @@ def verify(
 ) -> None:
     """Compare a long run's val_bpb at each evaluation with the prediction 'recipelab export'
     wrote (or the campaign's, at its target). Exit status 0 on track, 1 worse than predicted
-    or diverging."""
+    or diverging, 3 better than predicted (below the band: the prediction, not the run, is
+    off)."""
     from recipelab.report.verify import MetricsError, read_evaluations
     from recipelab.report.verify import verify as check_run
 
@@ -114,7 +118,10 @@ def verify(
         console.print(f"- {line}", markup=False, soft_wrap=True)
     console.print(f"verdict: {found.headline()}", markup=False, soft_wrap=True)
     if found.verdict != "on track":
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_BETTER if found.verdict == "better" else 1)
+
+
+EXIT_BETTER = 3  # verify: below the band; the run is fine and the prediction is not
 
 
 @app.command()

@@ -42,6 +42,7 @@ from pydantic import Field
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import BYTE_VOCAB, Precision, Recipe, StrictModel, Target
+from recipelab.report.distance import Distance, distance_lines, load_verified
 from recipelab.report.micro_batch import (
     DEFAULT_GPU_MEMORY_GIB,
     BatchFitError,
@@ -49,7 +50,7 @@ from recipelab.report.micro_batch import (
     DeviceKind,
     split_batch,
 )
-from recipelab.report.prediction import TRANSFER_CHECK, Prediction, bytes_per_token, predict
+from recipelab.report.prediction import Prediction, bytes_per_token, predict
 from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS
 from recipelab.report.steplaw import SOURCE, Anchored
 from recipelab.report.width import width_check
@@ -98,6 +99,15 @@ class Exported:
     compile: bool = False
     split: BatchSplit | None = None
     memory_problem: str | None = None
+    proxy_context: int = 0  # the proxy's seq_len, for the distance
+
+    @property
+    def distance(self) -> Distance:
+        """How far the export extrapolates from the proxy's longest run: the law's two
+        scales, and the context the target trains at against the proxy's."""
+        law = self.law
+        return Distance.between((law.proxy.params, law.proxy.tokens, self.proxy_context),
+                                (law.target.params, law.target.tokens, self.recipe.seq_len))
 
 
 def pick_runner_up(records: Sequence[TrialRecord], winner: TrialRecord) -> TrialRecord | None:
@@ -194,7 +204,7 @@ def transfer(winner: Recipe, edit: dict[str, object], target: Target,
                  f"at least {options.eval_bytes:,} bytes of held-out text"),
     )
     return Exported(recipe, transfers, params, tokens, law, precision_rule, compile_model, split,
-                    problem)
+                    problem, proxy_context=winner.seq_len)
 
 
 @dataclass(frozen=True)
@@ -299,6 +309,14 @@ def _write_json(path: Path, data: object) -> None:
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
+def export_distance(exported: Exported, points: Sequence[dict[str, float | int]]) -> list[str]:
+    """The export's distance, what ``bench/transfer.py`` verified, and a warning beyond it,
+    with the band at the end of the run."""
+    end = points[-1]
+    return distance_lines(exported.distance, load_verified(),
+                          (float(end["low"]), float(end["high"])))
+
+
 def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, float | int]]:
     """The predicted val_bpb at :data:`PREDICTION_POINTS` steps spread over the run, at the
     bytes of text its tokens stand for (:func:`~recipelab.report.prediction.bytes_per_token`)."""
@@ -372,6 +390,8 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
         "recipe_fingerprint": exported.recipe.fingerprint(),
         "seed": exported.recipe.seed, "device": winner.provenance.get("device"),
         "params": exported.params, "planned_tokens": exported.tokens,
+        "distance": exported.distance.to_json(),
+        "distance_lines": export_distance(exported, points),
         "run_on": {"device": options.device, "gpus": options.gpus,
                    "gpu_memory_gib": options.gpu_memory_gib,
                    "precision": exported.recipe.precision,
@@ -469,7 +489,7 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
     lines += [f"| {p['step']:,} | {p['tokens']:,} | {p['bytes']:,.0f} | {p['val_bpb']:.4f} | "
               f"{p['low']:.4f} – {p['high']:.4f} |" for p in points]
     lines += ["", "It rests on:", ""] + [f"- {a}" for a in prediction.assumptions()]
-    lines += ["", f"Confidence: {TRANSFER_CHECK}."]
+    lines += ["", *export_distance(exported, points)]
     lines += ["", "## Running it", "",
               f"Prepare the data: `{data_command(exported.recipe)}`.", "",
               f"Train ({exported.recipe.precision}, "

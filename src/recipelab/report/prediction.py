@@ -43,19 +43,6 @@ from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 
 MIN_BAND_FRACTION = 0.02
-TRANSFER_CHECK = (
-    "how far this transfers, as measured by bench/transfer.py (3 tiny campaigns, a target 63x "
-    "the proxy's parameters at 5x the top rung's tokens): the pick beat the law's default in 3 "
-    "of 3 and the exported baseline by more than the seed spread in 1 of 3; the prediction was "
-    "within 0-5.6% with the width rung's size term (4-20% high with Kaplan's); the gain at "
-    "twice the width was within 0.04 of the target's in 2 of 3 (the proxy's: off by "
-    "0.09-0.43); the target's best rate was 1.3-1.9x the exported, and a rate too low cost "
-    "less than one too high (0.6x the best: +0.04 val_bpb, 2.4x: +0.15); arms at x1 and x2 "
-    "ranked as they ended only from 5/8 of their tokens on, so an early comparison does not "
-    "choose the rate. Keep the baseline as a control arm ('recipelab export --trial p0000') and "
-    "judge it against the recommendation: its own prediction was 10-18% high; "
-    "docs/cloud-run.md, 'What transfers'")
-"""The recommendation's confidence, in the terms of the last transfer measurement."""
 BYTE_TOKEN_BYTES = 1.0
 ASSUMED_BPE_BYTES_PER_TOKEN = 4.0  # English web text under a 32k-128k BPE vocabulary
 

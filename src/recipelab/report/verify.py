@@ -7,7 +7,10 @@ its band. The verdict reads the latest evaluation:
 - ``diverging``: val_bpb is not finite, or it rose by more than the band between the last
   two evaluations while above the band;
 - ``worse``: above the band, by ``(measured - predicted) / predicted``;
-- ``on track``: within the band or below it (a larger model is expected to do better).
+- ``better``: below the band. The run is fine, but the prediction is not: a proxy whose
+  substitution held would have put it inside the band, so the next prediction from the same
+  campaign is not to be trusted either;
+- ``on track``: within the band.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Literal
 from recipelab.errors import RecipelabError
 from recipelab.report.prediction import Prediction
 
-Verdict = Literal["on track", "worse", "diverging"]
+Verdict = Literal["on track", "better", "worse", "diverging"]
 
 
 @dataclass(frozen=True)
@@ -46,18 +49,26 @@ class Checkpointed:
             return "not finite"
         if self.measured > self.high:
             return f"worse by {self.relative:.1%}"
-        return "below the band" if self.measured < self.low else "within the band"
+        return (f"better by {-self.relative:.1%}" if self.measured < self.low
+                else "within the band")
 
 
 @dataclass(frozen=True)
 class Verification:
     verdict: Verdict
-    by: float | None  # the latest relative excess when worse
+    by: float | None  # the latest relative distance from the prediction, when outside the band
     points: tuple[Checkpointed, ...]
 
     def headline(self) -> str:
         if self.verdict == "on track":
-            return "on track: the latest val_bpb is within the predicted band or below it"
+            return "on track: the latest val_bpb is within the predicted band"
+        if self.verdict == "better":
+            assert self.by is not None
+            return (f"better than predicted by {-self.by:.1%} at step {self.points[-1].step:,}, "
+                    "below the band: the run is fine, the prediction is not. The proxy did not "
+                    "stand in for this target as the campaign assumed, so do not trust the next "
+                    "prediction from it until the cause is known (docs/cloud-run.md, 'What "
+                    "transfers')")
         if self.verdict == "worse":
             assert self.by is not None
             return (f"worse than predicted by {self.by:.1%} at step {self.points[-1].step:,}: "
@@ -108,4 +119,6 @@ def verify(prediction: Prediction, evaluations: Sequence[tuple[int, float, float
         return Verification("diverging", None, tuple(points))
     if last.measured > last.high:
         return Verification("worse", last.relative, tuple(points))
+    if last.measured < last.low:
+        return Verification("better", last.relative, tuple(points))
     return Verification("on track", None, tuple(points))

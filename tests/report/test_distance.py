@@ -1,0 +1,87 @@
+"""The export's distance: how far it extrapolates from the proxy, set beside what
+``bench/transfer.py`` verified, with a warning beyond it and no claim without a shipped
+verification."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from recipelab.cli import app
+from recipelab.report import distance as distance_module
+from recipelab.report.distance import Distance, Verified, distance_lines, load_verified
+
+BENCH = Distance(params=63.0, tokens=5.0, context=1.0)  # what a bench run of 63x reaches
+
+
+def verified(reach: Distance = BENCH) -> Verified:
+    return Verified(distance=reach, campaigns=3, seeds=2, held=2,
+                    prediction_errors=[0.056, 0.0, 0.013],
+                    baseline_prediction_errors=[0.10, 0.18, 0.12], rate_factors=[0.54, 0.79, 0.7],
+                    code_version="abc1234", date="2026-11-29")
+
+
+def test_a_distance_is_the_target_over_the_proxy_on_each_axis() -> None:
+    found = Distance.between((100_000, 102_400, 64), (6_300_000, 512_000, 256))
+    assert (found.params, found.tokens, found.context) == (63.0, 5.0, 4.0)
+    assert found.text() == ("63× the proxy's non-embedding parameters, 5× the tokens of its "
+                            "longest run and 4× its context")
+    assert found.beyond(BENCH) == ["context"]
+    assert Distance(69.0, 5.4, 1.0).beyond(BENCH) == [], "a tenth of slack"
+
+
+def test_without_a_shipped_verification_the_export_claims_nothing_and_warns(
+        tmp_path: Path) -> None:
+    assert load_verified(tmp_path / "absent.json") is None
+    (tmp_path / "bad.json").write_text("{not json")
+    assert load_verified(tmp_path / "bad.json") is None
+    lines = distance_lines(BENCH, None, (2.0, 2.4))
+    assert lines[0].startswith("Distance: this export extrapolates 63×")
+    assert "no bench/transfer.py result ships with this install" in lines[1]
+    assert lines[2].startswith("Warning: the predicted band 2.000–2.400 is the fit's alone")
+
+
+def test_within_the_verified_distance_there_is_no_warning_and_beyond_it_one_naming_the_axes(
+        tmp_path: Path) -> None:
+    path = tmp_path / "verified.json"
+    path.write_text(json.dumps(verified().to_json()))
+    shipped = load_verified(path)
+    assert shipped == verified()
+    within = distance_lines(BENCH, shipped, (2.0, 2.4))
+    assert len(within) == 2 and within[1].startswith("Verified: bench/transfer.py verified 63×")
+    assert "in 2 of 3" in within[1] and "5.6%/0.0%/1.3%" in within[1]
+    far = distance_lines(Distance(13_000.0, 241_000.0, 8.0), shipped, (2.0, 2.4))
+    assert far[-1] == ("Warning: beyond the verified distance in parameters, tokens, context: "
+                       "the predicted band 2.000–2.400 is the fit's, unmeasured this far.")
+
+
+def shipped_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reach: Distance) -> None:
+    path = tmp_path / "verified_transfer.json"
+    path.write_text(json.dumps(verified(reach).to_json()))
+    monkeypatch.setattr(distance_module, "VERIFIED_PATH", path)
+
+
+def export(campaign: Path, out: Path, *target: str) -> str:
+    result = CliRunner().invoke(app, ["export", str(campaign), "--out", str(out), *target])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_export_prints_its_distance_and_warns_only_beyond_the_verified_one(
+        attributed_campaign: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exported to its own target at the distance the bench verified, no warning; to a 1B
+    model, thousands of times further, a warning with the band."""
+    near = export(attributed_campaign, tmp_path / "near")
+    manifest = json.loads((tmp_path / "near" / "manifest.json").read_text())
+    reach = Distance(**manifest["distance"])
+    shipped_at(monkeypatch, tmp_path, reach)
+    near = export(attributed_campaign, tmp_path / "near")
+    assert "Distance: this export extrapolates" in near and "Verified: bench/transfer.py" in near
+    assert "Warning:" not in near
+    far = export(attributed_campaign, tmp_path / "far", "--target", "llama3.2-1b")
+    assert "Distance: this export extrapolates" in far
+    assert "Warning: beyond the verified distance in parameters, tokens, context" in far
+    assert "Warning: beyond" in (tmp_path / "far" / "transfer.md").read_text()
