@@ -197,6 +197,27 @@ def test_check_on_a_good_setup_exits_0_and_writes_no_campaign(tmp_path: Path) ->
     assert list((cache / "datasets").glob("*/meta.json")), "the first trial finds the cache warm"
 
 
+@pytest.mark.parametrize("preset", ["tiny", "cpu"])
+def test_the_bare_check_of_every_cpu_preset_passes_its_own_preflight(
+        tmp_path: Path, preset: str) -> None:
+    """A default must pass its own preflight: the default corpus serves the default top rung
+    once, and a check without a budget checks a short night."""
+    result = recipelab("check", "--preset", preset, cwd=tmp_path,
+                       env={"RECIPELAB_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no budget given: checking a campaign of --iterations 20" in result.stdout
+    assert "ok      corpus      python-source" in result.stdout
+    assert "preflight passed" in result.stdout
+
+
+def test_a_preset_the_builtin_corpora_cannot_serve_names_the_corpus_size_it_needs(
+        tmp_path: Path) -> None:
+    result = recipelab("check", "--preset", "spark", "--iterations", "2", cwd=tmp_path,
+                       env={"RECIPELAB_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 2
+    assert "fix: use --corpus PATH with at least" in result.stdout, result.stdout
+
+
 def test_an_llm_endpoint_that_is_down_is_a_warning_and_every_llm_turn_asks_it_again(
         tmp_path: Path) -> None:
     """The preflight's probe is no verdict on the night: the campaign keeps the hybrid, the

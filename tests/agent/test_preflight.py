@@ -167,7 +167,7 @@ def test_a_corpus_the_top_rung_would_read_twice_is_refused_unless_repeats_are_as
     assert result.status == "error", result
     assert "9.5 passes over the text" in result.what
     assert "--corpus python-source" in result.fix and "--repeat-text" in result.fix
-    assert "--stress-steps 105 (one pass)" in result.fix
+    assert "--stress-steps 105 reads this corpus once" in result.fix
     assert list((tmp_path / "cache" / "datasets").glob("*/meta.json")), "the cache was built"
     knowingly = settings.model_copy(update={"ladder": LadderSettings(stress_steps=1000,
                                                                      repeat_text=True)})

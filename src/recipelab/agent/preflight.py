@@ -293,6 +293,26 @@ def check_device(settings: CampaignSettings, executor: Executor
                        f"{gib(device.memory_bytes)}"), device
 
 
+def corpus_fix(settings: CampaignSettings, baseline: Recipe, train_tokens: int) -> str:
+    """The one option that lets the top rung read its text once: the larger built-in corpus
+    where it holds enough, else a corpus of the size needed, else (with the alternatives) a
+    top rung as long as this corpus allows."""
+    from recipelab.trainer.data import PYTHON_SOURCE_MAX_BYTES
+
+    bytes_needed = corpus_bytes_needed(settings, baseline)
+    per_token = BYTES_PER_TOKEN[baseline.tokenizer]
+    fits_source = ((1 - settings.corpus.val_fraction) * PYTHON_SOURCE_MAX_BYTES / per_token
+                   >= longest_run_tokens(settings) * CORPUS_MARGIN)
+    once = train_tokens // baseline.tokens_per_step
+    otherwise = (f". Otherwise --stress-steps {once} reads this corpus once" if once > baseline.steps
+                 else ". Otherwise")
+    otherwise += (", and " if once > baseline.steps else " ") + (
+        "--repeat-text ranks on repeated text knowingly")
+    if settings.corpus.source != "python-source" and fits_source:
+        return f"use --corpus python-source (the larger built-in corpus){otherwise}"
+    return f"use --corpus PATH with at least {bytes_needed / MIB:,.0f} MiB of text{otherwise}"
+
+
 def check_corpus(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
     """The corpus resolves, reads, tokenizes and is big enough; builds the tokenized cache."""
     from recipelab.trainer.data import DataError, load_dataset
@@ -318,8 +338,6 @@ def check_corpus(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
             f"{data.eval_bytes:,} bytes, tokenized cache ready ({seconds:.1f} s){capped}")
     longest = longest_run_tokens(settings)
     if len(data.train) < longest:
-        once = len(data.train) // baseline.tokens_per_step
-        shorter = f"--stress-steps {once} (one pass), " if once > baseline.steps else ""
         repeated = (f"{what}; the {settings.ladder.stress_steps}-step top rung reads "
                     f"{longest:,} tokens, {longest / len(data.train):.1f} passes over the text")
         if settings.ladder.repeat_text:
@@ -329,8 +347,7 @@ def check_corpus(settings: CampaignSettings, baseline: Recipe) -> CheckResult:
         return CheckResult(
             "corpus", "error", f"{repeated}; a ranking on repeated text rewards regularization, "
             "not the recipe a cloud run reading each token once should train",
-            f"use --corpus python-source or a bigger corpus, or {shorter}or --repeat-text to "
-            "rank on repeated text knowingly")
+            corpus_fix(settings, baseline, len(data.train)))
     return CheckResult("corpus", "ok", what)
 
 

@@ -75,7 +75,8 @@ class CampaignSettings(StrictModel):
     target: str | None = None  # None: the preset's default target, filled in on validation
     preset: str = "cpu"
     budget: int | None = Field(default=None, ge=1000)
-    corpus: CorpusSpec = CorpusSpec()
+    # the larger built-in corpus: the default top rung reads it once on every CPU preset
+    corpus: CorpusSpec = CorpusSpec(source="python-source")
     # every trial's precision (the baseline's too) unless "precision" is searchable; auto:
     # bf16 where the device computes it natively, else fp32 (recipelab.agent.machine)
     precision: Literal["auto", "fp32", "bf16", "fp8"] = "auto"

@@ -26,20 +26,28 @@ if TYPE_CHECKING:
     from recipelab.agent.preflight import Preflight
     from recipelab.eventlog import LogFormat
 
+CHECK_ITERATIONS = 20  # what `check` without a budget checks: a short night's proxy trials
 
-def resolve_settings(directory: Path, name: str, given: dict[str, Any]
-                     ) -> tuple[Resolved, bool]:
+
+def resolve_settings(directory: Path, name: str, given: dict[str, Any], *,
+                     check_only: bool = False) -> tuple[Resolved, bool]:
     """Saved settings updated with the options given on this command line (resume), or new
     settings from the given options and a new campaign's defaults; checked, then resolved for
     where trials run (the one :func:`~recipelab.agent.machine.resolve` of the command). And
-    whether they are new."""
+    whether they are new. ``check`` without a budget checks a campaign of
+    :data:`CHECK_ITERATIONS` iterations, and says so."""
     settings, saved = merged_settings(directory, name, given)
     if saved is not None:  # before the baseline is built: a new target's proxy may not be
         refuse_changes(saved, settings if settings.precision != AUTO else  # `auto`: once resolved
                        settings.model_copy(update={"precision": saved.precision}))
     window = settings.window
     if window.iterations is None and window.hours is None and window.until is None:
-        fail("give the campaign a budget: --iterations N, --hours H or --until HH:MM")
+        if not check_only:
+            fail("give the campaign a budget: --iterations N, --hours H or --until HH:MM")
+        console.print(f"no budget given: checking a campaign of --iterations {CHECK_ITERATIONS}",
+                      markup=False)
+        settings = settings.model_copy(update={
+            "window": window.model_copy(update={"iterations": CHECK_ITERATIONS})})
     try:
         settings.baseline()
     except (ValueError, ValidationError) as error:
@@ -177,7 +185,7 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
         "calibrate_from": tuple(str(Path(p).resolve()) for p in calibrate_from)
         if calibrate_from else None,
     }.items() if value is not None}
-    resolved, new = resolve_settings(directory, name, given)
+    resolved, new = resolve_settings(directory, name, given, check_only=check_only)
     if not new and not check_only:
         refuse_if_running(directory)
     out = console if check_only else errors
