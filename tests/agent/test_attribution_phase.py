@@ -196,4 +196,4 @@ def test_a_real_tiny_campaign_ends_with_attribution_json(
         assert group["kept"] or group["low"] <= 0.0  # dropped only inside the interval
     assert result["edit"] == attribution["minimal_edit"]
     assert (tmp_path / "report" / "report.md").read_text().startswith(
-        "# recipelab report: campaign real\n\n## Why this recipe")
+        "# recipelab report: campaign real\n\n## Summary")

@@ -12,6 +12,10 @@ from recipelab.agent.settings import CampaignSettings, SettingsError
 from recipelab.agent.status import campaign_status
 from recipelab.guardrails.hardware import resolve_device
 from recipelab.recipe import proxy_recipe
+from recipelab.report.document import Document
+from recipelab.report.render import to_markdown
+from recipelab.report.sections import top_trials
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
@@ -68,3 +72,27 @@ def test_status_counts_retries_seed_reruns_and_stress_runs_once_each(
 
     assert view.headline == ("campaign tiny: 12/12 proxy trials trained (+3 seed re-runs, "
                              "3 interrupted and re-run), 3 stress runs")
+
+
+def seeded(trial_id: str, val_bpb: float, seed: int, proposer: str = "baseline",
+           lr: float | None = None, parent: str | None = None) -> TrialRecord:
+    recipe = proxy_recipe("tiny").apply({"seed": seed, **({"optimizer.lr": lr} if lr else {})})
+    return TrialRecord(campaign="c", trial_id=trial_id, kind="proxy", status="complete",
+                       proposer=proposer, parent=parent, recipe=recipe.model_dump(mode="json"),
+                       edit={"optimizer.lr": lr} if lr else {}, val_bpb=val_bpb)
+
+
+def test_status_and_the_report_show_one_gain_per_trial_with_its_seeds(
+        tiny_settings: CampaignSettings) -> None:
+    """A candidate trained at three seeds: status and the report's top-10 table show the same
+    gain over the baseline, the mean over its seeds, and say how many."""
+    records = [seeded(f"p000{s}", v, s) for s, v in enumerate((2.50, 2.80, 2.20))]
+    records += [seeded("p0003", 2.40, 0, "classical-tpe", lr=0.02),
+                seeded("p0004", 2.77, 1, "seed-rerun", lr=0.02, parent="p0003"),
+                seeded("p0005", 2.16, 2, "seed-rerun", lr=0.02, parent="p0003")]
+    mark = campaign_status(tiny_settings, records).marks["p0003"]
+    assert mark.endswith(", 3 seeds") and mark.startswith("+0.0567 [")
+    floor = Ledger(records).noise
+    assert floor is not None
+    table = to_markdown(Document("r", (top_trials(records, floor),)))
+    assert f"| p0003 | 2.4000 | {mark} |" in table

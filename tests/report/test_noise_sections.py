@@ -4,6 +4,9 @@ noise shown as a win."""
 
 from __future__ import annotations
 
+import math
+import random
+import re
 from typing import Any
 
 from recipelab.recipe import FALLBACK_ARTIFACT, get_target
@@ -63,7 +66,7 @@ def test_with_paired_seeds_the_report_gives_each_gain_its_interval_and_resolves_
     assert "paired noise floor" in text and "unpaired seed spread 0.6000" in text
     real, small = row_of(text, "p0003"), row_of(text, "p0004")
     assert "within noise" not in real and "| +0.0500 [+0.04" in real  # mean over three seeds
-    assert "within noise (+0.0010 [-0.00" in small
+    assert "within noise: +0.0010 [-0.00" in small and "3 seeds" in small
     assert "Noise floor in use: paired." in text
     assert "evaluation slice: val_bpb's sampling error" in text and "±0.0040" in text
 
@@ -76,15 +79,44 @@ def test_before_any_seed_rerun_the_report_says_the_floor_is_unpaired() -> None:
     assert "unpaired noise floor: baseline val_bpb 2.5000 ± 0.6000" in text
     assert "within noise" in row_of(text, "p0003")  # the unpaired spread swallows it
     assert "Noise floor in use: unpaired." in text
-    assert "not negligible next to the noise floor" not in text  # 0.004 against 0.6
+    assert "not negligible" not in text  # 0.004 against 0.6
 
 
-def test_a_slice_whose_error_rivals_the_floor_is_called_out() -> None:
-    records = [r.model_copy(update={"metrics": {"val_bpb_stderr": 0.01}})
-               for r in campaign(paired=True)]
-    floor = noise_floor(records)
-    text = markdown(summary(Ledger(records), context(), floor))
-    assert "not negligible next to the noise floor: a larger slice" in text
+def blocks(bpb: float, jitter: float, seed: int, whole: bool = False) -> dict[str, Any]:
+    """32 blocks of 2 KiB scored at ``bpb`` on average: the text's own difficulty varies by
+    block (shared by every trial on the slice) and each trial's by ``jitter`` of its own."""
+    rng = random.Random(seed)
+    per_block = [bpb + 0.4 * math.sin(k) + rng.gauss(0, jitter) for k in range(32)]
+    return {"nats": [v * math.log(2) * 2048 for v in per_block], "bytes": [2048] * 32,
+            "whole_text": whole}
+
+
+def with_blocks(records: list[TrialRecord], jitter: float,
+                whole: bool = False) -> list[TrialRecord]:
+    return [r.model_copy(update={"metrics": {"val_bpb_stderr": 0.07, "eval_blocks": blocks(
+        r.val_bpb or 0.0, jitter, seed=i, whole=whole)}}) for i, r in enumerate(records)]
+
+
+def test_a_gains_slice_error_is_paired_and_far_below_a_scores_own() -> None:
+    records = with_blocks(campaign(paired=True), jitter=0.001)
+    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
+    assert "val_bpb's sampling error is ±0.0700" in text
+    gain = float(re.search(r"a gain's is ±(\d\.\d+)", text)[1])  # type: ignore[index]
+    assert gain < 0.001, "the text's own difficulty is shared by both trials and cancels"
+    assert ": negligible" in text
+
+
+def test_a_slice_whose_gain_error_rivals_the_floor_is_called_out() -> None:
+    records = with_blocks(campaign(paired=True), jitter=0.5)
+    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
+    assert "not negligible: a larger eval_bytes would narrow it" in text
+
+
+def test_a_slice_that_is_the_whole_validation_text_says_so() -> None:
+    records = with_blocks(campaign(paired=True), jitter=0.5, whole=True)
+    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
+    assert "evaluation slice (the whole validation text)" in text
+    assert "the whole validation text: no larger slice exists" in text
 
 
 def test_records_without_the_slice_error_say_it_was_not_recorded() -> None:

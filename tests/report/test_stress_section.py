@@ -9,7 +9,7 @@ from recipelab.recipe import get_target
 from recipelab.report import ReportContext
 from recipelab.report.document import Document
 from recipelab.report.render import to_markdown
-from recipelab.report.sections import recommendation, stress_runs
+from recipelab.report.sections import recommendation, rung_panels, stress_runs
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
@@ -56,3 +56,32 @@ def test_a_stress_record_without_a_recipe_shows_no_rate_instead_of_failing() -> 
                            curve=CURVE)]
     text = to_markdown(Document("report", (stress_runs(records),)))
     assert "| s0000 | p0001 | complete | stable | — |" in text
+
+
+def top_run(trial_id: str, parent: str, seed: int, batch: int, steps: int, offset: float,
+            **edit: Any) -> TrialRecord:
+    """A top-rung run of ``steps`` steps of ``batch`` sequences of 64 tokens."""
+    recipe = {"seed": seed, "batch_size": batch, "seq_len": 64, "steps": steps,
+              "optimizer": {"lr": 0.01}}
+    curve = [{"step": s, "loss": 3.0 - s / steps + offset} for s in range(steps // 4, steps + 1,
+                                                                          steps // 4)]
+    return TrialRecord(campaign="c", trial_id=trial_id, status="complete", kind="stress",
+                       proposer="tpe", val_bpb=2.5, recipe=recipe, parent=parent, curve=curve,
+                       edit=edit)
+
+
+def test_the_top_rungs_curves_share_one_panel_in_tokens_with_the_baseline_first() -> None:
+    """At equal tokens a finalist of half the batch runs twice the steps: in tokens the two
+    curves end together. Seeds make one series; the baseline's rate family is its own."""
+    records = [record("p0000", "proxy", 0.01).model_copy(update={"proposer": "baseline"}),
+               record("p0003", "proxy", 0.01)]
+    runs = [top_run("s0000", "p0000", 1000, 8, 200, 0.0), top_run("s0001", "p0000", 1001, 8, 200, 0.1),
+            top_run("s0002", "p0003", 1000, 4, 400, -0.1), top_run("s0003", "p0003", 1001, 4, 400, 0.0),
+            top_run("s0004", "p0000", 1000, 8, 200, 0.2, lr_family=0.5)]
+    ((title, series),) = rung_panels(records + runs, runs)
+    assert title == "top rung: 102,400 tokens"
+    assert [s.label for s in series] == ["p0000 (baseline)", "p0000 (baseline) × 0.5 rate", "p0003"]
+    assert [s.baseline for s in series] == [True, True, False]
+    assert series[0].tokens[-1] == series[2].tokens[-1] == 102_400
+    assert len(series[0].losses) == len(series[2].losses) == 2
+    assert len(series[1].losses) == 1

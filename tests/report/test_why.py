@@ -1,5 +1,6 @@
-"""The report's first section, "Why this recipe", and the compact edit column, read from a
-campaign whose winner's edit was attributed (the ``attributed_campaign`` fixture)."""
+"""The report's "Why this recipe" (after the verdict and the search's plot), and the compact
+edit column, read from a campaign whose winner's edit was attributed (the
+``attributed_campaign`` fixture)."""
 
 from __future__ import annotations
 
@@ -34,11 +35,16 @@ def text_of(blocks: tuple[object, ...]) -> str:
     return "\n".join(parts)
 
 
-def test_the_report_opens_with_why_this_recipe(attributed_campaign: Path) -> None:
+def test_the_report_opens_with_the_verdict_and_the_search_then_why_this_recipe(
+        attributed_campaign: Path) -> None:
     records = records_of(attributed_campaign)
     document = build_document(Ledger(records), ReportContext("attributed", get_target("toy"), "tiny"))
-    first = document.sections[0]
-    assert first.title == "Why this recipe"
+    assert [s.title for s in document.sections[:3]] == [
+        "Summary", "val_bpb by iteration", "Why this recipe"]
+    summary = text_of(document.sections[0].blocks).splitlines()
+    assert summary[0].startswith(("winner: ", "no winner")) and summary[1].startswith(
+        "next: 'recipelab export attributed --out cloud/ --target toy'")
+    first = document.sections[2]
     text = text_of(first.blocks)
     assert "Recommended: the baseline plus 1 of the 2 groups" in text
     kept = next(b for b in first.blocks if isinstance(b, Bullets)).items

@@ -83,7 +83,17 @@ def test_spearman_says_nothing_with_too_few_points_or_a_constant_side() -> None:
 
 
 def test_best_so_far_is_the_running_minimum_over_scored_proxy_trials() -> None:
-    records = [record(0, 4.0), record(1, 4.5), record(2, None, status="failed"), record(3, 3.5),
-               record(4, 3.9), record(5, math.inf)]
+    records = [record(i, v, {"optimizer.lr": 0.001 * (i + 1)}, status=status)
+               for i, v, status in ((0, 4.0, "complete"), (1, 4.5, "complete"),
+                                    (2, None, "failed"), (3, 3.5, "complete"),
+                                    (4, 3.9, "complete"), (5, math.inf, "complete"))]
     assert best_so_far(records) == [(0, 4.0), (1, 4.0), (3, 3.5), (4, 3.5)]
     assert [r.trial_id for r in scored_proxies(records)] == ["p0000", "p0001", "p0003", "p0004"]
+
+
+def test_best_so_far_follows_a_recipe_at_its_mean_over_seeds_not_a_lucky_seed() -> None:
+    """p0002 re-runs p0001's recipe at seed 1 and draws a lucky 3.0: the line moves to the
+    recipe's mean, 3.5, not to 3.0."""
+    records = [record(0, 4.0), record(1, 4.0, {"optimizer.lr": 0.02}),
+               record(2, 3.0, {"optimizer.lr": 0.02, "seed": 1})]
+    assert best_so_far(records) == [(0, 4.0), (1, 4.0), (2, 3.5)]

@@ -71,8 +71,8 @@ def test_a_gain_within_the_spread_is_noise_and_a_larger_one_is_not() -> None:
     assert not floor.is_noise(2.40)  # 0.13 better: a real gain
     assert floor.is_noise(2.58)  # worse, but within the spread
     assert not floor.is_noise(2.70)
-    assert floor.describe(2.50) == "noise: +0.0300 [-0.0300, +0.0900]"
-    assert floor.describe(2.40) == "+0.1300 [+0.0700, +0.1900] vs baseline"
+    assert floor.interval(2.50).describe() == "within noise: +0.0300 [-0.0300, +0.0900], 1 seed"
+    assert floor.interval(2.40).describe() == "+0.1300 [+0.0700, +0.1900], 1 seed"
 
 
 def test_a_seed_mean_covers_every_complete_trial_of_the_same_recipe() -> None:
@@ -117,9 +117,9 @@ def test_the_paired_floor_resolves_a_gain_the_unpaired_spread_calls_noise() -> N
     assert gain.value == pytest.approx(0.046)
     assert 0.0 < gain.low < gain.value < gain.high
     assert not floor.is_noise(candidate, seed=0)
-    assert floor.describe(candidate, seed=0).endswith("vs baseline")
+    assert not floor.interval(candidate, seed=0).describe().startswith("within noise")
     assert floor.is_noise(BASELINE[0] - 0.001, seed=0)
-    assert floor.describe(BASELINE[0] - 0.001, seed=0).startswith("noise: ")
+    assert floor.interval(BASELINE[0] - 0.001, seed=0).describe().startswith("within noise: ")
     assert "paired noise floor" in floor.summary() and "unpaired" in unpaired.summary()
 
 

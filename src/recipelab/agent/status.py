@@ -13,7 +13,7 @@ from recipelab.agent.window import split_text
 from recipelab.eventlog import EVENTS_FILE, read_events
 from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.trajectory.ledger import Ledger, Winner
-from recipelab.trajectory.noise import NoiseFloor
+from recipelab.trajectory.noise import NoiseFloor, paired_gain
 from recipelab.trajectory.record import TrialRecord
 
 BEST_SHOWN = 10
@@ -133,8 +133,9 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
     verdicts = {r.parent: r.verdict for r in ledger.stress if r.parent and r.verdict}
     floor = ledger.noise
     complete = ledger.ranked  # seed re-runs are evidence about a candidate, not rows of their own
-    marks = {r.trial_id: floor.describe(r.val_bpb, seed=int(r.recipe.get("seed", 0))) for r in complete
-             if floor is not None and r.val_bpb is not None and r.proposer != BASELINE_PROPOSER}
+    marks = {r.trial_id: gain.describe() for r in complete  # the report's label, seeds and all
+             if floor is not None and r.proposer != BASELINE_PROPOSER
+             and (gain := paired_gain(r, records, floor)) is not None}
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],
                       stress_verdicts=verdicts, noise=floor, marks=marks, winner=ledger.winner,
                       window=window, verdict=ledger.winner_line() if ledger.ranked else None,

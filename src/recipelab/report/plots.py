@@ -16,7 +16,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from recipelab.report.context import RunningCurve
-from recipelab.report.powerlaw import PowerLaw
 from recipelab.trajectory.analysis import best_so_far, scored_proxies
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
@@ -32,9 +31,10 @@ def _png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _figure(width: float = 8.0, height: float = 4.0, columns: int = 1) -> tuple[Figure, list[Axes]]:
+def _figure(width: float = 8.0, height: float = 4.0, columns: int = 1,
+            rows: int = 1) -> tuple[Figure, list[Axes]]:
     figure = Figure(figsize=(width, height), dpi=DPI)
-    axes = [figure.add_subplot(1, columns, i + 1) for i in range(columns)]
+    axes = [figure.add_subplot(rows, columns, i + 1) for i in range(rows * columns)]
     return figure, axes
 
 
@@ -48,7 +48,7 @@ def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> bytes:
         ax.scatter([r.iteration for r in mine], [float(r.val_bpb or 0.0) for r in mine], label=proposer, s=24)
     line = best_so_far(records)
     ax.step([i for i, _ in line], [v for _, v in line], where="post", color="black",
-            linewidth=1.2, label="best so far")
+            linewidth=1.2, label="best recipe so far (its mean over seeds)")
     if noise is not None:
         ax.axhspan(noise.mean - noise.spread, noise.mean + noise.spread, color="grey", alpha=0.15,
                    label=f"baseline ± seed spread ({len(noise.seeds)} seeds)")
@@ -61,30 +61,35 @@ def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> bytes:
 
 
 @dataclass(frozen=True)
-class StressPanel:
-    trial_id: str
-    parent: str | None
-    verdict: str | None
-    steps: list[float]
-    losses: list[float]
-    fit: PowerLaw | None
+class CurveSeries:
+    """One recipe's runs at one rung: the loss at each token count for each seed."""
+
+    label: str
+    tokens: list[float]
+    losses: list[list[float]]  # per seed, on ``tokens``
+    baseline: bool = False
 
 
-def stress_curves(panels: Sequence[StressPanel]) -> bytes:
-    """Each stress run's training loss, side by side, titled with its verdict, with the fitted
-    power law dashed."""
-    figure, axes = _figure(width=max(4.0, 3.6 * len(panels)), height=3.6, columns=len(panels))
-    for ax, panel in zip(axes, panels, strict=True):
-        ax.plot(panel.steps, panel.losses, marker=".", label="loss")
-        if panel.fit is not None and panel.steps:
-            fit = panel.fit
-            first = max(panel.steps[0], 1.0)  # the law is fitted, and defined, from step 1
-            xs = [first + (panel.steps[-1] - first) * i / 50 for i in range(51)]
-            ax.plot(xs, [fit(x) for x in xs], linestyle="--", color="black", linewidth=1,
-                    label="power-law fit")
-        ax.set_title(f"{panel.trial_id} (from {panel.parent}): {panel.verdict or 'no verdict'}",
-                     fontsize=9)
-        ax.set_xlabel("step")
+def rung_curves(panels: Sequence[tuple[str, Sequence[CurveSeries]]]) -> bytes:
+    """One panel per rung, x in tokens: every recipe's mean training loss over its seeds, the
+    seeds' range as a band, the baseline (and its rate family) in greys, so that the curves
+    compare at equal tokens on one axis."""
+    figure, axes = _figure(width=8.0, height=3.6 * len(panels), rows=len(panels))
+    for ax, (title, series) in zip(axes, panels, strict=True):
+        greys = iter(("black", "dimgrey", "darkgrey"))
+        for one in series:
+            columns = list(zip(*one.losses, strict=True))
+            mean = [sum(c) / len(c) for c in columns]
+            color = next(greys, "grey") if one.baseline else None
+            seeds = len(one.losses)
+            line, = ax.plot(one.tokens, mean, color=color, linewidth=1.8 if one.baseline else 1.4,
+                            zorder=3 if one.baseline else 2,  # the control stays in sight
+                            label=f"{one.label} ({seeds} seed{'s' if seeds != 1 else ''})")
+            if seeds > 1:
+                ax.fill_between(one.tokens, [min(c) for c in columns], [max(c) for c in columns],
+                                color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("training tokens")
         ax.set_ylabel("train loss")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -12,14 +12,16 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
-from recipelab.recipe import Recipe
+from recipelab.ratio import gain_stderr
+from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.report import plots
 from recipelab.report.context import LiveStatus, ReportContext
+from recipelab.report.distance import distance_lines, load_verified
 from recipelab.report.document import Block, Bullets, Document, Image, Paragraph, Section, Table
-from recipelab.report.export import ExportOptions, recommended_export
-from recipelab.report.powerlaw import fit_power_law
-from recipelab.report.prediction import TRANSFER_CHECK, bytes_per_token, predict
+from recipelab.report.export import Exported, ExportOptions, recommended_export
+from recipelab.report.prediction import bytes_per_token, predict
 from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
 from recipelab.report.why import baseline_knobs, why_this_recipe
 from recipelab.report.width import width_check
@@ -62,7 +64,9 @@ def summary(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None) -> Sec
              f"rung runs: {sum(r.kind == 'rung' and r.is_terminal for r in records)}",
              f"top-rung (stress) runs: {sum(r.kind == 'stress' and r.is_terminal for r in records)}"]
     if scored:
-        items.insert(0, ledger.winner_line())  # the same line as the console and status
+        items[:0] = [ledger.winner_line(),  # the same line as the console and status
+                     f"next: 'recipelab export {ctx.campaign} --out cloud/ --target "
+                     f"{ctx.target.name}' writes the cloud run's recipe and its prediction"]
         best = scored[0]
         items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "
                      f"{compact_edit(best.edit, baseline_knobs(records))})")
@@ -70,33 +74,55 @@ def summary(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None) -> Sec
         items.append(noise.summary())
     else:
         items.append("noise floor: not measured (the baseline has fewer than two seeds)")
-    items.append(eval_error(records, noise))
+    items.append(eval_error(ledger, noise))
     trials = ledger.counts()
     if trials.llm_asked:
         items.append(trials.llm_line())
     return Section("Summary", (Bullets(tuple(items)),))
 
 
-def eval_error(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> str:
-    """The evaluation slice's own sampling error of val_bpb, set beside the noise floor: the
-    slice is large enough when this is small next to the floor."""
-    errors = sorted(float(e) for r in records if r.kind == "proxy" and r.status == "complete"
-                    and (e := r.metrics.get("val_bpb_stderr")) is not None)
+def eval_error(ledger: Ledger, noise: NoiseFloor | None) -> str:
+    """The evaluation slice's sampling error beside the noise floor, two ways: of val_bpb as
+    an estimate over all text (what a prediction of an absolute score carries), and of a gain
+    over the baseline (what a ranking carries: much of the first is shared by every trial on
+    the slice and cancels). The slice is large enough when a gain's error is small next to the
+    floor, or when it is the whole validation text already."""
+    complete = [r for r in ledger.records if r.kind == "proxy" and r.status == "complete"]
+    errors = sorted(e for r in complete if (e := r.measured.val_bpb_stderr) is not None)
     if not errors:
         return ("evaluation slice: its sampling error of val_bpb was not recorded (trials of an "
                 "older recipelab)")
-    median = errors[len(errors) // 2]
-    line = (f"evaluation slice: val_bpb's sampling error over the slice's windows is ±{median:.4f} "
-            f"(one standard error, median over {len(errors)} trials; the error of val_bpb as an "
-            "estimate over the whole corpus: every trial is scored on the same slice, so much of "
-            "it is shared and cancels in a comparison)")
-    if noise is None or noise.floor <= 0:
+    blocks = [(r, b) for r in complete if (b := r.measured.eval_blocks)]
+    whole = any(b.get("whole_text") for _, b in blocks)
+    line = (f"evaluation slice{' (the whole validation text)' if whole else ''}: val_bpb's "
+            f"sampling error is ±{_median(errors):.4f} (one standard error over the slice's "
+            f"blocks, median of {len(errors)} trials)")
+    gains = _gain_errors(ledger.baseline, blocks)
+    if gains:
+        line += f"; a gain's is ±{_median(gains):.4f} (paired with the baseline on the same blocks)"
+    if noise is None or noise.floor <= 0 or not gains:
         return line
-    ratio = median / noise.floor
-    verdict = ("negligible next to the noise floor" if ratio < 0.2 else
-               "not negligible next to the noise floor: a larger slice (the recipe's eval_bytes) "
-               "would narrow it")
+    ratio = _median(gains) / noise.floor
+    verdict = ("negligible" if ratio <= 0.2 else "the whole validation text: no larger slice "
+               "exists" if whole else "not negligible: a larger eval_bytes would narrow it")
     return f"{line}, {ratio:.0%} of the {noise.kind} noise floor ({noise.floor:.4f}): {verdict}"
+
+
+def _median(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def _gain_errors(baseline: TrialRecord | None,
+                 blocks: Sequence[tuple[TrialRecord, dict[str, Any]]]) -> list[float]:
+    """Each trial's gain's sampling error against the baseline, over the blocks both have."""
+    if baseline is None:
+        return []
+    base = next((b for r, b in blocks if r.trial_id == baseline.trial_id), None)
+    if base is None:
+        return []
+    return [e for r, b in blocks if r.trial_id != baseline.trial_id
+            and (e := gain_stderr(base["nats"], base["bytes"], b["nats"], b["bytes"]))
+            is not None]
 
 
 def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Section:
@@ -105,7 +131,7 @@ def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sectio
             "No proxy trial has completed yet: the plot appears once one has."),))
     return Section("val_bpb by iteration", (
         Paragraph("Each point is a proxy trial, coloured by the proposer that suggested it; the black "
-                  "line is the best val_bpb so far."),
+                  "line is the best recipe so far at its mean over the seeds it has by then."),
         Image("val_bpb.png", plots.progress(records, noise), "val_bpb by iteration")))
 
 
@@ -119,8 +145,7 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
     for rank, r in enumerate(scored, start=1):
         assert r.val_bpb is not None
         gain = None if noise is None else paired_gain(r, records, noise)
-        mark = "" if gain is None else (f"within noise ({gain.interval_text()})" if gain.is_noise
-                                        else gain.interval_text())
+        mark = "" if gain is None else gain.describe()
         run = stress.get(r.trial_id)
         rows.append((str(rank), r.trial_id, _fmt(r.val_bpb), mark or "—", r.proposer,
                      compact_edit(r.edit, base), r.hypothesis, (run.verdict or run.status) if run else ""))
@@ -129,9 +154,11 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
     if noise is not None:
         blocks.append(Paragraph(
             "A gain is the baseline's val_bpb minus the trial's, at the same seeds (paired) when "
-            "the noise floor is paired, averaged over every seed of the recipe; in brackets its "
-            "90% interval. A gain whose interval contains 0 is within noise: no winner is named "
-            f"inside it. Noise floor in use: {noise.kind}."))
+            "the noise floor is paired, averaged over every seed of the recipe (the count "
+            "follows it); in brackets its 90% interval. `recipelab status` shows the same label. "
+            "A gain whose interval contains 0 is within noise: no winner is named inside it. "
+            "These are proxy-trial gains; the winner line's is the top rung's, over the tuned "
+            f"baseline. Noise floor in use: {noise.kind}."))
     else:
         blocks.append(Paragraph("Gains are not marked: the noise floor needs the baseline trained with "
                                 "at least two seeds."))
@@ -214,14 +241,10 @@ def stress_runs(records: Sequence[TrialRecord]) -> Section:
             "No stress runs yet: finalists are stress-run when the proxy search ends "
             "(or now, with 'recipelab stress CAMPAIGN')."),))
     by_id = {r.trial_id: r for r in records}
-    panels = []
     rows = []
     scaled = False
     for r in runs:
-        steps = [float(p["step"]) for p in r.curve]
         losses = [float(p["loss"]) for p in r.curve]
-        panels.append(plots.StressPanel(r.trial_id, r.parent, r.verdict, steps, losses,
-                                        fit_power_law(steps, losses)))
         lr, parent_lr = _lr(r), _lr(by_id.get(r.parent or ""))
         factor = lr / parent_lr if lr is not None and parent_lr else 1.0
         scaled = scaled or not math.isclose(factor, 1.0)
@@ -235,11 +258,43 @@ def stress_runs(records: Sequence[TrialRecord]) -> Section:
             "A stress run marked 'proxy's x' trained at its proxy's learning rate scaled by the "
             "campaign's horizon rule (see the ladder above; turn it off with "
             "--no-horizon-rule)."))
+    panels = rung_panels(records, runs)
+    if panels:
+        blocks.append(Image("stress_curves.png", plots.rung_curves(panels), "the top rung's loss "
+                            "curves at equal tokens, the baseline beside the finalists"))
     return Section("Stress runs", (
         *blocks,
-        Image("stress_curves.png", plots.stress_curves(panels), "stress-run loss curves"),
         Table(("stress run", "proxy trial", "status", "verdict", "learning rate", "final loss",
                "val_bpb", "note"), tuple(rows))))
+
+
+def rung_panels(records: Sequence[TrialRecord], runs: Sequence[TrialRecord]
+                ) -> list[tuple[str, list[plots.CurveSeries]]]:
+    """The runs' curves as one panel per rung (its tokens), one series per recipe (the proxy
+    trial it came from and, for the baseline's family, its rate multiple) with a curve per
+    seed, on the tokens every seed reached; the baseline's series first."""
+    baselines = {r.trial_id for r in records if r.proposer == BASELINE_PROPOSER}
+    rungs: dict[int, dict[tuple[str, float], list[TrialRecord]]] = {}
+    for run in runs:
+        if run.status == "complete" and run.curve and run.tokens_per_step:
+            family = float(run.edit.get("lr_family", 1.0))
+            rungs.setdefault(run.tokens, {}).setdefault((run.parent or "", family), []).append(run)
+    panels = []
+    for tokens, recipes in sorted(rungs.items()):
+        series = []
+        for (parent, family), seeds in recipes.items():
+            length = min(len(run.curve) for run in seeds)
+            per_token = seeds[0].tokens_per_step
+            is_baseline = parent in baselines
+            label = f"{parent} (baseline)" if is_baseline else parent
+            series.append(plots.CurveSeries(
+                label + ("" if family == 1.0 else f" × {family:g} rate"),
+                [float(p["step"]) * per_token for p in seeds[0].curve[:length]],
+                [[float(p["loss"]) for p in run.curve[:length]] for run in seeds],
+                baseline=is_baseline))
+        series.sort(key=lambda one: (not one.baseline, one.label))
+        panels.append((f"top rung: {tokens:,} tokens", series))
+    return panels
 
 
 def importance(records: Sequence[TrialRecord]) -> Section:
@@ -377,7 +432,6 @@ def recommendation(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None)
         f"{_about(rec.gpu_hours)} GPU-hours, {_about(rec.days_on_node)} days on {rates.gpus} GPUs, "
         f"${_about(rec.cost_usd)} at ${rates.usd_per_gpu_hour:.2f} per GPU-hour",
     )
-    items += (TRANSFER_CHECK,)
     check = width_check(records)
     if check is not None:
         items += (("one size up: " if check.held else "caution: one size up, ") + check.describe(),)
@@ -397,14 +451,15 @@ def recommendation(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None)
               tuple((t.knob, t.proxy, t.target, t.rule) for t in exported.transfers))]
     first_day_tokens = int(rates.gpu_peak_flops * rates.mfu * rates.gpus * SECONDS_PER_DAY
                            / rec.recipe.flops_per_token())
-    blocks += prediction_blocks(records, rec, ctx, recipe, first_day_tokens)
+    blocks += prediction_blocks(records, rec, ctx, exported, first_day_tokens)
     return Section(title, tuple(blocks))
 
 
 def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: ReportContext,
-                      recipe: Recipe, first_day_tokens: int) -> list[Block]:
+                      exported: Exported, first_day_tokens: int) -> list[Block]:
     """The cloud run's predicted val_bpb (the prediction 'recipelab export' writes and
-    'recipelab verify' checks), with its band and what it rests on."""
+    'recipelab verify' checks), with its band, what it rests on and how far it reaches."""
+    recipe = exported.recipe
     try:
         found = predict(records, rec.winner, recipe.shape)
     except ValueError as error:
@@ -418,6 +473,7 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
         center, half = found.center(text), found.half_width(text)
         rows.append((label, f"{step:,}", f"{text:,.0f}", _fmt(center), f"{_fmt(center - half)} – "
                      f"{_fmt(center + half)}"))
+    distance = distance_lines(exported.distance, load_verified(), (center - half, center + half))
     return [
         Paragraph("Predicted val_bpb of the cloud run, against bytes of training text (val_bpb "
                   "compares across tokenizers; steps do not). The target's val_bpb should be at or "
@@ -427,6 +483,7 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
         Bullets((*found.assumptions(), f"bytes per token: {per_token:g}" + (
             "" if recipe.tokenizer == "byte" else " (assumed for BPE before the run; pretrain "
             "measures it)"))),
+        Bullets(tuple(distance)),
     ]
 
 
@@ -435,7 +492,9 @@ def build_document(ledger: Ledger, ctx: ReportContext) -> Document:
     ``--promote``, its rungs) as the campaign, ``status`` and ``export``."""
     records = ledger.records
     noise = noise_floor(records)
-    sections = [why_this_recipe(ledger), summary(ledger, ctx, noise), progress(records, noise),
+    # the first screen: the verdict and what to do with it, then the search at a glance;
+    # the explanation and the evidence follow
+    sections = [summary(ledger, ctx, noise), progress(records, noise), why_this_recipe(ledger),
                 top_trials(records, noise), rung_runs(ledger, ctx.horizon_fits), stress_runs(records),
                 importance(records), *reasons(records),
                 resources(records), energy(records), rank_agreement(records),

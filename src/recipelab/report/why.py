@@ -1,4 +1,5 @@
-"""The report's first section, "Why this recipe": the recommendation explained in words.
+"""The report's "Why this recipe", after the verdict and the search's plot: the
+recommendation explained in words.
 
 The person booking the cloud run needs to say which changes matter and by how much, not only
 that one trial scored best. This section reads the campaign's attribution result

@@ -7,7 +7,9 @@ file) and never write anything.
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -42,15 +44,18 @@ def scored_proxies(records: Iterable[TrialRecord]) -> list[TrialRecord]:
 
 
 def best_so_far(records: Iterable[TrialRecord]) -> list[tuple[int, float]]:
-    """``(iteration, best val_bpb up to and including it)`` for every scored proxy trial,
-    in iteration order (ties keep trajectory order): the line a search's progress is read from."""
+    """``(iteration, best val_bpb up to and including it)`` for every scored proxy trial, in
+    iteration order (ties keep trajectory order): the line a search's progress is read from.
+    A recipe counts at its mean over the seeds it has by then, so a seed re-run that drew a
+    lucky seed moves its recipe's mean, not the line to its own value."""
     scored = sorted(scored_proxies(records), key=lambda r: r.iteration)
+    by_recipe: dict[str, list[float]] = {}
     line: list[tuple[int, float]] = []
-    best = math.inf
     for record in scored:
         assert record.val_bpb is not None
-        best = min(best, record.val_bpb)
-        line.append((record.iteration, best))
+        unseeded = {k: v for k, v in record.recipe.items() if k != "seed"}
+        by_recipe.setdefault(json.dumps(unseeded, sort_keys=True), []).append(record.val_bpb)
+        line.append((record.iteration, min(statistics.fmean(v) for v in by_recipe.values())))
     return line
 
 

@@ -65,11 +65,12 @@ class Gain:
         return f"{self.value:+.4f} [{self.low:+.4f}, {self.high:+.4f}]"
 
     def describe(self) -> str:
-        """``"noise: +0.0100 [-0.0200, +0.0400]"`` or ``"+0.1300 [+0.1000, +0.1600] vs
-        baseline"``: the word comes first, so a gain inside the noise never reads as a win."""
-        if self.is_noise:
-            return f"noise: {self.interval_text()}"
-        return f"{self.interval_text()} vs baseline"
+        """``"within noise: +0.0100 [-0.0200, +0.0400], 1 seed"`` or ``"+0.1300 [+0.1000,
+        +0.1600], 3 seeds"``: the one label of a gain over the baseline, wherever it is shown
+        (status, the report); the word comes first, so a gain inside the noise never reads
+        as a win, and the seeds say how much evidence it rests on."""
+        text = f"{self.interval_text()}, {self.seeds} seed{'s' if self.seeds != 1 else ''}"
+        return f"within noise: {text}" if self.is_noise else text
 
 
 @dataclass(frozen=True)
@@ -144,11 +145,6 @@ class NoiseFloor:
         """True when the interval of the gain contains 0: a lucky seed could explain it,
         and so could an unlucky one a loss of that size."""
         return self.interval(val_bpb, seed).is_noise
-
-    def describe(self, val_bpb: float, seed: int | None = None) -> str:
-        """A short label for a result: its gain and interval, led by ``noise`` when the
-        interval contains 0 (see :meth:`Gain.describe`)."""
-        return self.interval(val_bpb, seed).describe()
 
     def summary(self) -> str:
         """One line naming the floor in use, for status and the report."""
