@@ -476,8 +476,9 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
     distance = distance_lines(exported.distance, load_verified(), (center - half, center + half))
     return [
         Paragraph("Predicted val_bpb of the cloud run, against bytes of training text (val_bpb "
-                  "compares across tokenizers; steps do not). The target's val_bpb should be at or "
-                  f"below this band at the same bytes; check the run with 'recipelab verify "
+                  "compares across tokenizers; steps do not). The target's val_bpb should land in "
+                  f"this band at the same bytes, not above or below it; check the run with "
+                  f"'recipelab verify "
                   f"{ctx.campaign} --metrics RUN/metrics.csv'."),
         Table(("when", "step", "bytes of text", "predicted val_bpb", "band"), tuple(rows)),
         Bullets((*found.assumptions(), f"bytes per token: {per_token:g}" + (
