@@ -9,9 +9,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+Samples = Sequence[float] | np.ndarray
+"""Per-block sums, as a list or an array."""
 
-def ratio_stderr(nats: Sequence[float] | np.ndarray,
-                 n_bytes: Sequence[float] | np.ndarray) -> float | None:
+
+def ratio_stderr(nats: Samples, n_bytes: Samples) -> float | None:
     """The standard error of ``sum(nats) / (ln 2 · sum(n_bytes))`` with each element as one
     sample (the delta method for a ratio estimator); None with fewer than two samples. An
     element of no bytes (a block no token starts in) is no sample."""
@@ -26,8 +28,8 @@ def ratio_stderr(nats: Sequence[float] | np.ndarray,
     return math.sqrt(n / (n - 1) * float((residuals**2).sum())) / (math.log(2) * total)
 
 
-def gain_stderr(base_nats: Sequence[float], base_bytes: Sequence[float],
-                nats: Sequence[float], n_bytes: Sequence[float]) -> float | None:
+def gain_stderr(base_nats: Samples, base_bytes: Samples, nats: Samples,
+                n_bytes: Samples) -> float | None:
     """The sampling error of ``val_bpb(base) − val_bpb(other)`` over the blocks both were
     scored on: what drawing another slice of the same size would change in a gain. Much of a
     slice's error is shared by every trial scored on it, so this is far smaller than either
