@@ -374,6 +374,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
     _write_json(out / "transfer.json", [t.__dict__ for t in exported.transfers])
     split = exported.split
     assert split is not None, "a winner without a memory problem has a split"
+    distance = export_distance(exported, points)  # the verified file read once
     manifest = {
         "campaign": campaign, "target": target.name, "winner": winner.trial_id,
         "chosen_because": because, "winner_val_bpb": winner.val_bpb,
@@ -391,7 +392,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
         "seed": exported.recipe.seed, "device": winner.provenance.get("device"),
         "params": exported.params, "planned_tokens": exported.tokens,
         "distance": exported.distance.to_json(),
-        "distance_lines": export_distance(exported, points),
+        "distance_lines": distance,
         "run_on": {"device": options.device, "gpus": options.gpus,
                    "gpu_memory_gib": options.gpu_memory_gib,
                    "precision": exported.recipe.precision,
@@ -408,7 +409,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
     }
     _write_json(out / "manifest.json", manifest)
     text = render_transfer(campaign, target, winner, because, exported, prediction, points,
-                           runner_up, options, ledger.winner_line(), no_fallback)
+                           runner_up, options, ledger.winner_line(), no_fallback, distance)
     if check is not None:
         text += f"\nOne size up: {check.describe()}.\n"
     if found.minimal:
@@ -472,9 +473,11 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
                     exported: Exported, prediction: Prediction,
                     points: list[dict[str, float | int]], runner_up: TrialRecord | None,
                     options: ExportOptions, winner_line: str = "",
-                    no_fallback: str = "no other recipe completed") -> str:
+                    no_fallback: str = "no other recipe completed",
+                    distance: Sequence[str] = ()) -> str:
     """The human-readable transfer table and prediction, under the campaign's winner line;
-    ``no_fallback`` says why there is no fallback when ``runner_up`` is None."""
+    ``no_fallback`` says why there is no fallback when ``runner_up`` is None; ``distance``
+    is :func:`export_distance`'s statement."""
     lines = [f"# Cloud recipe: campaign {campaign} → {target.name}", "",
              *([winner_line, ""] if winner_line else []),
              f"Exported {winner.trial_id} (proxy val_bpb {winner.val_bpb:.4f}), chosen as {because}.",
@@ -489,7 +492,7 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
     lines += [f"| {p['step']:,} | {p['tokens']:,} | {p['bytes']:,.0f} | {p['val_bpb']:.4f} | "
               f"{p['low']:.4f} – {p['high']:.4f} |" for p in points]
     lines += ["", "It rests on:", ""] + [f"- {a}" for a in prediction.assumptions()]
-    lines += ["", *export_distance(exported, points)]
+    lines += ["", *distance]
     lines += ["", "## Running it", "",
               f"Prepare the data: `{data_command(exported.recipe)}`.", "",
               f"Train ({exported.recipe.precision}, "
