@@ -53,8 +53,8 @@ BAR = 0.10
 
 def simulate(rungs: Sequence[TopRung], n: int) -> None:
     print(f"\n(a) simulated campaigns, {n} per cell; σ is one seed's paired gain. False winners "
-          "where the baseline's other rates are far worse (no luck in choosing its best rate: "
-          "the hardest case) and where all three tie")
+          "where every recipe's other rates are far worse (no luck in choosing a best rate) "
+          "and where all three tie")
     print(f"{'setting':<42} {'false winners [95%]':<26} {'rates tied':>10} {'power 1σ':>9} "
           f"{'power 2σ':>9}")
     for rung in rungs:
@@ -102,9 +102,9 @@ def train_pool(preset: str, corpus: str, seeds: int, top_steps: int, out: Path,
                     base.steps, top_steps)
 
 
-def pool_draw(pool: Pool, rng: random.Random, best: float) -> Draw:
-    """Each (recipe, seed) of one campaign gets its own pool seed, none used twice; finalists
-    draw from the baseline's ``best`` rate, the baseline's family from its own rates. A
+def pool_draw(pool: Pool, rng: random.Random) -> Draw:
+    """Each (recipe, seed) of one campaign gets its own pool seed, none used twice; every run
+    draws from the rate it trains at (a finalist's: the one the campaign's control chose). A
     finalist's proxy run and its top-rung run at the proxy's seed share a pool seed, so real
     luck carries across rungs as it does in a campaign."""
     order = list(range(len(pool.proxy)))
@@ -121,17 +121,16 @@ def pool_draw(pool: Pool, rng: random.Random, best: float) -> Draw:
         if seed == CAMPAIGN_SEED and factor == 1.0 and (who, -1) not in assigned:
             assigned[(who, -1)] = index
             return pool.proxy[index]
-        return pool.top[best if who != "base" else factor][index]
+        return pool.top[factor][index]
     return draw
 
 
 def from_pool(rungs: Sequence[TopRung], pool: Pool, n: int, seed: int = 0) -> None:
     means = {m: statistics.fmean(v) for m, v in pool.top.items()}
-    best = min(means, key=lambda m: means[m])
     print(f"\n(b) null campaigns from {len(pool.proxy)} real seeds of the baseline, {n} per cell "
           f"(top rung {pool.top_steps} steps; mean val_bpb by rate: "
           + ", ".join(f"× {m:g} {v:.4f}" for m, v in sorted(means.items()))
-          + f"; finalists drawn at × {best:g})")
+          + "; finalists drawn at the rate each campaign's control chose)")
     print(f"{'setting':<42} {'false winners [95%]':<26}")
     for rung in rungs:
         need = (rung.promote + 1) * (rung.top_seeds + rung.close_call_seeds + 1)
@@ -139,7 +138,7 @@ def from_pool(rungs: Sequence[TopRung], pool: Pool, n: int, seed: int = 0) -> No
             print(f"{rung.describe():<42} needs {need} pool seeds (--pool {need})")
             continue
         rng = random.Random(seed)
-        hits = sum(top_rung_campaign(rung, pool_draw(pool, rng, best),
+        hits = sum(top_rung_campaign(rung, pool_draw(pool, rng),
                                      proxy_steps=pool.proxy_steps, top_steps=pool.top_steps)
                    for _ in range(n))
         low, high = wilson(hits, n)

@@ -24,8 +24,9 @@ as its batch allows) at its proxy learning rate × 1 and × 1/3, and keeps the b
 that owes nothing to the campaign's own horizon rule. It prints, per campaign, the named
 pick's truth against the best candidate's (the regret) and against the **tuned baseline**'s
 (the baseline at the better of those rates: what a user gets for free by lowering the rate),
-beside the paired noise floor (the pick and the baseline again at a second seed); where no
-winner is named the pick is the baseline. The long trials train ``--truth-workers`` at a
+beside the regret's paired noise floor (the pick and the best candidate again at a second
+seed: how much the regret moves with the seed alone; none when the pick is the best); where
+no winner is named the pick is the baseline. The long trials train ``--truth-workers`` at a
 time, one thread each. Campaigns and long trials are cached in ``--out``, so an interrupted
 run resumes. ``--from-seed S`` runs campaign seeds S to N-1 only: one seed of a row, finished
 on a machine that lacks the others' cache.
@@ -178,7 +179,7 @@ class CampaignOutcome:
     best_long: float
     baseline_long: float  # the tuned baseline: the baseline at the better rate
     candidates: int
-    floor: float  # the paired noise floor: |(tuned baseline - pick) at two seeds' difference|
+    floor: float  # the regret's paired floor: |(pick - best) at one seed - at another|
 
     @property
     def regret(self) -> float:
@@ -237,11 +238,9 @@ def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutc
         pick = winner.record.trial_id if winner is not None else baseline.trial_id
         best = min(truth, key=lambda i: (truth[i], i))
         by_id = {r.trial_id: r for r in ledger.ranked}
-        seconds = {i: pool.submit(long_run, by_id[i], rate_of[i], 1)
-                   for i in {pick, baseline.trial_id}}
+        seconds = {i: pool.submit(long_run, by_id[i], rate_of[i], 1) for i in {pick, best}}
         second = {i: run.result() for i, run in seconds.items()}
-    floor = abs((truth[baseline.trial_id] - truth[pick])
-                - (second[baseline.trial_id] - second[pick]))
+    floor = abs((truth[pick] - truth[best]) - (second[pick] - second[best]))
     return CampaignOutcome(seed, pick, winner is not None, truth[pick], best, truth[best],
                            truth[baseline.trial_id], len(truth), floor)
 
@@ -261,7 +260,7 @@ def campaign_table(args: argparse.Namespace, console: Console) -> None:
                         f"preset, {args.corpus}, {args.trials} iterations per campaign; each "
                         "val_bpb the better of lr x 1 and x 1/3 (lower is better)")
     for column in ("campaign seed", "pick", "its val_bpb", "best candidate", "regret",
-                   "tuned baseline", "gain", "paired floor", "regret within it"):
+                   "tuned baseline", "gain", "regret's floor", "regret within it"):
         table.add_column(column)
     for o in outcomes:
         table.add_row(str(o.seed), o.pick if o.named else f"{o.pick} (no winner named)",

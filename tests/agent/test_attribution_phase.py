@@ -160,7 +160,7 @@ def test_out_of_time_it_says_it_skipped_attribution(
     assert not of_kind(tmp_path, RESULT_KIND)
 
 
-@pytest.mark.timeout(1200)  # a dozen real trial subprocesses on a small shared machine
+@pytest.mark.timeout(1800)  # three dozen real trial subprocesses on a small shared machine
 def test_a_real_tiny_campaign_ends_with_attribution_json(
         tiny_settings: CampaignSettings, tmp_path: Path) -> None:
     """The real trainer, in subprocesses: two baseline seeds, one edit of two groups (a

@@ -144,6 +144,34 @@ def test_each_rung_trains_at_the_rule_rate_and_the_baseline_also_at_half_and_twi
         "at each of the top rung's seeds there")
 
 
+def slower_edit(spec: TrialSpec) -> TrialResult:
+    """The bowl, except that at the top rung (400 steps) the winning edit's best rate is a
+    third of what the rule predicts for it: at the rule's rate its gain (0.05) would be lost
+    to the rate (0.12)."""
+    recipe = spec.recipe
+    if recipe.steps != 400 or recipe.optimizer.beta2 != 0.99:
+        return scored(spec)
+    best = 0.02 * (recipe.steps / 20) ** -PRIOR_ALPHA / 3
+    value = 1.95 + 0.1 * math.log(recipe.optimizer.lr / best) ** 2 + 0.01 * recipe.seed
+    return synthetic_outcome(spec).model_copy(update={"val_bpb": value})
+
+
+def test_each_finalist_competes_at_its_best_rate_of_the_top_rung(
+        tmp_path: Path, ladder_settings: CampaignSettings) -> None:
+    """Every finalist trains its own family at the top rung, as the baseline does: the edit
+    that wants a lower rate there wins at × ½ and the winner line says so."""
+    summary, records = run(ladder_settings, tmp_path, slower_edit)
+
+    [top] = [e for e in events(tmp_path, "rung_started") if e["top"]]
+    family = sorted((r.parent, r.edit["lr_family"], int(r.recipe["seed"])) for r in records
+                    if r.proposer == "lr-family" and r.budget_steps == 400)
+    assert family == sorted((p, m, s) for p in ("p0000", *top["climbers"]) for m in (0.5, 2.0)
+                            for s in (1000, 1001, 1002))
+    assert summary.winner is not None and summary.winner.record.trial_id == "p0003"
+    assert ("3 seeds, at 0.5× its rate, the best of 0.5/1/2× here, gain over the tuned "
+            "baseline (") in summary.winner_line
+
+
 def test_a_candidate_whose_rate_suits_the_long_run_climbs_by_its_probe(
         tmp_path: Path, ladder_settings: CampaignSettings) -> None:
     """0.007 is too low for 20 steps (fifth of six at its own rate) but the rule's choice
@@ -180,7 +208,8 @@ def test_the_winner_line_is_the_same_on_the_console_in_status_the_report_and_exp
     winner = summary.winner
     assert winner is not None
     assert line.startswith(f"winner: {winner.record.trial_id}, evidence: top rung at 400 steps, "
-                           "3 seeds, gain over the tuned baseline (")
+                           "3 seeds, at 1× its rate, the best of 0.5/1/2× here, gain over the "
+                           "tuned baseline (")
     assert "+0.0500 [+0.0500, +0.0500]" in line and "Bonferroni over 4 tests" in line
     assert campaign_status(ladder_settings, records).winner_line() == line
     report = (tmp_path / "report" / "report.md").read_text()
@@ -282,15 +311,15 @@ def test_the_window_plan_prices_every_rung_from_measured_costs() -> None:
     common = {"proxy_steps": 60, "stress_steps": 1000, "promote": 3, "fidelity": 0,
               "noise_seeds": 1, "parallel": 2}
     ladder = plan_ladder(12, proxy_steps=60, stress_steps=1000, eta=3, promote=3)
-    assert ladder == [RungPlan(180, 4), RungPlan(540, 3), RungPlan(1000, 3, seeds=3, family=6)]
+    assert ladder == [RungPlan(180, 4), RungPlan(540, 3), RungPlan(1000, 3, seeds=3, family=24)]
     plan = plan_window(deadline, times, rungs=ladder, **common)
 
     middle = math.ceil(5 / 2) * times.seconds(180) + math.ceil(4 / 2) * times.seconds(540)
-    top = math.ceil(18 / 2) * times.seconds(1000)
+    top = math.ceil(36 / 2) * times.seconds(1000)
     assert plan.phase2_s == pytest.approx(MARGIN * (middle + top) + REPORT_RESERVE_S)
-    assert plan.rung_runs == 9 and plan.stress_runs == 18, (
-        "three finalists and the baseline at three seeds, and its family at each")
-    assert "9 middle-rung runs" in plan.describe() and "18 top-rung runs" in plan.describe()
+    assert plan.rung_runs == 9 and plan.stress_runs == 36, (
+        "three finalists and the baseline at three seeds, each with its family at each")
+    assert "9 middle-rung runs" in plan.describe() and "36 top-rung runs" in plan.describe()
 
     probed = [RungPlan(180, 4, probes=12), *ladder[1:]]
     with_probes = plan_window(deadline, times, rungs=probed, **common)

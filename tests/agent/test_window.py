@@ -121,8 +121,8 @@ def test_a_campaign_bounded_only_by_its_window_still_runs_a_stress_run_before_it
     assert summary.stress_runs == 4 and all(s["status"] == "complete" for s in stress)
     assert summary.proxy_trials >= 2  # the window was not all given to Phase 2
     planned = events(tmp_path, "window_planned")
-    # the top rung's four, and the baseline's learning-rate family at each of its seeds
-    assert planned and planned[0]["stress_runs"] == 4 + 2 * 2
+    # the top rung's four, and each one's learning-rate family (× ½, × 2) at each of its seeds
+    assert planned and planned[0]["stress_runs"] == 4 + 2 * 2 * 2
     window = latest_window(tmp_path)
     assert window is not None and window.startswith("search until ")
     assert campaign_status(settings, [], window).window == window

@@ -7,10 +7,10 @@ so a recipe whose rate suits the long run is not culled for starting slowly (the
 ranks; every climber still trains at the rule's rate). Each middle rung
 (:mod:`recipelab.trajectory.ladder`, by ``eta``) trains the best of the one below and the
 baseline beside them, for ``steps`` of the baseline's tokens at the horizon
-rule's learning rate; the top rung, at ``stress_steps``, trains the ``promote`` finalists,
-the baseline and the baseline's learning-rate family at ``top_seeds`` fresh seeds
-(:func:`~recipelab.trajectory.ladder.top_rung_seeds`), so the winner is named only outside its
-paired interval over the tuned baseline
+rule's learning rate; the top rung, at ``stress_steps``, trains the ``promote`` finalists
+and the baseline, each with its learning-rate family, at ``top_seeds`` fresh seeds
+(:func:`~recipelab.trajectory.ladder.top_rung_seeds`), so the winner, at its best rate, is
+named only outside its paired interval over the tuned baseline
 (:meth:`~recipelab.trajectory.ledger.Ledger.recommendation`). A close call there (the best
 finalist's mean gain positive, its interval including 0) buys it and the control
 ``close_call_seeds`` more seeds before the campaign keeps the baseline
@@ -178,6 +178,9 @@ class LadderPhase:
         seeds = self._top_seeds(ctx) if top else [ctx.settings.seed]
         kind = "stress" if top else "rung"
         family = self._family(ctx, steps, factor, rule, seeds if top else None)
+        if top:  # each finalist competes at its best rate, as the control does
+            family += [RungJob(c, steps, seed, factor * m, family=m)
+                       for c in climbers for seed in seeds for m in LR_FAMILY]
         ctx.log.info("rung_started", steps=steps, tokens=steps * ctx.baseline.tokens_per_step,
                      top=top, seeds=seeds, climbers=[c.trial_id for c in climbers],
                      lr_factor=factor, rule=rule.describe(), rule_source=rule.source,
@@ -193,8 +196,8 @@ class LadderPhase:
 
     def _settle_close_call(self, ctx: CampaignContext, steps: int) -> None:
         """While :func:`~recipelab.trajectory.ledger.close_call_target` names a finalist,
-        train it and the control at ``close_call_seeds`` more seeds there, each at the rate
-        of its own top-rung runs (so every seed of a pair trains alike)."""
+        train it and the control at ``close_call_seeds`` more seeds there, each at the best
+        rate of its own top-rung family (so every seed of a pair trains alike)."""
         extra = ctx.settings.ladder.close_call_seeds
         bought: set[str] = set()
         while not ctx.stops.stop:
@@ -202,23 +205,28 @@ class LadderPhase:
             baseline = ctx.ledger.baseline
             if target is None or baseline is None:
                 return
-            best, control = target
+            best, multiple, control = target
             bought.add(best.trial_id)
             seeds = self._top_seeds(ctx, ctx.settings.ladder.top_seeds + extra)
             seeds = seeds[ctx.settings.ladder.top_seeds:]
             verdict = ctx.ledger.recommendation()
             assert verdict is not None and verdict.gain is not None
             ctx.log.info("close_call", trial_id=best.trial_id, steps=steps, seeds=seeds,
-                         control_lr_factor=control,
+                         lr_factor=multiple, control_lr_factor=control,
                          gain=round(verdict.gain.value, 6), gain_low=round(verdict.gain.low, 6),
                          gain_high=round(verdict.gain.high, 6))
-            jobs = [RungJob(best, steps, seed, self._top_factor(ctx, best, steps), kind="stress")
-                    for seed in seeds]
-            base_factor = self._top_factor(ctx, baseline, steps)
-            jobs += [RungJob(baseline, steps, seed, base_factor * control,
-                             family=control if control != 1.0 else None,
-                             kind="rung" if control != 1.0 else "stress") for seed in seeds]
-            self._in_waves(ctx, jobs)
+            self._in_waves(ctx, [self._at_best_rate(ctx, who, steps, seed, m)
+                                 for who, m in ((best, multiple), (baseline, control))
+                                 for seed in seeds])
+
+    def _at_best_rate(self, ctx: CampaignContext, candidate: TrialRecord, steps: int, seed: int,
+                      multiple: float) -> RungJob:
+        """``candidate``'s run at ``seed`` at ``multiple`` × the rate of its top-rung runs: a
+        family run, or its own rate's."""
+        factor = self._top_factor(ctx, candidate, steps) * multiple
+        if multiple == 1.0:
+            return RungJob(candidate, steps, seed, factor, kind="stress")
+        return RungJob(candidate, steps, seed, factor, family=multiple)
 
     @staticmethod
     def _top_factor(ctx: CampaignContext, candidate: TrialRecord, steps: int) -> float:

@@ -197,8 +197,11 @@ def rung_runs(ledger: Ledger, horizon_fits: Sequence[HorizonFit] = ()) -> Sectio
                          "baseline" if is_base else str(rank.get(candidate.trial_id, "excluded"))))
     family = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal
               and base is not None and r.parent == base.trial_id]
-    probes = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal
+    proxy_steps = ledger.proxies[0].budget_steps if ledger.proxies else 0
+    others = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal
               and r not in family]
+    probes = [r for r in others if r.budget_steps == proxy_steps]
+    finalists = len(others) - len(probes)
     carried = [c.trial_id for c in ledger.contenders if ledger.at_proxy_steps(c)[1] != 1.0
                and any(ledger.runs_at(c.trial_id, s) for s in ledger.rung_levels)]
     blocks: list[Block] = [
@@ -215,7 +218,10 @@ def rung_runs(ledger: Ledger, horizon_fits: Sequence[HorizonFit] = ()) -> Sectio
     blocks.append(Paragraph(
         f"Each rung trains at the proxy's learning rate × (rung tokens / proxy tokens)^-alpha, "
         f"the horizon rule: {rule.describe()}. {len(family)} learning-rate family run(s) (the "
-        "baseline at lr × ½ and × 2 at each budget) fed it; they rank nothing."))
+        "baseline at lr × ½ and × 2 at each budget) fed it; they rank nothing."
+        + (f" At the top rung the finalists also trained at lr × ½ and × 2 ({finalists} "
+           "run(s)): each competes at its best rate, as the tuned baseline does."
+           if finalists else "")))
     if probes:
         multiple = float(probes[0].edit["lr_family"])
         blocks.append(Paragraph(

@@ -118,8 +118,9 @@ def probed(entrants: int, eta: int, promote: int, cap: int | None = None) -> int
 
 
 LR_FAMILY = (0.5, 2.0)
-"""The baseline's learning-rate family at every budget (times the rule's rate): with its own
-run, three rates, what a quadratic in log lr needs to place the best one."""
+"""The learning-rate family (times the rule's rate): the baseline's at every budget, each
+finalist's at the top rung. With its own run, three rates, what a quadratic in log lr needs to
+place the best one."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class RungPlan:
     steps: int
     candidates: int  # climbing candidates, the baseline not counted
     seeds: int = 1
-    family: int = 0  # the baseline's learning-rate family runs at this rung
+    family: int = 0  # learning-rate family runs here: the baseline's (the top: every one's)
     probes: int = 0  # runs at the proxy's steps that choose this rung's candidates
 
     @property
@@ -146,8 +147,8 @@ def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: in
     """The rungs above the proxy for ``candidates`` proxy candidates (the baseline not
     counted): each takes the best :func:`climbers` of the one below (the first at most
     ``first_size``, chosen with :func:`probed` probes); the top rung takes ``promote``
-    finalists at ``top_seeds`` seeds, beside the baseline's learning-rate family at each of
-    them (the tuned control). With ``family`` (the horizon rule on), every rung below it also
+    finalists at ``top_seeds`` seeds, each with its learning-rate family at each of them, as
+    the baseline (the tuned control). With ``family`` (the horizon rule on), every rung below it also
     trains the family, and the first rung's climbers are probed."""
     if promote == 0:
         return []
@@ -160,18 +161,21 @@ def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: in
         probes = probed(entrants, eta, promote, cap) if family and i == 0 else 0
         entrants = climbers(entrants, eta, promote, cap)
         plan.append(RungPlan(at, entrants, family=extra, probes=probes))
-    plan.append(RungPlan(steps[-1], min(promote, entrants), top_seeds,
-                         family=len(LR_FAMILY) * top_seeds))
+    finalists = min(promote, entrants)
+    plan.append(RungPlan(steps[-1], finalists, top_seeds,
+                         family=len(LR_FAMILY) * top_seeds * (finalists + 1)))
     return plan
 
 
 def describe_ladder(plan: Sequence[RungPlan], proxy_steps: int, candidates: int) -> str:
-    """``60 steps ×12 → 180 ×4 → 1000 ×3 at 2 seeds (+ the baseline at every rung)``."""
+    """``60 steps ×12 → 180 ×4 → 1000 ×3 at 3 seeds and 3 rates (+ the baseline and its
+    learning-rate family at every rung)``."""
     probes = plan[0].probes if plan else 0
     parts = [f"{proxy_steps} steps ×{candidates}"
              + (f" (the best {probes} again at a higher rate)" if probes else "")]
+    rates = len(LR_FAMILY) + 1
     parts += [f"{r.steps} ×{r.candidates}" + (f" at {r.seeds} seeds" if r.seeds > 1 else "")
-              for r in plan]
+              + (f" and {rates} rates" if r is plan[-1] and r.family else "") for r in plan]
     family = " and its learning-rate family" if any(r.family for r in plan) else ""
     return " → ".join(parts) + f" (+ the baseline{family} at every rung)"
 

@@ -32,13 +32,15 @@ makes the same decisions and none of them disagree:
   :meth:`Ledger.proxy_ranked`, each candidate's better of its proxy trial and its *probe*
   (a family run at the proxy's steps at a higher rate); the baseline's learning-rate family
   runs (proposer ``lr-family``) feed the horizon rule and rank nothing;
-- **control** (:meth:`Ledger.control`): at the top rung, the **tuned baseline**: the baseline
-  at the best of its rate and its family's (× ½, × 2), by their mean over the seeds all of them
-  trained (a rate that diverged anywhere is out);
+- **tuned** (:meth:`Ledger.tuned`): at the top rung, a recipe at the best of its rate and its
+  family's (× ½, × 2), by their mean over the seeds all of them trained (a rate that diverged
+  anywhere is out); the **control** (:meth:`Ledger.control`) is the tuned baseline, and each
+  finalist competes at its own best rate, so a gain is the recipe's, not a rate the horizon
+  rule set too hot or too cold for one of the two;
 - **recommendation** (:meth:`Ledger.recommendation`): when the top rung holds paired seeds
   for the control and a finalist, the finalist with the largest mean paired gain over the
-  control there is the winner only when its own interval, at the Bonferroni level for the
-  finalists compared and the looks taken
+  control there (each at its best rate) is the winner only when its own interval, at the
+  Bonferroni level for the finalists compared and the looks taken
   (:func:`~recipelab.trajectory.ladder.verdict_confidence`), excludes 0 (else there is *no
   winner beyond noise*, with the reason; one that beats only the untuned baseline is *no
   better than moving the learning rate*); a runner-up whose gap to it is inside the noise is
@@ -120,9 +122,10 @@ def mid_ranked(ranked: Sequence[T], k: int) -> list[T]:
 
 @dataclass(frozen=True)
 class Control:
-    """What the top rung's gains are measured against: the baseline at ``factor`` × its rate
-    there (the best of its learning-rate family), with its val_bpb by seed; ``own`` is the
-    baseline at its own rate, the untuned control."""
+    """A recipe at the top rung at ``factor`` × its rate there (the best of its learning-rate
+    family), with its val_bpb by seed; ``own`` is the recipe at its own rate. The baseline's
+    is what the gains are measured against (the tuned control), a finalist's what it
+    competes with."""
 
     steps: int
     factor: float
@@ -146,8 +149,12 @@ class Control:
         untuned one where its family was not trained (a campaign of an older recipelab)."""
         if len(self.compared) < 2:
             return "the baseline (its learning-rate family did not train here: untuned)"
-        return (f"the tuned baseline ({self.factor:g}× its rate, the best of "
-                f"{'/'.join(f'{m:g}' for m in sorted(self.compared))}× here)")
+        return f"the tuned baseline ({self.rate_text()})"
+
+    def rate_text(self) -> str:
+        """``0.5× its rate, the best of 0.5/1/2× here``."""
+        return (f"{self.factor:g}× its rate, the best of "
+                f"{'/'.join(f'{m:g}' for m in sorted(self.compared))}× here")
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,7 @@ class Recommendation:
     best: TrialRecord | None = None  # the best finalist, winner or not
     reason: str | None = None  # why there is no winner
     control: Control | None = None  # what the gains are over
+    tuned: Control | None = None  # the best finalist at its best rate
 
     @property
     def close_call(self) -> bool:
@@ -176,8 +184,10 @@ class Recommendation:
         if self.primary is None or self.gain is None:
             return f"no winner beyond noise: {self.reason}"
         against = self.control.text() if self.control is not None else "the baseline"
+        at = (f" at {self.tuned.rate_text()}," if self.tuned is not None
+              and len(self.tuned.compared) > 1 else "")
         text = (f"winner: {self.primary.trial_id}, evidence: top rung at {self.steps} steps, "
-                f"{self.gain.seeds} seeds, gain over {against} {self.gain.text()}")
+                f"{self.gain.seeds} seeds,{at} gain over {against} {self.gain.text()}")
         if self.fallback is not None and self.lead is not None:
             text += (f"; fallback: {self.fallback.trial_id} (the lead over it, "
                      f"{self.lead.value:+.4f} [{self.lead.low:+.4f}, {self.lead.high:+.4f}], is "
@@ -473,17 +483,15 @@ class Ledger:
         extras = mid_ranked(self.contenders[self.promote:], self.fidelity)
         return chosen + [r for r in extras if r.trial_id not in taken]
 
-    def control(self, steps: int) -> Control | None:
-        """The tuned baseline at ``steps`` (see the module); None without a baseline. Its rate
-        is chosen on the seeds every rate of the family trained, so the seeds a close call
-        adds to the chosen rate alone never change the choice."""
-        base = self.baseline
-        if base is None:
-            return None
-        rates: dict[float, dict[int, float]] = {1.0: self.scores_at(base.trial_id, steps)}
+    def tuned(self, record: TrialRecord, steps: int) -> Control:
+        """``record``'s recipe at ``steps`` at the best rate of its learning-rate family there
+        (its own rate alone without one). The rate is chosen on the seeds every rate of the
+        family trained, so the seeds a close call adds to the chosen rate alone never change
+        the choice; a rate that diverged anywhere is out."""
+        rates: dict[float, dict[int, float]] = {1.0: self.scores_at(record.trial_id, steps)}
         failed: set[float] = set()
         for run in self.rung:
-            if (run.proposer != LR_FAMILY_PROPOSER or run.parent != base.trial_id
+            if (run.proposer != LR_FAMILY_PROPOSER or run.parent != record.trial_id
                     or run.budget_steps != steps or not run.trained):
                 continue
             factor = float(run.edit.get("lr_family", 1.0))
@@ -501,6 +509,12 @@ class Ledger:
         compared_rates = tuple(sorted(compared)) if len(shared) >= 2 else (1.0,)
         return Control(steps, factor, rates[factor], rates[1.0], compared_rates)
 
+    def control(self, steps: int) -> Control | None:
+        """The tuned baseline at ``steps`` (see the module): :meth:`tuned` for the baseline;
+        None without one."""
+        base = self.baseline
+        return None if base is None else self.tuned(base, steps)
+
     def recommendation(self) -> Recommendation | None:
         """The top rung's verdict (see the module), or None when no top-rung run of a
         finalist pairs with the control's at two or more seeds."""
@@ -508,8 +522,8 @@ class Ledger:
         control = self.control(steps)
         if control is None:
             return None
-        scores = {c.trial_id: self.scores_at(c.trial_id, steps) for c in self.contenders}
-        gains = {i: g for i, at in scores.items() if len(g := control.gains(at)) >= 2}
+        tuned = {c.trial_id: self.tuned(c, steps) for c in self.contenders}
+        gains = {i: g for i, t in tuned.items() if len(g := control.gains(t.scores)) >= 2}
         if not gains:
             return None
         tests = len(gains) * self.looks
@@ -520,8 +534,8 @@ class Ledger:
         gain = top_interval(list(gains[best.trial_id].values()), level, tests)
         seeds = max(len(g) for g in gains.values())
         if gain.is_noise:
-            untuned = top_interval(list(control.gains(scores[best.trial_id], untuned=True)
-                                        .values()), level, tests)
+            untuned = top_interval(list(control.gains(tuned[best.trial_id].scores,
+                                                      untuned=True).values()), level, tests)
             if control.tuned and not untuned.is_noise:
                 moved = "lowering" if control.factor < 1.0 else "raising"
                 why = (f"no better than {moved} the learning rate: it beats the baseline "
@@ -536,7 +550,7 @@ class Ledger:
                        f"baseline, or buy more evidence at the top rung (--top-seeds {seeds + 2}) "
                        "or a longer one (--stress-steps)")
             return Recommendation(
-                steps, seeds, None, gain, best=best, control=control,
+                steps, seeds, None, gain, best=best, control=control, tuned=tuned[best.trial_id],
                 reason=(f"the best finalist {best.trial_id} gains {gain.text()} over "
                         f"{control.text()} at the top rung ({steps} steps); {why}"))
         fallback = lead = None
@@ -550,7 +564,7 @@ class Ledger:
                     fallback = by_id[runner]
         return Recommendation(steps, seeds, best, gain, fallback=fallback,
                               lead=lead if fallback is not None else None, best=best,
-                              control=control)
+                              control=control, tuned=tuned[best.trial_id])
 
     def winner_line(self) -> str:
         """The one sentence that names the winner (or why there is none), with the rung of
@@ -730,15 +744,17 @@ class Ledger:
 
 
 def close_call_target(ledger: Ledger, bought: Collection[str],
-                      extra: int) -> tuple[TrialRecord, float] | None:
-    """The finalist a close call at the top rung buys ``extra`` more seeds for, and the
-    multiple of the baseline's rate its control trains them at; None when no close call is
+                      extra: int) -> tuple[TrialRecord, float, float] | None:
+    """The finalist a close call at the top rung buys ``extra`` more seeds for, the multiple
+    of its rate it trains them at (its best) and the multiple of the baseline's rate its
+    control trains them at; None when no close call is
     due: no verdict yet, a winner or a clear loss, no seeds to buy, or the best finalist has
     bought its seeds already (``bought``: each finalist looks twice at most, which the
     verdict's Bonferroni count assumes). A pure function of the records, so a resumed
     campaign buys the same runs."""
     verdict = ledger.recommendation()
     if (not extra or verdict is None or not verdict.close_call or verdict.best is None
-            or verdict.control is None or verdict.best.trial_id in bought):
+            or verdict.control is None or verdict.tuned is None
+            or verdict.best.trial_id in bought):
         return None
-    return verdict.best, verdict.control.factor
+    return verdict.best, verdict.tuned.factor, verdict.control.factor

@@ -2,7 +2,7 @@
 prints is a measured one.
 
 :func:`top_rung_campaign` builds one campaign's top rung from real :class:`TrialRecord` objects
-(the seeds of :func:`~recipelab.trajectory.ladder.top_rung_seeds`, the baseline's learning-rate
+(the seeds of :func:`~recipelab.trajectory.ladder.top_rung_seeds`, each recipe's learning-rate
 family at each) and runs the campaign's own decisions on them: the close call of
 :func:`~recipelab.trajectory.ledger.close_call_target` and the verdict of
 :meth:`~recipelab.trajectory.ledger.Ledger.recommendation`. Only the val_bpb of each run comes
@@ -28,12 +28,12 @@ CAMPAIGN_SEED = 0
 """The null campaign's seed: its proxy trials train at it; the top rung never does."""
 BASELINE_ID = "p0000"
 RATE_GAP = 10.0
-"""How much worse (in σ) the baseline's other rates are by default: far enough that choosing
-the best rate gives the control no luck of its own, the null's hardest case."""
+"""How much worse (in σ) every recipe's other rates are by default: far enough that choosing
+the best rate gives no recipe luck of its own."""
 
 Draw = Callable[[str, int, float], float]
 """One run's val_bpb from who trains it (``"base"`` or a finalist's id, ``f0`` first), its
-seed and its multiple of the baseline's rate (1 for every finalist)."""
+seed and its multiple of its own rate (the top rung trains every recipe's family)."""
 
 
 @dataclass(frozen=True)
@@ -80,18 +80,18 @@ def top_rung_campaign(rung: TopRung, draw: Draw, *, proxy_steps: int = 20,
                           parent=parent, steps=top_steps, seed=seed, family=family)
 
     for seed in top_rung_seeds(CAMPAIGN_SEED, (CAMPAIGN_SEED,), rung.top_seeds):
-        records += [top_run(p, seed) for p in (BASELINE_ID, *finalists)]
-        records += [top_run(BASELINE_ID, seed, m) for m in LR_FAMILY]
+        for parent in (BASELINE_ID, *finalists):
+            records += [top_run(parent, seed), *(top_run(parent, seed, m) for m in LR_FAMILY)]
     bought: set[str] = set()
     while (target := close_call_target(rung.ledger(records), bought,
                                        rung.close_call_seeds)) is not None:
-        best, factor = target
+        best, multiple, control = target
         bought.add(best.trial_id)
         seeds = top_rung_seeds(CAMPAIGN_SEED, (CAMPAIGN_SEED,),
                                rung.top_seeds + rung.close_call_seeds)[rung.top_seeds:]
         for seed in seeds:
-            records += [top_run(best.trial_id, seed),
-                        top_run(BASELINE_ID, seed, factor if factor != 1.0 else None)]
+            records += [top_run(best.trial_id, seed, multiple if multiple != 1.0 else None),
+                        top_run(BASELINE_ID, seed, control if control != 1.0 else None)]
     verdict = rung.ledger(records).recommendation()
     return verdict is not None and verdict.primary is not None
 
@@ -99,16 +99,17 @@ def top_rung_campaign(rung: TopRung, draw: Draw, *, proxy_steps: int = 20,
 def noise_model(rng: random.Random, gain: float = 0.0, rate_gap: float = RATE_GAP) -> Draw:
     """Runs whose paired difference at one seed has σ 1: a per-seed draw every recipe at that
     seed shares (the same initialisation and batches) and one of each run's own, variance ½
-    each. Every finalist has the truth of the baseline at its own rate, except ``f0``,
-    ``gain`` σ better; the baseline's other rates are ``rate_gap`` σ worse (at 0 the control
-    is the best of three equal rates, biased in its own favour; far apart, it is not)."""
+    each. Every finalist has the truth of the baseline, except ``f0``, ``gain`` σ better;
+    every recipe's other rates are ``rate_gap`` σ worse (at 0 each is the best of three equal
+    rates, the control and the finalists alike, chosen on the seeds it is judged on; far
+    apart, none is)."""
     shared: dict[int, float] = {}
     own = math.sqrt(0.5)
 
     def draw(who: str, seed: int, factor: float) -> float:
         if seed not in shared:
             shared[seed] = rng.gauss(0.0, own)
-        truth = -gain if who == "f0" else (rate_gap if factor != 1.0 else 0.0)
+        truth = (rate_gap if factor != 1.0 else 0.0) - (gain if who == "f0" else 0.0)
         return truth + shared[seed] + rng.gauss(0.0, own)
     return draw
 
