@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from recipelab.agent import settings as settings_store
 from recipelab.agent.settings import CampaignSettings, LadderSettings
 from recipelab.recipe import PROXY_PRESETS
@@ -41,13 +39,14 @@ def option_setting(option: str) -> str | None:
 def setting_default(path: str) -> Any:
     """The default of the settings field at ``path`` (``ladder.promote``, ``corpus.source``):
     the one place a default is written."""
-    model: type[BaseModel] = CampaignSettings
-    *parents, last = path.split(".")
-    for part in parents:
-        model = type(model.model_fields[part].get_default(call_default_factory=True))
-    if model.model_fields[last].is_required():
+    first, *rest = path.split(".")
+    field = CampaignSettings.model_fields[first]
+    if field.is_required():
         raise ValueError(f"the setting {path} has no default: every campaign gives its own")
-    return model.model_fields[last].get_default(call_default_factory=True)
+    value: Any = field.get_default(call_default_factory=True)
+    for part in rest:  # the parent's default as the campaign sets it, not its class's
+        value = getattr(value, part)
+    return value
 
 
 def shown(value: Any) -> str:
