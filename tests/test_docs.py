@@ -1,5 +1,7 @@
 """The docs name only what exists: every ``recipelab`` command and every option written in
-README.md and docs/ is one the CLI has (after ``recipelab CMD``: one of CMD's own)."""
+README.md and docs/ is one the CLI has (after ``recipelab CMD``: one of CMD's own), every
+relative link reaches a file and every ``#anchor`` a heading of its page, and no page grows
+past what a reader finishes."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from recipelab.cli import app
+from recipelab.cli import app, reference
 
 ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -85,3 +87,51 @@ def test_every_command_and_option_named_exists(page: Path) -> None:
                       for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", line)
                       if option not in EVERY_OPTION and option not in OTHER_TOOLS_OPTIONS]
     assert wrong == []
+
+
+MAX_PAGE_BYTES = 20_000
+"""A page a reader can finish; past it, split it by topic."""
+
+
+def anchors(page: Path) -> set[str]:
+    """The page's headings as GitHub slugs them: lower case, punctuation dropped, spaces to
+    hyphens, a repeat numbered."""
+    found: set[str] = set()
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    for heading in re.findall(r"^#+\s+(.*)$", text, flags=re.M):
+        slug = "".join(c for c in heading.lower() if c.isalnum() or c in "-_ ").replace(" ", "-")
+        n, candidate = 0, slug
+        while candidate in found:
+            n += 1
+            candidate = f"{slug}-{n}"
+        found.add(candidate)
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_link_reaches_its_page_and_heading(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    wrong = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # a web address
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            wrong.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            wrong.append(f"{target}: no such heading in {linked.name}")
+    assert wrong == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_page_is_longer_than_a_reader_finishes(page: Path) -> None:
+    assert len(page.read_bytes()) <= MAX_PAGE_BYTES, f"{page.name}: split it by topic"
+
+
+def test_the_cli_reference_is_what_the_commands_help_says() -> None:
+    """docs/cli.md and docs/cli-run.md are generated; regenerate them after changing an
+    option: ``python -m recipelab.cli.reference docs``."""
+    stale = [name for name, text in reference.pages().items()
+             if (ROOT / "docs" / name).read_text() != text]
+    assert stale == [], f"run: python -m recipelab.cli.reference docs ({', '.join(stale)})"

@@ -8,7 +8,8 @@
 - :mod:`~recipelab.cli.night`: ``run``, ``check`` and ``stress``;
 - :mod:`~recipelab.cli.watch`: ``status``, ``report``, ``logs`` and ``db``;
 - :mod:`~recipelab.cli.handoff`: ``export``, ``verify`` and ``cost``;
-- :mod:`~recipelab.cli.long_run`: ``tokenize``, ``pretrain`` and ``gpu-check``.
+- :mod:`~recipelab.cli.long_run`: ``tokenize``, ``pretrain`` and ``gpu-check``;
+- :mod:`~recipelab.cli.reference`: the CLI reference pages, generated from the commands' help.
 
 Importing this package registers every command on ``app``. Each module imports torch,
 Optuna and matplotlib only inside the commands that need them, so ``status`` and ``logs``

@@ -1,0 +1,103 @@
+"""The CLI reference pages, generated from the commands' own help, so they cannot drift from
+it: ``python -m recipelab.cli.reference docs`` writes ``docs/cli.md`` and ``docs/cli-run.md``
+(``run`` and ``check`` share one set of options, on a page of their own); tests/test_docs.py
+fails when a page is not what this module writes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer.main
+
+from recipelab.cli import app
+
+RUN_PAGE = "cli-run.md"
+OTHER_PAGE = "cli.md"
+RUN_COMMANDS = ("run", "check")
+"""The commands whose options are the campaign's settings: one page, the options listed once."""
+
+
+def commands() -> list[tuple[str, Any]]:
+    """Every command as ``recipelab --help`` orders it, a group's subcommands by name."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(command: Any, path: str) -> None:
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            for name, sub in subcommands.items():
+                walk(sub, f"{path} {name}".strip())
+        elif path:
+            found.append((path, command))
+
+    walk(typer.main.get_command(app), "")
+    return found
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _usage(path: str, command: Any) -> str:
+    arguments = [(p.name or "").upper() if p.required else f"[{(p.name or '').upper()}]"
+                 for p in command.params if p.param_type_name == "argument"]
+    return f"`recipelab {' '.join([path, *arguments, '[OPTIONS]'])}`"
+
+
+def _options(command: Any) -> list[str]:
+    rows = ["| option | what it does |", "| --- | --- |"]
+    for param in command.params:
+        if param.param_type_name != "option" or param.hidden:
+            continue
+        names = ", ".join(f"`{name}`" for name in (*param.opts, *param.secondary_opts))
+        text = param.help or ""
+        default = param.default
+        if (default not in (None, False, (), []) and "default" not in text.lower()
+                and not callable(default)):
+            text += f" (default: {default})"
+        rows.append(f"| {names} | {_cell(text)} |")
+    return rows if len(rows) > 2 else []
+
+
+def _section(path: str, command: Any, *, options: bool = True) -> list[str]:
+    lines = [f"## recipelab {path}", "", _usage(path, command), ""]
+    lines += [(command.help or "").strip(), ""]
+    if options:
+        table = _options(command)
+        lines += [*table, ""] if table else []
+    return lines
+
+
+def pages() -> dict[str, str]:
+    """The two pages' text by file name."""
+    every = commands()
+    run = dict(every)["run"]
+    run_page = ["# CLI reference: a night's options", "",
+                "Generated from `recipelab run --help` by",
+                f"`python -m recipelab.cli.reference docs`. The other commands: [{OTHER_PAGE}]"
+                f"({OTHER_PAGE}).", ""]
+    run_page += _section("run", run, options=False)
+    run_page += _section("check", dict(every)["check"], options=False)
+    run_page += ["## The options of run and check", "", *_options(run), ""]
+    other = ["# CLI reference", "",
+             "Generated from each command's `--help` by",
+             f"`python -m recipelab.cli.reference docs`. `run` and `check`: [{RUN_PAGE}]({RUN_PAGE}).",
+             ""]
+    for path, command in every:
+        if path not in RUN_COMMANDS:
+            other += _section(path, command)
+    return {RUN_PAGE: "\n".join(run_page).rstrip() + "\n",
+            OTHER_PAGE: "\n".join(other).rstrip() + "\n"}
+
+
+def main() -> None:
+    """``python -m recipelab.cli.reference DIR``: write the pages into DIR."""
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m recipelab.cli.reference DIR (the docs folder)")
+    for name, text in pages().items():
+        (Path(sys.argv[1]) / name).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
