@@ -384,8 +384,8 @@ def test_space_reads_a_target_file(tmp_path: Path) -> None:
 def test_a_new_campaign_saves_what_parallel_and_precision_auto_became_here(tmp_path: Path) -> None:
     """``run`` resolves ``auto`` before the preflight, so settings.json, the preflight and the
     campaign all see the numbers that will run."""
-    from recipelab.agent.machine import usable_cores
     from recipelab.cli.campaign_start import resolve_settings
+    from recipelab.cores import usable_cores
     from recipelab.guardrails import detect_device
     from recipelab.guardrails.hardware import campaign_precision
 

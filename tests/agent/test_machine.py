@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import recipelab
-from recipelab.agent.machine import AUTO_MEMORY_HEADROOM, auto_parallel, resolve_auto, usable_cores
+from recipelab.agent.machine import AUTO_MEMORY_HEADROOM, auto_parallel, resolve_auto
 from recipelab.agent.settings import CampaignSettings, ExecutorSettings, SettingsError
 from recipelab.units import GIB
 from tests.guardrails.factories import CPU, H100, OLD_CPU
@@ -74,12 +74,6 @@ def test_explicit_values_are_kept() -> None:
     resolved, notes = resolve_auto(settings, CPU, cores=8, peak_bytes=PEAK)
     assert (resolved.executor.parallel, resolved.precision, notes) == (3, "fp32", [])
     assert resolved.baseline().precision == "fp32"
-
-
-def test_this_machines_usable_cores_are_at_least_one_and_at_most_its_cpus() -> None:
-    import os
-
-    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
 
 
 SRC = Path(recipelab.__file__).parent

@@ -21,13 +21,11 @@ the campaign all read its :class:`Resolved` (``tests/agent/test_machine.py`` fai
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import psutil
-
 from recipelab.agent.settings import AUTO, CampaignSettings, SettingsError
+from recipelab.cores import usable_cores
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.guardrails.hardware import campaign_precision, resolve_device
 from recipelab.units import GIB
@@ -42,18 +40,6 @@ measured winner (bench/thread_policy.py)."""
 AUTO_MEMORY_HEADROOM = 2.0
 """``auto`` keeps this many times the baseline's predicted peak free per trial: the search
 space doubles the batch, so a candidate can need twice the baseline's activations."""
-
-
-def usable_cores() -> int:
-    """Physical cores this process may run on: SMT siblings share one core's matmul units,
-    so they add little to a proxy's step, and a CPU affinity mask (taskset, a container's
-    cpuset) leaves fewer than the machine has."""
-    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
-    physical = psutil.cpu_count(logical=False) or logical
-    total = psutil.cpu_count(logical=True) or logical
-    per_core = max(1, total // physical)  # hardware threads per core
-    return max(1, logical // per_core)
 
 
 def auto_parallel(device: DeviceInfo, *, cores: int, peak_bytes: int, reserve_bytes: int = 0,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import os
 from collections.abc import Sequence
 from datetime import datetime, time, timedelta
 from typing import Annotated, Any, Literal
@@ -22,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from recipelab import environment
+from recipelab.cores import usable_cores
 from recipelab.errors import RecipelabError
 from recipelab.recipe import StrictModel, proxy_recipe
 from recipelab.trajectory.ladder import (
@@ -285,7 +285,7 @@ class ExecutorSettings(StrictModel):
         trials that all use every core spin against each other; for Ray, the task's own."""
         if self.threads is not None or self.kind == "ray":
             return self.threads
-        return max(1, (cores or os.cpu_count() or 1) // self.trials_in_flight)
+        return max(1, (cores or usable_cores()) // self.trials_in_flight)
 
 
 class StoreSettings(StrictModel):

@@ -48,6 +48,7 @@ from safetensors.torch import save_model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from recipelab.cores import usable_cores
 from recipelab.errors import RecipelabError
 from recipelab.eventlog import JsonlSink, event_logger
 from recipelab.fsutil import atomic_write_text
@@ -652,7 +653,7 @@ def run_pretrain(config: PretrainConfig, console: TextIO = sys.stderr) -> Pretra
     threads = config.threads
     if threads is None and device.type == "cpu" and world.size > 1:
         # one OpenMP pool of every core per process would make the ranks fight for cores
-        threads = max(1, (os.cpu_count() or 1) // world.local_size)
+        threads = max(1, usable_cores() // world.local_size)
     configure_threads(threads)
     configure_device(device)
     check_precision(config.recipe.precision, device)

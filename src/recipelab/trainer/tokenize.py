@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from recipelab.cores import allowed_cpus
 from recipelab.trainer.data import (
     BIN_META,
     ByteTokenizer,
@@ -77,14 +78,6 @@ class Tokenized:
     val_bytes: int
 
 
-def default_workers() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def choose_tokenizer(name: str, train_text: str, vocab_size: int, corpus: CorpusSpec
                      ) -> tuple[Tokenizer, str]:
     """The tokenizer ``name`` (``byte``, ``bpe`` trained on ``train_text`` like the trainer's,
@@ -104,7 +97,7 @@ def tokenize_corpus(corpus: CorpusSpec, tokenizer: str, out: Path, *,
                     chunk_chars: int = CHUNK_CHARS) -> Tokenized:
     """Write ``train.bin``, ``val.bin``, ``tokenizer.json`` and ``meta.json`` into ``out``
     for ``corpus`` (its ``val_fraction`` held out); nothing is left half-written on failure."""
-    workers = workers or default_workers()
+    workers = workers or allowed_cpus()
     if workers < 1:
         raise DataError(f"--workers must be at least 1, got {workers}")
     label, data, cut = read_corpus_text(corpus)
