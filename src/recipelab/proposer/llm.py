@@ -222,12 +222,23 @@ def batch_request(n: int) -> str:
             f"{n} items, each following the rules for one edit.")
 
 
+READER = json.JSONDecoder(strict=False)
+"""Reads a reply as a small model writes it: a raw line break or tab inside a string is kept."""
+
+
 def extract_json_object(text: str) -> str:
-    """The first balanced ``{...}`` in ``text``: tolerates a code fence or prose around it."""
+    """The JSON object at the first ``{`` in ``text``, where json's own scanner ends it:
+    tolerates a code fence or prose around it and a raw line break inside a string."""
+    incomplete = "the reply holds no complete JSON object; reply with one JSON object only"
     start = text.find("{")
-    end = _balanced_end(text, start) if start >= 0 else None
-    if end is None:
-        raise ValueError("the reply holds no complete JSON object; reply with one JSON object only")
+    if start < 0:
+        raise ValueError(incomplete)
+    try:
+        _, end = READER.raw_decode(text, start)
+    except json.JSONDecodeError as error:
+        if error.pos >= len(text.rstrip()):  # the text ended inside the object
+            raise ValueError(incomplete) from None
+        raise ValueError(f"Invalid JSON: {error}; reply with one JSON object only") from None
     return text[start:end]
 
 
@@ -235,29 +246,10 @@ def read_reply_object(reply: str) -> Any:
     """The reply's JSON object, read as a small model writes it: a raw line break or tab
     inside a string is taken as written (``strict=False``), and line breaks in the one-line
     hypothesis become spaces. Anything else malformed is a ValueError, quoted back."""
-    data = json.loads(extract_json_object(reply), strict=False)
+    data = READER.decode(extract_json_object(reply))
     if isinstance(data, dict) and isinstance(data.get("hypothesis"), str):
         data["hypothesis"] = LINE_BREAKS.sub(" ", data["hypothesis"])
     return data
-
-
-def _balanced_end(text: str, start: int) -> int | None:
-    """The index just past the brace closing the one at ``start``, skipping strings."""
-    depth, in_string, escaped = 0, False, False
-    for index in range(start, len(text)):
-        char = text[index]
-        if escaped:
-            escaped = False
-        elif in_string:
-            escaped = char == "\\"
-            in_string = char != '"'
-        elif char == '"':
-            in_string = True
-        elif char in "{}":
-            depth += 1 if char == "{" else -1
-            if depth == 0:
-                return index + 1
-    return None
 
 
 def quote_error(exc: Exception) -> str:
