@@ -200,8 +200,8 @@ def test_the_disk_estimate_counts_each_rung_runs_checkpoint() -> None:
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * with_rung.baseline().param_count()
     assert needed - plain == 21 * (checkpoint + TRIAL_FILES_BYTES) + 17 * TRIAL_FILES_BYTES
     assert "21 rung and" in how and "37 proxy trials and probes" in how
-    assert "18 stress" in plain_how, (
-        "three finalists and the baseline at three seeds, and the baseline's family at each")
+    assert "36 stress" in plain_how, (
+        "three finalists and the baseline at three seeds, each with its family at each")
 
 def test_the_disk_estimate_counts_the_attribution_and_width_runs_checkpoints() -> None:
     """Attribution's runs (3 seeds × the baseline, the winner, 4 groups left out and the
