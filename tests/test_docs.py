@@ -135,3 +135,13 @@ def test_the_cli_reference_is_what_the_commands_help_says() -> None:
     stale = [name for name, text in reference.pages().items()
              if (ROOT / "docs" / name).read_text() != text]
     assert stale == [], f"run: python -m recipelab.cli.reference docs ({', '.join(stale)})"
+
+
+@pytest.mark.parametrize("argv", [[], ["/no/such/folder"]])
+def test_the_reference_generator_refuses_a_missing_folder_in_one_line(
+        argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.argv", ["reference", *argv])
+    with pytest.raises(SystemExit) as stopped:
+        reference.main()
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -92,9 +92,12 @@ def pages() -> dict[str, str]:
 
 
 def main() -> None:
-    """``python -m recipelab.cli.reference DIR``: write the pages into DIR."""
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m recipelab.cli.reference DIR (the docs folder)")
+    """``python -m recipelab.cli.reference DIR``: write the pages into DIR (exit 2, writing
+    nothing, when DIR is missing or is not a folder)."""
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
+        print("usage: python -m recipelab.cli.reference DIR, where DIR is an existing folder "
+              "(the docs folder)", file=sys.stderr)
+        sys.exit(2)
     for name, text in pages().items():
         (Path(sys.argv[1]) / name).write_text(text)
 
