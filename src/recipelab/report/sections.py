@@ -197,11 +197,9 @@ def rung_runs(ledger: Ledger, horizon_fits: Sequence[HorizonFit] = ()) -> Sectio
                          "baseline" if is_base else str(rank.get(candidate.trial_id, "excluded"))))
     family = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal
               and base is not None and r.parent == base.trial_id]
-    proxy_steps = ledger.proxies[0].budget_steps if ledger.proxies else 0
-    others = [r for r in ledger.rung if r.proposer == LR_FAMILY_PROPOSER and r.is_terminal
-              and r not in family]
-    probes = [r for r in others if r.budget_steps == proxy_steps]
-    finalists = len(others) - len(probes)
+    probes = [r for r in ledger.probes if r.is_terminal]
+    finalists = sum(r.proposer == LR_FAMILY_PROPOSER and r.is_terminal and r not in family
+                    and r not in probes for r in ledger.rung)
     carried = [c.trial_id for c in ledger.contenders if ledger.at_proxy_steps(c)[1] != 1.0
                and any(ledger.runs_at(c.trial_id, s) for s in ledger.rung_levels)]
     blocks: list[Block] = [

@@ -350,13 +350,21 @@ class Ledger:
                 n += 1
         return ranked[:n]
 
+    @cached_property
+    def probes(self) -> list[TrialRecord]:
+        """Candidates' family runs at the proxy's steps (not the baseline's family, nor a
+        finalist's at the top rung)."""
+        base = self.baseline
+        steps = self.proxies[0].budget_steps if self.proxies else 0
+        return [r for r in self.rung if r.proposer == LR_FAMILY_PROPOSER
+                and r.budget_steps == steps and (base is None or r.parent != base.trial_id)]
+
     def at_proxy_steps(self, candidate: TrialRecord) -> tuple[float, float]:
         """The candidate's best score at the proxy's steps and the multiple of its rate that
         reached it: its own trial's (× 1) or its probe's, at the same seed."""
         best = (float(candidate.val_bpb) if candidate.val_bpb is not None else math.inf, 1.0)
-        for probe in self.rung:
-            if (probe.proposer == LR_FAMILY_PROPOSER and probe.parent == candidate.trial_id
-                    and probe.budget_steps == candidate.budget_steps
+        for probe in self.probes:
+            if (probe.parent == candidate.trial_id
                     and probe.recipe.get("seed") == candidate.recipe.get("seed")
                     and (score := rung_score(probe)) is not None and score < best[0]):
                 best = (score, float(probe.edit["lr_family"]))
