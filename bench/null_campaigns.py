@@ -161,7 +161,8 @@ def main() -> None:
 
     default = LadderSettings()
     rungs = [TopRung(p, default.top_seeds, c) for c in (default.close_call_seeds, 0)
-             for p in (1, 3)]
+             for p in sorted({1, default.promote, 3})]
+    rungs.append(TopRung(3, 3, default.close_call_seeds))  # the defaults before 2 finalists at 4 seeds
     print(f"defaults: --top-seeds {default.top_seeds}, --close-call-seeds "
           f"{default.close_call_seeds}; the bar: at most {BAR:.0%} false winners")
     started = time.perf_counter()

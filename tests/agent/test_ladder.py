@@ -309,24 +309,24 @@ def test_the_rungs_follow_eta_and_rung_steps_and_say_why_when_there_is_none(
 def test_the_window_plan_prices_every_rung_from_measured_costs() -> None:
     deadline = datetime(2026, 1, 1, 8, 0, tzinfo=timezone.utc)
     times = TrialTimes(fixed_s=1.0, per_step_s=0.1)
-    common = {"proxy_steps": 60, "stress_steps": 1000, "promote": 3, "fidelity": 0,
+    common = {"proxy_steps": 60, "stress_steps": 1000, "promote": 2, "fidelity": 0,
               "noise_seeds": 1, "parallel": 2}
-    ladder = plan_ladder(12, proxy_steps=60, stress_steps=1000, eta=3, promote=3)
-    assert ladder == [RungPlan(180, 4), RungPlan(540, 3), RungPlan(1000, 3, seeds=3, family=24)]
+    ladder = plan_ladder(12, proxy_steps=60, stress_steps=1000, eta=3, promote=2)
+    assert ladder == [RungPlan(180, 4), RungPlan(540, 2), RungPlan(1000, 2, seeds=4, family=24)]
     plan = plan_window(deadline, times, rungs=ladder, **common)
 
-    middle = math.ceil(5 / 2) * times.seconds(180) + math.ceil(4 / 2) * times.seconds(540)
+    middle = math.ceil(5 / 2) * times.seconds(180) + math.ceil(3 / 2) * times.seconds(540)
     top = math.ceil(36 / 2) * times.seconds(1000)
     assert plan.phase2_s == pytest.approx(MARGIN * (middle + top) + REPORT_RESERVE_S)
-    assert plan.rung_runs == 9 and plan.stress_runs == 36, (
-        "three finalists and the baseline at three seeds, each with its family at each")
-    assert "9 middle-rung runs" in plan.describe() and "36 top-rung runs" in plan.describe()
+    assert plan.rung_runs == 8 and plan.stress_runs == 36, (
+        "two finalists and the baseline at four seeds, each with its family at each")
+    assert "8 middle-rung runs" in plan.describe() and "36 top-rung runs" in plan.describe()
 
     probed = [RungPlan(180, 4, probes=12), *ladder[1:]]
     with_probes = plan_window(deadline, times, rungs=probed, **common)
     assert with_probes.phase2_s - plan.phase2_s == pytest.approx(
         MARGIN * math.ceil(12 / 2) * times.seconds(60)), "12 probes at the proxy's 60 steps"
-    assert with_probes.rung_runs == 9 + 12
+    assert with_probes.rung_runs == 8 + 12
 
 
 def test_more_top_seeds_on_a_resume_add_the_missing_seeds_and_repeat_no_run(

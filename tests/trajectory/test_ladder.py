@@ -71,12 +71,12 @@ def test_each_rung_keeps_the_best_third_but_never_fewer_than_the_finalists() -> 
     assert climbers(6, 3, 3) == 3
     assert climbers(2, 3, 3) == 2, "never more than entered"
     assert climbers(30, 3, 3, cap=10) == 10
-    plan = plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=3, first_size=10)
-    assert plan == [RungPlan(180, 6), RungPlan(540, 3), RungPlan(1000, 3, seeds=3, family=24)]
+    plan = plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=2, first_size=10)
+    assert plan == [RungPlan(180, 6), RungPlan(540, 2), RungPlan(1000, 2, seeds=4, family=24)]
     assert plan[-1].runs == 36, (
-        "three finalists and the baseline at three seeds, each also at × ½ and × 2 there")
+        "two finalists and the baseline at four seeds, each also at × ½ and × 2 there")
     assert describe_ladder(plan, 60, 17) == (
-        "60 steps ×17 → 180 ×6 → 540 ×3 → 1000 ×3 at 3 seeds and 3 rates (+ the baseline and its "
+        "60 steps ×17 → 180 ×6 → 540 ×2 → 1000 ×2 at 4 seeds and 3 rates (+ the baseline and its "
         "learning-rate family at every rung)")
     assert plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=0) == []
 

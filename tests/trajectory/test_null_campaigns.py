@@ -21,13 +21,13 @@ DEFAULT = LadderSettings()
 CAMPAIGNS = 600
 
 
-@pytest.mark.parametrize("promote", [1, 3])
+@pytest.mark.parametrize("promote", sorted({1, DEFAULT.promote, 3}))
 def test_the_default_verdict_names_a_false_winner_at_most_one_time_in_ten(promote: int) -> None:
     rung = TopRung(promote, DEFAULT.top_seeds, DEFAULT.close_call_seeds)
     assert winner_rate(rung, CAMPAIGNS, seed=1) <= 0.10
 
 
-@pytest.mark.parametrize(("promote", "power"), [(1, 0.6), (3, 0.4)])
+@pytest.mark.parametrize(("promote", "power"), [(1, 0.8), (2, 0.8), (3, 0.7)])
 def test_the_default_verdict_names_a_finalist_two_sigma_better_most_of_the_time(
         promote: int, power: float) -> None:
     """A verdict that never names anything passes the test above: this one it fails."""

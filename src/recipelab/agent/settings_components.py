@@ -26,6 +26,7 @@ from recipelab.errors import RecipelabError
 from recipelab.recipe import StrictModel, proxy_recipe
 from recipelab.trajectory.ladder import (
     CLOSE_CALL_SEEDS,
+    PROMOTE,
     TOP_SEEDS,
     RungPlan,
     plan_ladder,
@@ -83,7 +84,7 @@ class LadderSettings(StrictModel):
     """The climb from the proxy to the stress horizon: successive halving (each rung keeps the
     best 1/eta at eta times the steps), its finalists, and what is measured once it ends."""
 
-    promote: int = Field(default=3, ge=0)
+    promote: int = Field(default=PROMOTE, ge=0)
     stress_steps: int = Field(default=1000, ge=1)
     stress_log_every: int = Field(default=50, ge=1)
     stress_checkpoint_every: int = Field(default=50, ge=1)

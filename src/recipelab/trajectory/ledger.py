@@ -75,6 +75,7 @@ from recipelab.recipe import (
 )
 from recipelab.trajectory.ladder import (
     DEFAULT_ETA,
+    PROMOTE,
     PairedGain,
     climbers,
     top_interval,
@@ -271,7 +272,7 @@ class Counts:
 class Ledger:
     """The records of one campaign and every definition read from them (see the module)."""
 
-    def __init__(self, records: Sequence[TrialRecord], *, promote: int = 3,
+    def __init__(self, records: Sequence[TrialRecord], *, promote: int = PROMOTE,
                  fidelity: int = 0, rung_size: int = 10, eta: int = DEFAULT_ETA,
                  looks: int = 2) -> None:
         """``looks``: how often the top rung's verdict may look at its seeds, 2 when a close
