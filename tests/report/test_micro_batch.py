@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from recipelab.recipe import Recipe, Shape, get_target
+from recipelab.guardrails.memory import STATE_BYTES_PER_PARAM
+from recipelab.recipe import Recipe, Shape, get_target, layer_param_count
 from recipelab.report.micro_batch import (
     DDP_BUCKET_BYTES_PER_PARAM,
     MEMORY_MARGIN,
     BatchFitError,
+    gathered_bytes,
     per_gpu_peak,
     split_batch,
 )
@@ -64,8 +66,52 @@ def test_a_model_whose_states_alone_exceed_the_gpu_says_what_it_needs_and_what_t
     recipe = Recipe(shape=target.shape, seq_len=target.context, batch_size=8,
                     precision="bf16", tokenizer="bpe")
     with pytest.raises(BatchFitError) as caught:
-        split_batch(recipe, gpus=8, memory_bytes=80 * GIB)
+        split_batch(recipe, gpus=8, memory_bytes=80 * GIB, sharding="none")
     message = str(caught.value)
     needed = per_gpu_peak(recipe, 1, 8).total
     assert f"{needed / GIB:.2f} GiB" in message and "AdamW states" in message
-    assert "--gpu-memory-gib" in message and "more GPUs do not lower it" in message
+    assert "does not shrink with more GPUs: shard it (--sharding auto)" in message
+
+
+def seven_b() -> Recipe:
+    target = get_target("llama2-7b")
+    return Recipe(shape=target.shape, seq_len=target.context, batch_size=8,
+                  precision="bf16", tokenizer="bpe")
+
+
+def test_auto_shards_a_7b_model_over_8_gpus_where_a_whole_copy_per_gpu_cannot_fit() -> None:
+    recipe = seven_b()
+    split = split_batch(recipe, gpus=8, memory_bytes=80 * GIB)
+    assert split.sharding == "full" and split.peak_bytes <= 80 * GIB * (1 - MEMORY_MARGIN)
+    assert "a whole copy per GPU needs" in split.why_sharded and "sharded (FSDP2" in split.describe()
+    whole, sharded = per_gpu_peak(recipe, 1, 8), per_gpu_peak(recipe, 1, 8, sharding="full")
+    params = recipe.param_count()
+    assert sharded.states == -(-STATE_BYTES_PER_PARAM * params // 8) + gathered_bytes(recipe)
+    assert sharded.states < whole.states / 4, "16 bytes a parameter, divided over 8 GPUs"
+    assert sharded.activations == whole.activations, "sharding does not shrink activations"
+    block = layer_param_count(recipe.shape)
+    assert gathered_bytes(recipe) == 2 * 2 * (params - 32 * block + 2 * block), (
+        "the root and two blocks, each with its gradient, in bf16")
+
+
+def test_auto_keeps_a_whole_copy_per_gpu_where_one_fits() -> None:
+    split = split_batch(LAB, gpus=8, memory_bytes=80 * GIB)
+    assert split.sharding == "none" and not split.why_sharded
+    assert split_batch(LAB, gpus=8, memory_bytes=80 * GIB, sharding="full").sharding == "full"
+    assert split_batch(LAB, gpus=1, memory_bytes=80 * GIB, sharding="full").sharding == "none", (
+        "one GPU has nothing to shard over")
+
+
+def test_a_model_too_large_even_sharded_names_what_is_too_large() -> None:
+    target = get_target("llama3-70b")
+    recipe = Recipe(shape=target.shape, seq_len=target.context, batch_size=64,
+                    precision="bf16", tokenizer="bpe")
+    with pytest.raises(BatchFitError, match="sharded over 8 GPU") as caught:
+        split_batch(recipe, gpus=8, memory_bytes=80 * GIB)
+    assert "more GPUs (--gpus)" in str(caught.value), "1.1 TB of states over 8 GPUs"
+    assert "a shorter context, or activation checkpointing" in str(caught.value)
+    with pytest.raises(BatchFitError) as many:
+        split_batch(recipe, gpus=64, memory_bytes=80 * GIB)
+    assert "--gpus" not in str(many.value), "over 64 GPUs the states fit: the context does not"
+    short = recipe.model_copy(update={"seq_len": 1024})
+    assert split_batch(short, gpus=64, memory_bytes=80 * GIB).sharding == "full"

@@ -29,6 +29,9 @@ def export(
         help="memory of each GPU; the micro-batch and grad_accum are chosen to fit it")] = 80.0,
     device: Annotated[str, typer.Option(
         help="cuda (bf16 and torch.compile unless the winner says otherwise) or cpu")] = "cuda",
+    sharding: Annotated[str, typer.Option(
+        help="auto: shard the weights, gradients and AdamW states over the GPUs (FSDP2) only "
+             "where a whole copy per GPU does not fit; none; full")] = "auto",
     eval_bytes: Annotated[int, typer.Option(help="least held-out bytes to evaluate on")] = 8 << 20,
     trial: Annotated[str | None, typer.Option(
         help="export this proxy trial instead of the winner, by the same rules (p0000: the "
@@ -55,7 +58,7 @@ def export(
     try:
         options = ExportOptions.model_validate({
             "tokens_per_param": tokens_per_param, "gpus": gpus, "gpu_memory_gib": gpu_memory_gib,
-            "device": device, "eval_bytes": eval_bytes})
+            "device": device, "sharding": sharding, "eval_bytes": eval_bytes})
         written = write_export(settings.ladder.ledger(records), settings.name,
                                get_target(target or settings.target or ""), options, out,
                                load_calibration(settings.search.calibrate_from).horizon_fits, trial)
@@ -65,7 +68,16 @@ def export(
         fail(str(error))
     for path in written:
         console.print(f"wrote {path}", markup=False)
-    for line in json.loads((out / "manifest.json").read_text())["distance_lines"]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    run_on = manifest["run_on"]
+    if run_on.get("problem"):
+        errors.print(f"Warning: the recipe does not fit {gpus} GPU(s) of {gpu_memory_gib:g} GiB: "
+                     f"{run_on['problem']}. recipe.json is written for another trainer.",
+                     markup=False, soft_wrap=True)
+    elif run_on.get("sharding") == "full":
+        console.print(f"sharded (FSDP2): {run_on['why_sharded'] or '--sharding full'}; "
+                      f"{run_on['command']}", markup=False, soft_wrap=True)
+    for line in manifest["distance_lines"]:
         (errors if line.startswith("Warning:") else console).print(line, markup=False,
                                                                     soft_wrap=True)
 

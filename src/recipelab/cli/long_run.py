@@ -111,12 +111,16 @@ def pretrain(
     spike_steps: Annotated[int, typer.Option(help="steps of rare-token batches")] = 3,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     threads: Annotated[int | None, typer.Option(help="CPU threads per process")] = None,
+    sharding: Annotated[str, typer.Option(
+        help="auto: shard the weights, gradients and AdamW states over the processes (FSDP2) "
+             "where a whole copy does not fit a GPU by the memory model; none (DDP); full")
+    ] = "auto",
     campaign: Annotated[str | None, typer.Option(
         help="campaign name in events (default: manifest.json beside the recipe, else 'pretrain')"
     )] = None,
 ) -> None:
-    """Train a recipe for a long run, on one process or under torchrun (DDP), with
-    checkpoints, a budget guard and metrics. Exit status 3 when the budget stopped it, 4 when
+    """Train a recipe for a long run, on one process or under torchrun (DDP, or FSDP2 where
+    sharded), with checkpoints, a budget guard and metrics. Exit status 3 when the budget stopped it, 4 when
     the loss diverged, 143 after a SIGTERM (checkpointed: resume with --resume-from-latest)."""
     import os
 
@@ -143,7 +147,7 @@ def pretrain(
             dry_run_budget=dry_run_budget, divergence_factor=divergence_factor, min_mfu=min_mfu,
             min_tokens_per_s=min_tokens_per_s, peak_tflops=peak_tflops,
             inject_spike_at_step=inject_spike_at_step, spike_steps=spike_steps, threads=threads,
-            mlflow_uri=mlflow_uri)
+            mlflow_uri=mlflow_uri, sharding=sharding)
         result = run_pretrain(config)
     except ValidationError as error:
         fail(f"invalid pretrain settings: {one_line(error)}")

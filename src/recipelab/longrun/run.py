@@ -53,6 +53,7 @@ from recipelab.errors import RecipelabError
 from recipelab.eventlog import JsonlSink, event_logger
 from recipelab.fsutil import atomic_write_text
 from recipelab.locking import FileLock, LockHeld
+from recipelab.longrun import sharding
 from recipelab.longrun.budget import (
     BudgetGuard,
     BudgetStatus,
@@ -65,6 +66,7 @@ from recipelab.longrun.budget import (
 from recipelab.longrun.cluster import cluster_info
 from recipelab.longrun.distributed import Collectives, World, process_group, world_from_env
 from recipelab.longrun.mlflow_log import LongRunTracking
+from recipelab.longrun.sharding import ShardingChoice
 from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 from recipelab.recipe import Recipe, StrictModel
 from recipelab.tracking import TrackingUnavailable, check_tracking_uri
@@ -137,6 +139,7 @@ class PretrainConfig(StrictModel):
     spike_steps: int = Field(default=3, ge=1)
     threads: int | None = Field(default=None, ge=1)
     mlflow_uri: str | None = None
+    sharding: ShardingChoice = "auto"
 
     def budget_guard(self, elapsed_before_s: float = 0.0) -> BudgetGuard:
         """The guard this run's budget options describe; raises a ValueError naming the
@@ -221,8 +224,12 @@ def sigterm_flag() -> Iterator[list[bool]]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _param_norm(model: nn.Module) -> float:
-    return math.sqrt(sum(float(p.detach().float().norm()) ** 2 for p in model.parameters()))
+def _param_norm(model: nn.Module, comm: Collectives, sharded: bool) -> float:
+    """The parameters' L2 norm: each rank's shares summed over the ranks when sharded."""
+    squares = sharding.local_square_sum(model)
+    if sharded:
+        squares = comm.sum(squares.to(comm.device)).cpu()
+    return math.sqrt(float(squares))
 
 
 class LongRunHooks:
@@ -301,7 +308,8 @@ class LongRunHooks:
         mfu = (self.flops_per_token * tokens_per_s / (self.peak * run.world.size)
                if tokens_per_s is not None and self.peak else None)
         metrics = {"train_loss": float(mean), "grad_norm": float(interval.grad_max),
-                   "param_norm": _param_norm(self.model), "tokens_per_s": tokens_per_s, "mfu": mfu}
+                   "param_norm": _param_norm(self.model, run.comm, run.sharded),
+                   "tokens_per_s": tokens_per_s, "mfu": mfu}
         interval.reset()
         self.below_floor = run.throughput_floor(done, tokens_per_s, mfu, self.below_floor)
         return metrics
@@ -328,6 +336,7 @@ class LongRun:
         self.spike = (SpikeTrace(config.inject_spike_at_step, config.spike_steps)
                       if config.inject_spike_at_step else None)
         self.paused_s = 0.0  # evaluation and checkpoint time inside the current log window
+        self.sharded = False  # set once the model is built (sharding.resolve)
         self.tracking = (LongRunTracking(check_tracking_uri(config.mlflow_uri), config.campaign,
                                          self.out, self.events.emit)
                          if config.mlflow_uri and self.world.main and not config.dry_run_budget
@@ -353,12 +362,16 @@ class LongRun:
         guard = config.budget_guard(read_elapsed(self.out) if writes else 0.0)
         torch.manual_seed(recipe.seed)
         model = build_model(recipe, self.device)
+        self.sharded, why_sharded = sharding.resolve(config.sharding, recipe, world, self.device)
+        if self.sharded:
+            sharding.shard_model(model, recipe.precision)
         optimizer = build_optimizer(model, recipe, self.device)
         context = autocast(recipe.precision, self.device)
         interval = Interval.zeros(self.device)
         start = self._restore(model, optimizer, interval) if config.resume_from_latest and writes else 0
-        ddp = DistributedDataParallel(model) if world.size > 1 else None
-        compile_model = config.compile if config.compile is not None else self.device.type == "cuda"
+        ddp = DistributedDataParallel(model) if world.size > 1 and not self.sharded else None
+        compile_model = (config.compile if config.compile is not None
+                         else self.device.type == "cuda" and not self.sharded)
         rare = (rarest_tokens(data.train, recipe.shape.vocab_size) if self.spike is not None
                 else None)
         if world.main and writes:
@@ -366,7 +379,8 @@ class LongRun:
         self.events.emit("pretrain_start", params=model.param_count(), world_size=world.size,
                          device=str(self.device), steps=recipe.steps, resumed_from=start or None,
                          tokens_per_step=recipe.tokens_per_step, data=data.description,
-                         spend_source=guard.status(start).source, compiled=compile_model)
+                         spend_source=guard.status(start).source, compiled=compile_model,
+                         sharded=self.sharded, sharding=why_sharded)
         if self.tracking is not None:
             self.tracking.params({"recipe": recipe.model_dump(mode="json"),
                                   "corpus": config.corpus.source})
@@ -400,8 +414,10 @@ class LongRun:
             return PretrainResult("complete", steps_done, budget=final)
         if hooks.stop != "complete":
             self._announce_stop(hooks.stop, steps_done, final)
+        whole = (sharding.whole_state(model) if self.sharded and hooks.stop == "complete"
+                 else None)  # every rank gathers
         if world.main:
-            self._finish(model, final, hooks.stop, steps_done)
+            self._finish(model, final, hooks.stop, steps_done, whole)
         self.comm.barrier()
         self.events.close()
         return PretrainResult(hooks.stop, steps_done, self.rows, final)
@@ -410,7 +426,9 @@ class LongRun:
                  interval: Interval) -> int:
         """The step the latest checkpoint holds (0 without one), its model, optimizer, rows,
         partial interval and spike trace loaded."""
-        state = checkpoint.load(self.out / CHECKPOINT_DIR, model, optimizer)
+        root = self.out / CHECKPOINT_DIR
+        state = (sharding.load(root, model, optimizer, self.world) if self.sharded
+                 else checkpoint.load(root, model, optimizer))
         if state is None:
             return 0
         self.rows = state.extra["rows"]
@@ -514,7 +532,7 @@ class LongRun:
         with self._paused():
             sums = shard_sums(model, self.data.eval_tokens, self.data.tokenizer.token_bytes,
                               self.recipe.seq_len, self.recipe.batch_size, self.device, context,
-                              self.world.rank, self.world.size)
+                              self.world.rank, self.world.size, lockstep=self.sharded)
             nats, n_bytes, tokens = self.comm.sum(sums.to(self.comm.device)).tolist()
         return {"val_bpb": nats / (math.log(2) * n_bytes), "val_loss": nats / tokens}
 
@@ -562,20 +580,28 @@ class LongRun:
             # Every rank holds the global mean of the partial interval from here on, so a
             # resume (which loads rank 0's copy on every rank) sums exactly what this run would.
             self.comm.mean(interval.loss_sum)
+            extra = {"rows": self.rows, "interval_sum": float(interval.loss_sum),
+                     "grad_max": float(interval.grad_max), "interval_steps": interval.steps,
+                     "spike": self.spike.trace if self.spike else []}
+            root = self.out / CHECKPOINT_DIR
+            if self.sharded:  # every rank writes its shards
+                sharding.save(root, step, model, optimizer, extra, self.config.keep_last,
+                              self.comm)
+            elif self.world.main:
+                checkpoint.save(root, step, model, optimizer, extra, keep=self.config.keep_last)
             if self.world.main:
-                extra = {"rows": self.rows, "interval_sum": float(interval.loss_sum),
-                         "grad_max": float(interval.grad_max), "interval_steps": interval.steps,
-                         "spike": self.spike.trace if self.spike else []}
-                checkpoint.save(self.out / CHECKPOINT_DIR, step, model, optimizer, extra,
-                                keep=self.config.keep_last)
                 self.events.emit("checkpoint", step=step)
             self.comm.barrier()
 
     def _finish(self, model: nn.Module, status: BudgetStatus, stop: StopReason,
-                steps_done: int) -> None:
+                steps_done: int, whole: dict[str, torch.Tensor] | None = None) -> None:
+        """Rank 0's last files; ``whole`` is a sharded model's gathered state."""
         from recipelab.longrun.run_plots import PLOT_FILES, write_plots
 
         if stop == "complete":
+            if whole is not None:  # the same file an unsharded run writes
+                model = build_model(self.recipe, torch.device("cpu"))
+                model.load_state_dict(whole)
             save_model(model, str(self.out / FINAL_FILE))
         write_budget(self.out, status, stop)
         write_plots(self.rows, self.out)

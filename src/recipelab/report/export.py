@@ -16,14 +16,17 @@ is written next to the proxy's value and the rule (``transfer.md``, ``transfer.j
   target's context, rounded up to a multiple of the GPUs so that every GPU gets the same rows;
 - micro-batch: that global batch split into the largest per-GPU micro-batch the memory model
   fits in ``gpu_memory_gib`` (:mod:`recipelab.report.micro_batch`), with ``grad_accum`` making
-  up the rest, so the global batch is unchanged;
+  up the rest, so the global batch is unchanged; sharded (FSDP2) where a whole copy of the
+  model and its optimizer per GPU does not fit (``sharding``);
 - warm-up: the proxy's fraction of its run, capped at :data:`MAX_WARMUP_FRACTION` of the
   target's run, and stated in tokens;
 - evaluation slice: at least ``eval_bytes`` (default 8 MiB, about two million BPE tokens).
 
 The planned run is ``tokens_per_param`` tokens per parameter (Chinchilla's 20 by default).
-The prediction (:mod:`recipelab.report.prediction`) is written beside it, and the runner-up
-as ``fallback-recipe.json``.
+The prediction (:mod:`recipelab.report.prediction`) is written beside it, the runner-up as
+``fallback-recipe.json``, and the same numbers as a torchtitan job config
+(:mod:`recipelab.report.torchtitan`). A recipe that fits no micro-batch of the GPUs is still
+written, with the reason in ``transfer.md`` and the manifest: another trainer may hold it.
 """
 
 from __future__ import annotations
@@ -42,12 +45,14 @@ from pydantic import Field
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import BYTE_VOCAB, Precision, Recipe, StrictModel, Target
+from recipelab.report import torchtitan
 from recipelab.report.distance import Distance, distance_lines, load_verified
 from recipelab.report.micro_batch import (
     DEFAULT_GPU_MEMORY_GIB,
     BatchFitError,
     BatchSplit,
     DeviceKind,
+    ShardingChoice,
     split_batch,
 )
 from recipelab.report.prediction import Prediction, bytes_per_token, predict
@@ -73,6 +78,7 @@ class ExportOptions(StrictModel):
     eval_bytes: int = Field(default=8 * MIB, ge=256)
     gpu_memory_gib: float = Field(default=DEFAULT_GPU_MEMORY_GIB, gt=0.0, le=100_000.0)
     device: DeviceKind = "cuda"
+    sharding: ShardingChoice = "auto"
 
 
 @dataclass(frozen=True)
@@ -164,15 +170,18 @@ def transfer(winner: Recipe, edit: dict[str, object], target: Target,
     problem: str | None = None
     try:
         split = split_batch(recipe, options.gpus, round(options.gpu_memory_gib * GIB),
-                            options.device)
+                            options.device, options.sharding)
     except BatchFitError as error:
         problem = str(error)
     else:
         recipe = split.apply(recipe)
+    sharded = split is not None and split.sharding == "full"
     recipe = Recipe.model_validate(recipe.model_dump())  # the exported file must validate
-    compiled = ("torch.compile" if compile_model else
-                "no torch.compile" + (" (TransformerEngine's fp8 delayed scaling refuses it)"
-                                      if options.device == "cuda" else ""))
+    why_not = ("" if options.device != "cuda" else
+               " (recipelab pretrain does not compile a sharded model)" if sharded and compile_model
+               else " (TransformerEngine's fp8 delayed scaling refuses it)")
+    compile_model = compile_model and not sharded
+    compiled = "torch.compile" if compile_model else "no torch.compile" + why_not
     transfers = (
         Transfer("tokenizer", winner.tokenizer, tokenizer, "the target's tokenizer"),
         Transfer("shape.vocab_size", str(winner.shape.vocab_size), str(shape.vocab_size),
@@ -272,12 +281,14 @@ def recommended_export(ledger: Ledger, target: Target,
 
 
 def launch_command(exported: Exported, options: ExportOptions) -> str:
-    """The command that trains the exported recipe where it was sent."""
+    """The command that trains the exported recipe where it was sent, sharded (FSDP2) where
+    the export chose to shard."""
     launcher = (f"torchrun --standalone --nproc-per-node {options.gpus} -m recipelab"
                 if options.gpus > 1 else "python -m recipelab")
     compiled = "--compile" if exported.compile else "--no-compile"
+    sharded = exported.split is not None and exported.split.sharding == "full"
     return (f"{launcher} pretrain --recipe recipe.json --out RUN --corpus DATA "
-            f"--device {options.device} {compiled}")
+            f"--device {options.device} {compiled} --sharding {'full' if sharded else 'none'}")
 
 
 def data_command(recipe: Recipe) -> str:
@@ -338,8 +349,8 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
                  ) -> list[Path]:
     """Write every export file into ``out``; returns the paths written. ``ledger`` is the
     campaign's (its ``--promote``, its rungs). A winner that fits no GPU of
-    ``options.gpu_memory_gib`` is an error naming the memory needed and the fix. ``trial``
-    exports that proxy trial instead of the winner."""
+    ``options.gpu_memory_gib`` is still written, its manifest's ``run_on.problem`` naming the
+    memory needed and the fix. ``trial`` exports that proxy trial instead of the winner."""
     records = ledger.records
     found = recommended_export(ledger, target, options, trial)
     if found is None:
@@ -347,10 +358,6 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
         raise ValueError(f"campaign {campaign} has nothing to export: "
                          f"{ledger.no_winner_reason}{run_it}")
     winner, because, exported, options = found.winner, found.because, found.exported, found.options
-    if exported.memory_problem is not None:
-        raise ValueError(f"the winner {winner.trial_id} on {target.name} does not fit "
-                         f"{options.gpus} GPU(s) of {options.gpu_memory_gib:g} GiB: "
-                         f"{exported.memory_problem}")
     prediction = predict(records, winner, exported.recipe.shape)
     rule = horizon_rule(records, prior_horizon_fits)
     check = width_check(records)
@@ -373,7 +380,13 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
     _write_json(out / "prediction.json", {**prediction.to_json(), "planned": points})
     _write_json(out / "transfer.json", [t.__dict__ for t in exported.transfers])
     split = exported.split
-    assert split is not None, "a winner without a memory problem has a split"
+    if split is not None:
+        config = torchtitan.job_config(exported.recipe, split,
+                                       f"recipelab export of {winner.trial_id} ({campaign}) to "
+                                       f"{target.name}")
+        (out / torchtitan.FILE).write_text(torchtitan.render(config,
+                                                             torchtitan.unexpressed(exported.recipe)))
+        written.append(out / torchtitan.FILE)
     distance = export_distance(exported, points)  # the verified file read once
     manifest = {
         "campaign": campaign, "target": target.name, "winner": winner.trial_id,
@@ -397,8 +410,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
                    "gpu_memory_gib": options.gpu_memory_gib,
                    "precision": exported.recipe.precision,
                    "precision_rule": exported.precision_rule, "compile": exported.compile,
-                   "micro_batch_per_gpu": split.per_gpu, "grad_accum": split.grad_accum,
-                   "predicted_peak_gib_per_gpu": round(split.peak_bytes / GIB, 2),
+                   **_fit(exported),
                    "command": launch_command(exported, options),
                    "data_command": data_command(exported.recipe)},
         "options": options.model_dump(mode="json"),
@@ -421,6 +433,16 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
     (out / "transfer.md").write_text(text)
     written += [out / n for n in ("prediction.json", "transfer.json", "manifest.json", "transfer.md")]
     return written
+
+
+def _fit(exported: Exported) -> dict[str, Any]:
+    """How the recipe is taken on each GPU, or why no micro-batch fits one."""
+    split = exported.split
+    if split is None:
+        return {"problem": exported.memory_problem}
+    return {"micro_batch_per_gpu": split.per_gpu, "grad_accum": split.grad_accum,
+            "sharding": split.sharding, "why_sharded": split.why_sharded or None,
+            "predicted_peak_gib_per_gpu": round(split.peak_bytes / GIB, 2)}
 
 
 def _write_attribution(out: Path, found: Recommended) -> list[Path]:
@@ -493,11 +515,20 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
               f"{p['low']:.4f} – {p['high']:.4f} |" for p in points]
     lines += ["", "It rests on:", ""] + [f"- {a}" for a in prediction.assumptions()]
     lines += ["", *distance]
-    lines += ["", "## Running it", "",
-              f"Prepare the data: `{data_command(exported.recipe)}`.", "",
+    lines += ["", "## Running it", ""]
+    if exported.memory_problem is not None:
+        lines += [f"**It does not fit {options.gpus} GPU(s) of {options.gpu_memory_gib:g} GiB:** "
+                  f"{exported.memory_problem}. recipe.json holds the whole global batch in one "
+                  "micro-step; give another trainer its numbers, or export again with more GPUs "
+                  "(--gpus) or more memory (--gpu-memory-gib).", ""]
+    lines += [f"Prepare the data: `{data_command(exported.recipe)}`.", "",
               f"Train ({exported.recipe.precision}, "
               f"{'torch.compile' if exported.compile else 'no torch.compile'}): "
               f"`{launch_command(exported, options)}`."]
+    if exported.split is not None:
+        lines += ["", f"{torchtitan.FILE} holds the same numbers for torchtitan "
+                  f"{torchtitan.RELEASE}: `torchrun --nproc-per-node {options.gpus} -m "
+                  f"torchtitan.train --job.config_file {torchtitan.FILE}`."]
     lines += ["", "Check the cloud run against it: `recipelab verify THIS_DIRECTORY "
               "--metrics RUN/metrics.csv` (it reads prediction.json).", ""]
     lines.append(f"Fallback: {runner_up.trial_id} (proxy val_bpb {runner_up.val_bpb:.4f}) in "

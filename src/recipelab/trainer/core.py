@@ -129,6 +129,9 @@ def train_step(forward: nn.Module, optimizer: torch.optim.Optimizer,
             (objective / accum).backward()  # type: ignore[no-untyped-call]
         step_loss += loss.detach() / accum
     grad_norm = torch.nn.utils.clip_grad_norm_(params, recipe.optimizer.grad_clip or math.inf)
+    whole = getattr(grad_norm, "full_tensor", None)  # a sharded run's norm is a DTensor
+    if callable(whole):
+        grad_norm = whole()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return step_loss, grad_norm.detach()

@@ -157,20 +157,25 @@ def bits_per_byte(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.nda
 def shard_sums(model: nn.Module, eval_tokens: np.ndarray, token_bytes: np.ndarray,
                seq_len: int, batch_size: int, device: torch.device,
                precision_context: Callable[[], AbstractContextManager[Any]],
-               rank: int, world_size: int) -> torch.Tensor:
+               rank: int, world_size: int, lockstep: bool = False) -> torch.Tensor:
     """``[nats, bytes, tokens]`` (float64, on ``device``) over the evaluation batches
     ``rank, rank + world_size, ...``: the ranks of a long run each score their share, and the
-    sum over ranks, all-reduced, gives the same val_bpb as :func:`bits_per_byte` on one."""
+    sum over ranks, all-reduced, gives the same val_bpb as :func:`bits_per_byte` on one.
+    ``lockstep``: every rank runs as many forwards (a sharded model's forward is a collective),
+    a rank short of a batch scoring the first one again and counting nothing."""
     was_training = model.training
     model.eval()
     tokens = torch.from_numpy(np.asarray(eval_tokens, dtype=np.int64)).to(device)
     widths = torch.from_numpy(np.asarray(token_bytes, dtype=np.int64)).to(device)
     sums = torch.zeros(3, dtype=torch.float64, device=device)
-    for index, (x, y) in enumerate(_batches(tokens, seq_len, batch_size)):
+    batches = list(_batches(tokens, seq_len, batch_size))
+    for index, (x, y) in enumerate(batches):
         if index % world_size == rank:
             flat, labels = _logits(model, x, y, seq_len, precision_context)
             sums[0] += F.cross_entropy(flat, labels, reduction="sum").double()
             sums[1] += widths[y].sum().double()
             sums[2] += y.numel()
+    if lockstep and batches and len(batches) % world_size and rank >= len(batches) % world_size:
+        _logits(model, *batches[0], seq_len, precision_context)  # the others' last forward
     model.train(was_training)
     return sums
