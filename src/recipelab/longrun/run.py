@@ -5,14 +5,16 @@ recipe, the optimizer groups with their multipliers, the step with z-loss, accum
 clipping, the schedule), so a 1-process long run makes exactly the losses of
 ``recipelab train``. Around that core, and never inside it, what a billed cloud run needs:
 
-- ``torchrun`` and PyTorch DDP (gloo on CPU, NCCL on CUDA). The recipe's batch
+- ``torchrun`` and PyTorch DDP (gloo on CPU, NCCL on CUDA), or FSDP2 where a whole copy
+  does not fit a GPU (:mod:`recipelab.longrun.sharding`). The recipe's batch
   (``batch_size × grad_accum`` sequences) is the *global* batch: every rank draws the same
   global micro-batch from ``(seed, step)`` and trains on its own rows of it, so a 2-process
   run follows the 1-process curve. The data is tokenized before the process group starts
   (one process per node builds the cache while the others wait on its lock), and every
   collective obeys its backend's device rule (:mod:`recipelab.longrun.distributed`);
-- checkpoints of model and optimizer (safetensors, written atomically by rank 0, the newest
-  K kept) and ``--resume-from-latest``, which continues the uninterrupted curve exactly;
+- checkpoints of model and optimizer (safetensors, written atomically by rank 0; sharded,
+  by every rank through ``torch.distributed.checkpoint``; the newest K kept) and
+  ``--resume-from-latest``, which continues the uninterrupted curve exactly;
 - stops that every rank agrees on at the same step: SIGTERM (a preempted node) checkpoints
   and exits 143 for the watchdog to resume; a non-finite or diverged loss stops with exit 4,
   the newest checkpoint being the last one whose loss was checked; the budget
