@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_model
+from typer.testing import CliRunner
 
+from recipelab.cli import app
 from recipelab.longrun.distributed import World
 from recipelab.longrun.run import CHECKPOINT_DIR, run_pretrain
 from recipelab.longrun.sharding import SHARDS, ShardingError, resolve
@@ -136,6 +138,16 @@ def test_auto_shards_only_where_a_whole_copy_does_not_fit_and_full_needs_two_pro
         resolve("full", tiny, World(), CPU)
     with pytest.raises(ShardingError, match="fp8"):
         resolve("full", tiny.apply({"precision": "fp8"}), two, CPU)
+
+
+def test_a_sharding_that_cannot_run_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(proxy_recipe("tiny").apply({"steps": 3}).model_dump_json())
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["pretrain", "--recipe", str(recipe), "--out", str(out),
+                                      "--device", "cpu", "--sharding", "full"])
+    assert result.exit_code == 2 and "at least 2 processes" in result.output
+    assert "Traceback" not in result.output and not out.exists()
 
 
 def test_auto_on_a_gpu_reads_the_same_memory_model_the_export_chose_by(

@@ -68,9 +68,9 @@ from recipelab.longrun.budget import (
 from recipelab.longrun.cluster import cluster_info
 from recipelab.longrun.distributed import Collectives, World, process_group, world_from_env
 from recipelab.longrun.mlflow_log import LongRunTracking
-from recipelab.longrun.sharding import ShardingChoice
 from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 from recipelab.recipe import Recipe, StrictModel
+from recipelab.report.micro_batch import ShardingChoice
 from recipelab.tracking import TrackingUnavailable, check_tracking_uri
 from recipelab.trainer import checkpoint
 from recipelab.trainer.core import build_model, build_optimizer
@@ -657,6 +657,7 @@ def check_start(config: PretrainConfig, world: World) -> None:
         raise ValueError(
             f"batch_size {recipe.batch_size} does not split over {world.size} processes: "
             f"use a batch_size that is a multiple of {world.size} (--set batch_size=N)")
+    sharding.refuse(config.sharding, recipe, world)
     config.budget_guard()
     if config.mlflow_uri:
         try:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Literal
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -33,11 +32,10 @@ from recipelab.errors import RecipelabError
 from recipelab.guardrails.base import gib
 from recipelab.longrun.distributed import Collectives, World
 from recipelab.recipe import Recipe
-from recipelab.report.micro_batch import MEMORY_MARGIN, per_gpu_peak
+from recipelab.report.micro_batch import MEMORY_MARGIN, ShardingChoice, per_gpu_peak
 from recipelab.trainer import checkpoint
 from recipelab.trainer.checkpoint import Checkpoint, CheckpointMismatch
 
-ShardingChoice = Literal["auto", "none", "full"]
 SHARDS = "shards"  # the DCP directory inside a checkpoint
 
 
@@ -45,21 +43,29 @@ class ShardingError(RecipelabError, ValueError):
     """A sharded run that cannot be set up as asked."""
 
 
+def refuse(choice: ShardingChoice, recipe: Recipe, world: World) -> None:
+    """:class:`ShardingError` for a ``--sharding full`` that cannot run, before anything is
+    built or written."""
+    if choice != "full":
+        return
+    if world.size == 1:
+        raise ShardingError("--sharding full needs at least 2 processes to shard over: "
+                            "launch with torchrun --nproc-per-node N, or use --sharding auto")
+    if recipe.precision == "fp8":
+        raise ShardingError("--sharding full with fp8 is not supported: TransformerEngine's "
+                            "fp8 layers keep their own scaling state; train fp8 with DDP "
+                            "(--sharding none) or set precision bf16")
+
+
 def resolve(choice: ShardingChoice, recipe: Recipe, world: World,
             device: torch.device) -> tuple[bool, str]:
     """Whether this run shards, and why (for the ``pretrain_start`` event)."""
+    refuse(choice, recipe, world)
     if choice == "none":
         return False, "--sharding none"
     if world.size == 1:
-        if choice == "full":
-            raise ShardingError("--sharding full needs at least 2 processes to shard over: "
-                                "launch with torchrun --nproc-per-node N, or use --sharding auto")
         return False, "one process: nothing to shard over"
     if recipe.precision == "fp8":
-        if choice == "full":
-            raise ShardingError("--sharding full with fp8 is not supported: TransformerEngine's "
-                                "fp8 layers keep their own scaling state; train fp8 with DDP "
-                                "(--sharding none) or set precision bf16")
         return False, "fp8 trains with DDP"
     if choice == "full":
         return True, "--sharding full"
