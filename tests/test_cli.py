@@ -295,17 +295,18 @@ def test_run_help_names_the_ladder_and_its_successors_of_the_middle_rung() -> No
 
     assert result.exit_code == 0
     text = " ".join(result.output.replace("│", " ").split())
-    for option in ("--eta", "--rung-size", "--rung-steps", "--stress-steps", "--promote"):
+    for option in ("--ladder.eta", "--ladder.rung-size", "--ladder.rung-steps",
+                   "--ladder.stress-steps", "--ladder.promote"):
         assert option in text
     assert "successive halving, ASHA-style" in text and "the baseline climbs every rung" in text
-    assert "the published 0.32" in text and "--repeat-text" in text
+    assert "the published 0.32" in text and "--ladder.repeat-text" in text
 
 
 def test_check_takes_the_options_of_run_with_their_help() -> None:
     result = runner.invoke(app, ["check", "--help"], env={"COLUMNS": "300"})
 
     assert result.exit_code == 0
-    for text in ("--dir", "campaign directory", "--corpus-max-bytes", "--llm-base-url"):
+    for text in ("--dir", "campaign directory", "--corpus.max-bytes", "--proposer.llm-base-url"):
         assert text in result.output
     assert "--skip-preflight" not in result.output
 

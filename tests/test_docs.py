@@ -61,6 +61,10 @@ def code_of(page: Path) -> list[str]:
     return lines + spans
 
 
+OPTION = r"(--[a-z][a-z0-9-]*(?:\.[a-z][a-z0-9-]*)?)"
+"""An option as typed: ``--promote``, or a nested setting's ``--ladder.promote``."""
+
+
 def invocations(line: str) -> list[tuple[str, list[str]]]:
     """(command path, options after it) for each ``recipelab CMD ...`` in ``line``."""
     found = []
@@ -68,7 +72,7 @@ def invocations(line: str) -> list[tuple[str, list[str]]]:
                              line):
         command, sub, rest = match.groups()
         path = f"{command} {sub}" if sub and f"{command} {sub}" in OPTIONS else command
-        found.append((path, re.findall(r"(--[a-z][a-z0-9-]*)", rest)))
+        found.append((path, re.findall(OPTION, rest)))
     return found
 
 
@@ -84,7 +88,7 @@ def test_every_command_and_option_named_exists(page: Path) -> None:
                       if option not in OPTIONS[path]]
         if "recipelab" not in line and "bench/" not in line:  # a benchmark's own options
             wrong += [f"{option}: no command has it ({line.strip()[:80]})"
-                      for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", line)
+                      for option in re.findall(r"(?<![\w-])" + OPTION, line)
                       if option not in EVERY_OPTION and option not in OTHER_TOOLS_OPTIONS]
     assert wrong == []
 

@@ -39,6 +39,7 @@ from recipelab.agent.settings_components import (
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import (
     PROXY_PRESETS,
+    TARGETS,
     Recipe,
     StrictModel,
     Target,
@@ -72,16 +73,25 @@ class CampaignSettings(StrictModel):
     may name the one field it changes."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    target: str | None = None  # None: the preset's default target, filled in on validation
-    preset: str = "cpu"
-    budget: int | None = Field(default=None, ge=1000)
+    # None: the preset's default target, filled in on validation
+    target: str | None = Field(default=None, description=(
+        f"target: {', '.join(TARGETS)}, or a target file (config.json)"),
+        json_schema_extra={"default_means": "the preset's"})
+    preset: str = Field(default="cpu", description=f"proxy preset: {', '.join(PROXY_PRESETS)}")
+    budget: int | None = Field(default=None, ge=1000, description="proxy parameter budget",
+                               json_schema_extra={"default_means": "the preset's"})
     # the larger built-in corpus: the default top rung reads it once on every CPU preset
     corpus: CorpusSpec = CorpusSpec(source="python-source")
-    # every trial's precision (the baseline's too) unless "precision" is searchable; auto:
-    # bf16 where the device computes it natively, else fp32 (recipelab.agent.machine)
-    precision: Literal["auto", "fp32", "bf16", "fp8"] = "auto"
-    searchable: tuple[str, ...] = ()
-    seed: int = Field(default=0, ge=0)  # the baseline's seed and the samplers'
+    # auto: resolved by recipelab.agent.machine
+    precision: Literal["auto", "fp32", "bf16", "fp8"] = Field(default="auto", description=(
+        "every trial's precision, the baseline's included: auto, fp32, bf16 or fp8 "
+        "(--searchable precision searches it instead)"), json_schema_extra={"default_means": (
+            "bf16 where the device computes it natively, CUDA with bf16 or CPUs with AVX-512 "
+            "BF16 or AMX; else fp32")})
+    searchable: tuple[str, ...] = Field(default=(), description=(
+        "shape knob allowed to leave the target's value, e.g. shape.qk_norm; or precision, to "
+        "search it (repeatable)"))
+    seed: int = Field(default=0, ge=0, description="campaign seed: the baseline's and the samplers'")
     window: WindowSettings = WindowSettings()
     ladder: LadderSettings = LadderSettings()
     search: SearchSettings = SearchSettings()

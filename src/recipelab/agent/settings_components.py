@@ -52,12 +52,19 @@ def until_problem(until: str) -> str | None:
 class WindowSettings(StrictModel):
     """When launching stops: a trial count, a duration, a clock time, or a run of failures."""
 
-    iterations: int | None = Field(default=None, ge=0)
-    hours: float | None = Field(default=None, gt=0)
-    until: str | None = None
-    trial_timeout_s: float = Field(default=600.0, gt=0)
-    # proxy trials in a row failing with the same reason after which launching stops
-    max_consecutive_failures: int = Field(default=5, ge=1)
+    iterations: int | None = Field(
+        default=None, ge=0, description="proxy trials to train",
+        json_schema_extra={"default_means": "no count; run needs this, --window.hours or --window.until"})
+    hours: float | None = Field(default=None, gt=0,
+                                description="stop launching after this many hours",
+                                json_schema_extra={"default_means": "no limit"})
+    until: str | None = Field(default=None,
+                              description="stop launching at this local time, HH:MM",
+                              json_schema_extra={"default_means": "no limit"})
+    trial_timeout_s: float = Field(default=600.0, gt=0, description="seconds per proxy trial")
+    max_consecutive_failures: int = Field(default=5, ge=1, description=(
+        "stop launching after this many proxy trials in a row fail with the same reason; the "
+        "command then exits with code 3"))
     max_consecutive_rejections: int = Field(default=25, ge=1)
 
     @field_validator("until")
@@ -84,32 +91,53 @@ class LadderSettings(StrictModel):
     """The climb from the proxy to the stress horizon: successive halving (each rung keeps the
     best 1/eta at eta times the steps), its finalists, and what is measured once it ends."""
 
-    promote: int = Field(default=PROMOTE, ge=0)
-    stress_steps: int = Field(default=1000, ge=1)
+    promote: int = Field(default=PROMOTE, ge=0, description=(
+        "finalists on the ladder's top rung (the stress horizon), each at --ladder.top-seeds seeds "
+        "with the baseline; 0: no ladder"))
+    stress_steps: int = Field(default=1000, ge=1, description=(
+        "steps of the ladder's top rung, the stress horizon"))
     stress_log_every: int = Field(default=50, ge=1)
     stress_checkpoint_every: int = Field(default=50, ge=1)
-    fidelity: int = Field(default=0, ge=0)  # mid-ranked trials stress-run besides the finalists
-    # seeds of every finalist and the baseline at the top rung, where the winner is named;
+    fidelity: int = Field(default=0, ge=0, description=(
+        "also stress-run K mid-ranked trials, for the proxy-to-stress rank agreement"))
     # fresh seeds (trajectory.ladder.top_rung_seeds), never those the lower rungs ranked on
-    top_seeds: int = Field(default=TOP_SEEDS, ge=2, le=20)
-    # a close call there (the best finalist's mean gain positive, its interval including 0)
-    # buys it and the baseline this many more seeds before the campaign keeps the baseline
-    close_call_seeds: int = Field(default=CLOSE_CALL_SEEDS, ge=0, le=20)
-    eta: int = Field(default=3, ge=2)
-    rung_size: int = Field(default=10, ge=0)  # at most this many climb to the first rung; 0: none
-    rung_steps: int | None = Field(default=None, ge=1)  # the first rung's steps; None: proxy x eta
-    # every rung trains at the learning rate the horizon rule gives (trajectory.horizon)
-    horizon_rule: bool = True
-    # after the winner is named, measure which groups of its edit carry the gain (attribution)
-    attribution: bool = True
-    # then train its recommendation at the proxy's width and twice it (agent.width_phase), so
-    # the export's prediction for a larger target has a measured size term
-    width_rung: bool = True
-    # torch.compile stress runs: they run long enough to win back the compile time
-    compile_stress: bool = False
-    # let the longest run read its training text more than once (the preflight refuses it
-    # otherwise: a ranking on repeated text ranks regularization, not what a cloud run reads)
-    repeat_text: bool = False
+    top_seeds: int = Field(default=TOP_SEEDS, ge=2, le=20, description=(
+        "fresh seeds of every finalist, the baseline and its learning-rate family at the top "
+        "rung, where the winner is named only when its own paired interval over the tuned "
+        "baseline excludes 0 (Bonferroni over the finalists and the close call): more seeds, a "
+        "narrower interval; 'recipelab stress' with more than the campaign ran adds the "
+        "missing seeds"))
+    close_call_seeds: int = Field(default=CLOSE_CALL_SEEDS, ge=0, le=20, description=(
+        "when the top rung's best finalist gains but its interval includes 0, train it and "
+        "the tuned baseline at this many more seeds there for a second look before keeping "
+        "the baseline; 0: keep it at once (and the first look keeps all the error)"))
+    eta: int = Field(default=3, ge=2, description=(
+        "the ladder (successive halving, ASHA-style): each rung keeps the best 1/ETA of the "
+        "one below at ETA times its steps, up to --ladder.stress-steps; the baseline climbs every "
+        "rung"))
+    rung_size: int = Field(default=10, ge=0, description=(
+        "at most N candidates climb to the ladder's first rung above the proxy; 0 goes "
+        "straight from the proxy to the top rung"))
+    rung_steps: int | None = Field(default=None, ge=1, description=(
+        "steps of the ladder's first rung above the proxy; each rung above it has --ladder.eta times "
+        "more"), json_schema_extra={"default_means": "proxy steps × --ladder.eta"})
+    horizon_rule: bool = Field(default=True, description=(
+        "train every rung at the learning rate the horizon rule gives for its tokens, "
+        "lr ∝ tokens^-alpha, alpha fitted from the baseline's learning-rate family (lr × ½, "
+        "× 2) and shrunk toward the published 0.32"))
+    attribution: bool = Field(default=True, description=(
+        "after the winner is named, measure which groups of its edit carry the gain and "
+        "recommend the minimal winning edit"))
+    width_rung: bool = Field(default=True, description=(
+        "then train the recommendation at the proxy's width and twice it, at the top rung's "
+        "tokens, so the export predicts a larger target with a measured size term"))
+    compile_stress: bool = Field(default=False, description=(
+        "torch.compile stress runs (cache in ~/.cache/recipelab): they run long enough to win "
+        "back the compile time"))
+    # a ranking on repeated text ranks regularization, not what a cloud run reads
+    repeat_text: bool = Field(default=False, description=(
+        "let the longest run read the training text more than once; without it the preflight "
+        "refuses a corpus smaller than the longest run"))
 
     def ledger(self, records: Sequence[TrialRecord]) -> Ledger:
         """``records`` read under this ladder's rules: the one place a campaign's ladder
@@ -186,13 +214,14 @@ class SearchSettings(StrictModel):
     """What the search measures and learns from besides the proposals: the noise floor, a
     person's own edits, the trajectories that calibrate it, and the guardrail checks it skips."""
 
-    # baseline seeds measuring the noise floor (1 disables it); they count toward iterations
-    noise_seeds: int = Field(default=3, ge=1, le=20)
-    # a person's edits of the baseline, tried in order after the noise floor and before the
-    # proposer's; judged by the guardrails like any proposal, counted in the iterations
-    edits: tuple[dict[str, Any], ...] = ()
-    # trajectory.jsonl files or campaign directories whose trials warm-start the proposers
-    calibrate_from: tuple[str, ...] = ()
+    noise_seeds: int = Field(default=3, ge=1, le=20, description=(
+        "baseline seeds measuring the noise floor, counted in --window.iterations; 1 disables"))
+    # tried in order after the noise floor and before the proposer's, counted in the iterations
+    edits: tuple[dict[str, Any], ...] = Field(default=(), description=(
+        "your own edit of the baseline as JSON, e.g. '{\"optimizer.lr\": 0.005}', tried "
+        "before the proposer's and judged by the guardrails (repeatable)"))
+    calibrate_from: tuple[str, ...] = Field(default=(), description=(
+        "an earlier campaign's directory or trajectory.jsonl to learn from (repeatable)"))
     skip_checks: tuple[str, ...] = ()
 
     @field_validator("edits")
@@ -213,16 +242,27 @@ class ProposerSettings(StrictModel):
     """Who proposes the candidates: the kind, the LLM's endpoint and share, the classical
     proposer's sampler (only the proposer factory reads it, so it lives here)."""
 
-    kind: Literal["classical", "llm", "hybrid"] | None = None  # None: hybrid with an LLM
-    llm_base_url: str | None = None
-    llm_model: str | None = None
-    llm_share: float = Field(default=0.3, ge=0.0, le=1.0)
+    kind: Literal["classical", "llm", "hybrid"] | None = Field(
+        default=None, description="classical, llm or hybrid",
+        json_schema_extra={"default_means": "hybrid when an LLM is configured, else classical"})
+    llm_base_url: str | None = Field(
+        default=None, description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1",
+        json_schema_extra={"default_means": f"${environment.LLM_BASE_URL}"})
+    llm_model: str | None = Field(default=None, description="model id", json_schema_extra={
+        "default_means": f"${environment.LLM_MODEL}, else the server's first"})
+    llm_share: float = Field(default=0.3, ge=0.0, le=1.0,
+                             description="share of trials the LLM proposes in hybrid mode")
     llm_structured_output: Literal["auto", "json_schema", "json_object", "guided_json", "nvext",
-                                   "prompt"] | None = None
-    sampler: Literal["tpe", "cmaes", "random"] = "tpe"
-    # how long the LLM's first turn waits for a server still loading its model; later turns
-    # look once, and the hybrid's circuit breaker spaces them
-    llm_ready_timeout_s: float = Field(default=120.0, ge=0.0)
+                                   "prompt"] | None = Field(default=None, description=(
+        "how the LLM's reply is constrained: auto, json_schema (OpenAI, vLLM), json_object "
+        "(llama.cpp), guided_json (NIM 1.x), nvext or prompt"),
+        json_schema_extra={"default_means": "auto"})
+    sampler: Literal["tpe", "cmaes", "random"] = Field(default="tpe",
+                                                       description="tpe, cmaes or random")
+    # the hybrid's circuit breaker spaces the later looks
+    llm_ready_timeout_s: float = Field(default=120.0, ge=0.0, description=(
+        "seconds the LLM's first turn waits for a server still loading its model; later turns "
+        "look once"))
 
     def llm_configured(self) -> bool:
         """An LLM endpoint is set here or in ``RECIPELAB_LLM_BASE_URL``."""
@@ -251,16 +291,28 @@ class ExecutorSettings(StrictModel):
     """Where and on what trials run: local subprocesses or Ray tasks, how many at once, with
     how many threads, on which device, with how much device memory kept free."""
 
-    kind: Literal["local", "ray"] = "local"
-    ray_address: str | None = None  # None: a local Ray instance; "auto": the running cluster
-    # trials in flight at once; auto: what pays on this machine (recipelab.agent.machine)
-    parallel: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = "auto"
-    # CPU threads per trial; None: the cores shared out among the trials in flight
-    threads: int | None = Field(default=None, ge=1, le=1024)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    # device memory kept free for an LLM server; a new campaign on unified memory starts
-    # with UNIFIED_MEMORY_RESERVE_GIB instead (recipelab.agent.preflight)
-    memory_reserve_gib: float = Field(default=0.0, ge=0)
+    kind: Literal["local", "ray"] = Field(default="local", description=(
+        "where trials run: local or ray (pip install 'recipelab[ray]')"))
+    ray_address: str | None = Field(
+        default=None, description="Ray cluster: auto (the one 'ray start' set up here) or HOST:PORT",
+        json_schema_extra={"default_means": "a new Ray instance on this machine"})
+    # auto: what pays on this machine (recipelab.agent.machine)
+    parallel: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        default="auto", description="trials in flight at once: auto or a number",
+        json_schema_extra={"default_means": "on a CPU one 1-thread trial per core, as memory "
+                                            "allows; on a GPU one; with Ray the cluster's GPUs"})
+    threads: int | None = Field(
+        default=None, ge=1, le=1024, description="CPU threads per trial",
+        json_schema_extra={"default_means": "the cores divided among --executor.parallel trials"})
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="auto, cpu or cuda",
+        json_schema_extra={"default_means": "cuda when there is one"})
+    # a new campaign on unified memory starts with UNIFIED_MEMORY_RESERVE_GIB instead
+    # (recipelab.agent.preflight)
+    memory_reserve_gib: float = Field(
+        default=0.0, ge=0, description="device memory kept free for an LLM server sharing the GPU",
+        json_schema_extra={"default_means": f"or {UNIFIED_MEMORY_RESERVE_GIB:g} on unified memory "
+                                           "such as a GB10"})
 
     @property
     def trials_sharing_memory(self) -> int:
@@ -292,8 +344,13 @@ class ExecutorSettings(StrictModel):
 class StoreSettings(StrictModel):
     """Where the records go besides ``trajectory.jsonl``."""
 
-    db: str | None = None  # None: SQLite in the campaign directory; else a SQLAlchemy URL
-    mlflow_uri: str | None = None  # each trial a child run of the campaign's run (tracking.py)
+    db: str | None = Field(
+        default=None, description="trajectory database URL, e.g. postgresql+psycopg://user@host/db",
+        json_schema_extra={"default_means": "SQLite in the campaign directory"})
+    mlflow_uri: str | None = Field(default=None, description=(
+        "also log to MLflow: the campaign is one run, each trial a child run with its recipe, "
+        "val_bpb and curve; a tracking server (http://HOST:5000), sqlite:///PATH/mlflow.db or a "
+        "directory (pip install 'recipelab[mlflow]')"), json_schema_extra={"default_means": "none"})
 
 
 COMPONENTS: dict[str, type[StrictModel]] = {

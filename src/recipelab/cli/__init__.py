@@ -3,7 +3,7 @@
 - :mod:`~recipelab.cli.common`: the Typer app, its root callback, the consoles, one-line
   errors (``fail``) and the console script ``main``;
 - :mod:`~recipelab.cli.tools`: ``train``, ``envelope`` and ``space``;
-- :mod:`~recipelab.cli.run_options`: ``run``'s options and the settings they set;
+- :mod:`~recipelab.cli.settings_flags`: the campaign commands' options, generated from the settings;
 - :mod:`~recipelab.cli.campaign_start`: settings resolved, the preflight, the campaign started;
 - :mod:`~recipelab.cli.night`: ``run``, ``check`` and ``stress``;
 - :mod:`~recipelab.cli.watch`: ``status``, ``report``, ``logs`` and ``db``;

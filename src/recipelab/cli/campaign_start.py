@@ -13,10 +13,10 @@ from rich.markup import escape
 from recipelab.agent import settings as settings_store
 from recipelab.agent.campaign_lock import CampaignLock, CampaignLocked
 from recipelab.agent.settings import AUTO, CampaignSettings, SettingsError, default_campaign_dir
-from recipelab.agent.settings_components import parse_edit
+from recipelab.agent.settings_components import nest
 from recipelab.cli.common import console, errors, fail, one_line
 from recipelab.cli.preflight_view import log_preflight, print_preflight
-from recipelab.cli.run_options import settings_options
+from recipelab.cli.settings_flags import corpus_source
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.recipe import TARGETS
@@ -118,8 +118,7 @@ def given_corpus(corpus: str | None, max_bytes: int | None) -> dict[str, Any] | 
     another directory) reads the same files; built-in names stay names."""
     given: dict[str, Any] = {}
     if corpus is not None:
-        given["source"] = (corpus if corpus in ("python-docs", "python-source")
-                           else str(Path(corpus).expanduser().resolve()))
+        given["source"] = corpus_source(corpus)
     if max_bytes is not None:
         given["max_bytes"] = max_bytes
     return given or None
@@ -135,7 +134,8 @@ def new_campaign_defaults(settings: CampaignSettings, given: dict[str, Any]) -> 
     )
 
     settings = absolute_corpus(settings, cap=corpus_bytes_needed(settings))
-    if "memory_reserve_gib" not in given:
+    executor = nest(given).get("executor")
+    if not (isinstance(executor, dict) and "memory_reserve_gib" in executor):
         from recipelab.guardrails import detect_device
 
         reserve = default_memory_reserve_gib(detect_device())
@@ -156,35 +156,25 @@ def refuse_if_running(directory: Path) -> None:
         pass  # an unwritable directory: the disk check says what to do
 
 
-def launch(options: dict[str, Any], *, check_only: bool) -> None:
-    """``run`` and ``check``: validate what was typed, resolve the settings, run the
-    preflight, then (for ``run``) the campaign. Nothing is written before the input is valid
-    and the preflight passed."""
+def launch(name: str, directory: Path | None, given: dict[str, Any], *, check_only: bool,
+           skip_preflight: bool = False, log_format: str = "lines") -> None:
+    """``run`` and ``check``: validate what was typed (``given``: the settings set on the
+    command line, nested by path), resolve the settings, run the preflight, then (for ``run``)
+    the campaign. Nothing is written before the input is valid and the preflight passed."""
     from recipelab.agent.preflight import InputError, Preflight, check_input, run_preflight
 
-    log_format = log_format_of(options.get("log_format", "lines"))
+    chosen_format = log_format_of(log_format)
+    window, proposer = given.get("window", {}), given.get("proposer", {})
     try:
-        check_input(preset=options["preset"], target=options["target"], until=options["until"],
-                    llm_base_url=options["llm_base_url"])
+        check_input(preset=given.get("preset"), target=given.get("target"),
+                    until=window.get("until"), llm_base_url=proposer.get("llm_base_url"))
     except InputError as error:
         fail(str(error))
-    if options.get("mlflow_uri"):
-        checked_mlflow_uri(options["mlflow_uri"])  # before anything else is said or written
-    name = options["name"]
-    directory = options["directory"] or default_campaign_dir(name)
-    calibrate_from = options["calibrate_from"]
-    target = options["target"]
-    if target is not None and target not in TARGETS:  # a target file, read from anywhere later
-        options = {**options, "target": str(Path(target).expanduser().resolve())}
-    given = {key: value for key, value in {
-        **{key: options[key] for key in settings_options(options)},
-        "corpus": given_corpus(options["corpus"], options["corpus_max_bytes"]),
-        "trial_timeout_s": options["trial_timeout"],
-        "searchable": tuple(options["searchable"]) if options["searchable"] else None,
-        "edits": parsed_edits(options["edits"]),
-        "calibrate_from": tuple(str(Path(p).resolve()) for p in calibrate_from)
-        if calibrate_from else None,
-    }.items() if value is not None}
+    if mlflow_uri := given.get("store", {}).get("mlflow_uri"):
+        checked_mlflow_uri(mlflow_uri)  # before anything else is said or written
+    if (target := given.get("target")) is not None and target not in TARGETS:
+        given = {**given, "target": str(Path(target).expanduser().resolve())}  # read later
+    directory = directory or default_campaign_dir(name)
     resolved, new = resolve_settings(directory, name, given, check_only=check_only)
     if not new and not check_only:
         refuse_if_running(directory)
@@ -192,7 +182,7 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
     report = Preflight()
     starting = False
     try:
-        if not options.get("skip_preflight"):
+        if not skip_preflight:
             with out.status("preflight: checking that tonight's campaign can run…"):
                 report = run_preflight(resolved, directory)
             print_preflight(report, out)
@@ -208,18 +198,7 @@ def launch(options: dict[str, Any], *, check_only: bool) -> None:
         if not starting and resolved.executor is not None:
             resolved.executor.close()
     start_campaign(resolved, directory, stress_only=False, preflight=report,
-                   log_format=log_format)
-
-
-def parsed_edits(texts: list[str] | None) -> tuple[dict[str, Any], ...] | None:
-    """``--edit`` options as the settings hold them, or one error line for one that is no
-    JSON object of knobs."""
-    if not texts:
-        return None
-    try:
-        return tuple(parse_edit(text) for text in texts)
-    except SettingsError as error:
-        fail(str(error))
+                   log_format=chosen_format)
 
 
 def checked_mlflow_uri(uri: str) -> str:

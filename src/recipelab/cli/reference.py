@@ -12,6 +12,7 @@ from typing import Any
 import typer.main
 
 from recipelab.cli import app
+from recipelab.cli.settings_flags import PANELS, no_name, settings_flags
 
 RUN_PAGE = "cli-run.md"
 OTHER_PAGE = "cli.md"
@@ -45,10 +46,10 @@ def _usage(path: str, command: Any) -> str:
     return f"`recipelab {' '.join([path, *arguments, '[OPTIONS]'])}`"
 
 
-def _options(command: Any) -> list[str]:
+def _options(command: Any, leave_out: frozenset[str] = frozenset()) -> list[str]:
     rows = ["| option | what it does |", "| --- | --- |"]
     for param in command.params:
-        if param.param_type_name != "option" or param.hidden:
+        if param.param_type_name != "option" or param.hidden or param.name in leave_out:
             continue
         names = ", ".join(f"`{name}`" for name in (*param.opts, *param.secondary_opts))
         text = param.help or ""
@@ -58,6 +59,23 @@ def _options(command: Any) -> list[str]:
             text += f" (default: {default})"
         rows.append(f"| {names} | {_cell(text)} |")
     return rows if len(rows) > 2 else []
+
+
+def _settings_tables() -> list[str]:
+    """The settings options of ``run`` and ``check``, one table per part of the settings, each
+    with the flat spelling it keeps as an alias."""
+    lines: list[str] = []
+    for panel in dict.fromkeys(PANELS.values()):
+        flags = [flag for flag in settings_flags() if flag.panel == panel]
+        lines += [f"### {panel}", "", "| option | also | what it does |", "| --- | --- | --- |"]
+        for flag in flags:
+            names = [flag.name, no_name(flag.name)] if flag.parsed_as is bool else [flag.name]
+            also = ([flag.alias, no_name(flag.alias)] if flag.parsed_as is bool else [flag.alias]
+                    ) if flag.alias else []
+            lines.append(f"| {', '.join(f'`{n}`' for n in names)} | "
+                         f"{', '.join(f'`{n}`' for n in also)} | {_cell(flag.help)} |")
+        lines.append("")
+    return lines
 
 
 def _section(path: str, command: Any, *, options: bool = True) -> list[str]:
@@ -79,7 +97,10 @@ def pages() -> dict[str, str]:
                 f"({OTHER_PAGE}).", ""]
     run_page += _section("run", run, options=False)
     run_page += _section("check", dict(every)["check"], options=False)
-    run_page += ["## The options of run and check", "", *_options(run), ""]
+    settings = frozenset(flag.parameter for flag in settings_flags())
+    run_page += ["## The options of run and check", "", *_options(run, settings), ""]
+    run_page += ["Their settings, by part. Each keeps the flat spelling of earlier releases "
+                 "as an alias (also).", "", *_settings_tables()]
     other = ["# CLI reference", "",
              "Generated from each command's `--help` by",
              f"`python -m recipelab.cli.reference docs`. `run` and `check`: [{RUN_PAGE}]({RUN_PAGE}).",

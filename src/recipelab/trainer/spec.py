@@ -39,10 +39,14 @@ class CorpusSpec(StrictModel):
     or a directory holding nanoGPT-style ``train.bin`` and ``val.bin``.
     """
 
-    source: str = "python-docs"
+    source: str = Field(default="python-docs",
+                        description="python-docs, python-source, or a path")
     text_column: str = "text"
     val_fraction: float = Field(default=0.1, gt=0.0, lt=0.5)
-    max_bytes: int | None = Field(default=None, ge=1024)
+    max_bytes: int | None = Field(default=None, ge=1024, description=(
+        "read at most this many bytes of a corpus given as a path, streamed"),
+        json_schema_extra={"default_means": "what the longest run reads, stress_steps x batch x "
+                                            "seq_len x 1.25, plus the validation share"})
     cache_dir: str | None = None
 
 
