@@ -68,7 +68,7 @@ def test_train_with_a_missing_corpus_is_refused_before_any_trial(tmp_path: Path)
 def test_run_without_a_budget_asks_for_one(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--dir", str(tmp_path / "c"), "--preset", "tiny"])
     assert result.exit_code == 2
-    assert "--iterations" in result.output
+    assert "--window.iterations" in result.output
 
 
 def test_status_shows_progress_and_the_best_trials(finished_campaign: Path) -> None:
@@ -205,7 +205,7 @@ def test_the_bare_check_of_every_cpu_preset_passes_its_own_preflight(
     result = recipelab("check", "--preset", preset, cwd=tmp_path,
                        env={"RECIPELAB_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "no budget given: checking a campaign of --iterations 20" in result.stdout
+    assert "no budget given: checking a campaign of --window.iterations 20" in result.stdout
     assert "ok      corpus      python-source" in result.stdout
     assert "preflight passed" in result.stdout
 
@@ -382,22 +382,6 @@ def test_space_reads_a_target_file(tmp_path: Path) -> None:
     assert rope["default"] == 500000.0
 
 
-def test_a_new_campaign_saves_what_parallel_and_precision_auto_became_here(tmp_path: Path) -> None:
-    """``run`` resolves ``auto`` before the preflight, so settings.json, the preflight and the
-    campaign all see the numbers that will run."""
-    from recipelab.cli.campaign_start import resolve_settings
-    from recipelab.cores import usable_cores
-    from recipelab.guardrails import detect_device
-    from recipelab.guardrails.hardware import campaign_precision
-
-    resolved, new = resolve_settings(tmp_path / "c", "c", {"preset": "tiny", "iterations": 2})
-    settings = resolved.settings
-    assert new
-    assert settings.precision == campaign_precision("auto", detect_device())
-    assert settings.executor.parallel == usable_cores()  # the tiny preset fits many times over in RAM
-    assert settings.baseline().precision == settings.precision
-
-
 def test_one_run_resolves_auto_once_and_saves_what_ran(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The command resolves ``auto`` once, before its preflight; the preflight, the campaign
@@ -427,12 +411,3 @@ def test_one_run_resolves_auto_once_and_saves_what_ran(
                if '"campaign_started"' in line)
     assert (started["parallel"], started["precision"]) == (
         saved["executor"]["parallel"], saved["precision"])
-
-
-def test_explicit_parallel_and_precision_are_kept(tmp_path: Path) -> None:
-    from recipelab.cli.campaign_start import resolve_settings
-
-    resolved, _ = resolve_settings(tmp_path / "c", "c", {"preset": "tiny", "iterations": 2,
-                                                         "parallel": "3", "precision": "fp32"})
-    settings = resolved.settings
-    assert (settings.executor.parallel, settings.precision) == (3, "fp32")

@@ -8,7 +8,12 @@ resource that is not there), so narrowing an ``except`` is never needed.
 
 from __future__ import annotations
 
-__all__ = ["RecipelabError"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+__all__ = ["RecipelabError", "one_line"]
 
 
 class RecipelabError(Exception):
@@ -20,3 +25,11 @@ class RecipelabError(Exception):
         super().__init__(*args)
         if fix is not None:
             self.fix = fix
+
+
+def one_line(error: ValidationError) -> str:
+    """A pydantic error as one line: each bad field, what is wrong, and the value given."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+        + (f" (got {e['input']!r})" if not isinstance(e.get("input"), dict) else "")
+        for e in error.errors())

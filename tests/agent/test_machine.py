@@ -79,10 +79,11 @@ def test_explicit_values_are_kept() -> None:
 SRC = Path(recipelab.__file__).parent
 RESOLVERS = {"resolve_auto", "auto_parallel", "campaign_precision"}
 """The functions that turn ``auto`` into a number or a precision."""
-RESOLVE_CALLERS = {("cli/campaign_start.py", "resolved_where_trials_run"),
+RESOLVE_CALLERS = {("agent/build.py", "where_trials_run"),
                    ("agent/campaign.py", "__init__")}
-"""Who calls :func:`resolve`: the command, once, before its preflight; and a campaign built
-from raw settings (a library caller's; the command hands it the resolved ones)."""
+"""Who calls :func:`resolve`: the build step (agent/build.py), once per command, before the
+preflight; and a campaign built from raw settings (a library caller's; the command hands it
+the resolved ones)."""
 
 
 def calls_by_function(module: Path, names: set[str]) -> set[tuple[str, str]]:

@@ -102,7 +102,7 @@ def open_context(settings: CampaignSettings, directory: Path, *, baseline: Recip
     deadline = Deadline(settings, settings.window.deadline(datetime.now(timezone.utc)),
                         baseline.steps, log)
     return CampaignContext(settings, directory, baseline, device, memory, stops, store, log, book,
-                           deadline, FailureStreak(settings, log), close=sink.close)
+                           deadline, FailureStreak(settings.window, settings.preset, log), close=sink.close)
 
 
 class Phase(Protocol):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import WindowSettings
 from recipelab.trajectory.record import TrialRecord
 
 TRIALS_DIR = "trials"
@@ -36,8 +36,11 @@ def failure_hint(reason: str, *, timeout_s: float, log: str, preset: str) -> str
 class FailureStreak:
     """The latest trained proxy trials, while they all failed for the same reason."""
 
-    def __init__(self, settings: CampaignSettings, log: Any) -> None:
-        self.settings = settings
+    def __init__(self, window: WindowSettings, preset: str, log: Any) -> None:
+        """``window`` says how many failures in a row stop the night; ``preset`` is named in
+        the hint for a trial too large for it."""
+        self.window = window
+        self.preset = preset
         self.log = log
         self.run: list[TrialRecord] = []
         self.failing: str | None = None  # set once the streak reached its limit
@@ -51,12 +54,12 @@ class FailureStreak:
         if self.run and self.run[-1].reason != record.reason:
             self.run = []
         self.run.append(record)
-        limit = self.settings.window.max_consecutive_failures
+        limit = self.window.max_consecutive_failures
         if len(self.run) >= limit and self.failing is None:
             self.failing = record.reason or "crash"
             log = record.artifacts.get("dir", f"{TRIALS_DIR}/{record.trial_id}") + "/trial.log"
-            hint = failure_hint(self.failing, timeout_s=self.settings.window.trial_timeout_s, log=log,
-                                preset=self.settings.preset)
+            hint = failure_hint(self.failing, timeout_s=self.window.trial_timeout_s, log=log,
+                                preset=self.preset)
             self.log.error("too_many_failures", trial_id=record.trial_id, count=limit,
                            reason=self.failing, message=record.message, hint=hint,
                            trials=[r.trial_id for r in self.run[-limit:]])

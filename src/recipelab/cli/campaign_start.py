@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 
 from recipelab.agent import settings as settings_store
+from recipelab.agent.build import build, tracking_uri
 from recipelab.agent.campaign_lock import CampaignLock, CampaignLocked
-from recipelab.agent.settings import AUTO, CampaignSettings, SettingsError, default_campaign_dir
-from recipelab.agent.settings_components import nest
-from recipelab.cli.common import console, errors, fail, one_line
+from recipelab.agent.settings import default_campaign_dir
+from recipelab.cli.common import console, errors, fail
 from recipelab.cli.preflight_view import log_preflight, print_preflight
 from recipelab.cli.settings_flags import corpus_source
 from recipelab.errors import RecipelabError
@@ -26,91 +25,20 @@ if TYPE_CHECKING:
     from recipelab.agent.preflight import Preflight
     from recipelab.eventlog import LogFormat
 
-CHECK_ITERATIONS = 20  # what `check` without a budget checks: a short night's proxy trials
-
 
 def resolve_settings(directory: Path, name: str, given: dict[str, Any], *,
                      check_only: bool = False) -> tuple[Resolved, bool]:
-    """Saved settings updated with the options given on this command line (resume), or new
-    settings from the given options and a new campaign's defaults; checked, then resolved for
-    where trials run (the one :func:`~recipelab.agent.machine.resolve` of the command). And
-    whether they are new. ``check`` without a budget checks a campaign of
-    :data:`CHECK_ITERATIONS` iterations, and says so."""
-    settings, saved = merged_settings(directory, name, given)
-    if saved is not None:  # before the baseline is built: a new target's proxy may not be
-        refuse_changes(saved, settings if settings.precision != AUTO else  # `auto`: once resolved
-                       settings.model_copy(update={"precision": saved.precision}))
-    window = settings.window
-    if window.iterations is None and window.hours is None and window.until is None:
-        if not check_only:
-            fail("give the campaign a budget: --iterations N, --hours H or --until HH:MM")
-        console.print(f"no budget given: checking a campaign of --iterations {CHECK_ITERATIONS}",
-                      markup=False)
-        settings = settings.model_copy(update={
-            "window": window.model_copy(update={"iterations": CHECK_ITERATIONS})})
+    """The settings :func:`~recipelab.agent.build.build` makes of the saved ones and the
+    options given, resolved for where trials run, and whether they are new; what it decided
+    is said one line each (on the console for ``check``), an error in one line with its fix."""
     try:
-        settings.baseline()
-    except (ValueError, ValidationError) as error:
-        fail(str(error).splitlines()[0])
-    if settings.store.mlflow_uri is not None:
-        settings = settings.model_copy(update={"mlflow_uri": checked_mlflow_uri(settings.store.mlflow_uri)})
-    if saved is None:
-        settings = new_campaign_defaults(settings, given)
-    resolved = resolved_where_trials_run(settings)
-    if saved is not None:
-        refuse_changes(saved, resolved.settings)
-    return resolved, saved is None
-
-
-def refuse_changes(saved: CampaignSettings, requested: CampaignSettings) -> None:
-    """One error line when a resume would change what the trajectory's numbers mean."""
-    try:
-        settings_store.check_resume(saved, requested)
-    except SettingsError as error:
-        fail(str(error))
-
-
-def merged_settings(directory: Path, name: str, given: dict[str, Any]
-                    ) -> tuple[CampaignSettings, CampaignSettings | None]:
-    """The saved settings (None for a new campaign) and the given options over them."""
-    try:
-        saved = settings_store.load(directory)
-        if saved is None:
-            return CampaignSettings.model_validate({"name": name, **given}), None
-        if "corpus" in given:  # options not given keep their saved values
-            corpus = {**saved.corpus.model_dump(), **given["corpus"]}
-            if Path(corpus["source"]).resolve() == Path(saved.corpus.source).resolve():
-                corpus["source"] = saved.corpus.source  # the same files, however spelt
-            given = {**given, "corpus": corpus}
-        return saved.model_copy(update=given), saved
-    except ValidationError as error:
-        fail(f"invalid campaign settings: {one_line(error)}")
-    except SettingsError as error:
-        fail(str(error))
-
-
-def resolved_where_trials_run(settings: CampaignSettings) -> Resolved:
-    """``--parallel auto``, ``--precision auto`` and the device resolved for this machine, or
-    for a Ray cluster's workers (connected here; the preflight and the campaign use that
-    connection). Says what ``auto`` chose, one line each."""
-    from recipelab.agent.machine import resolve
-    from recipelab.runner import build_executor
-    from recipelab.runner.ray import RayUnavailable
-
-    executor = None
-    try:
-        if settings.executor.kind == "ray":
-            executor = build_executor("ray", ray_address=settings.executor.ray_address)
-        resolved = resolve(settings, executor)
-    except RayUnavailable as error:
-        fail(str(error), "use --executor local to train on this machine instead")
-    except SettingsError as error:
-        if executor is not None:
-            executor.close()
-        fail(str(error))
-    for note in resolved.notes:
-        errors.print(note, markup=False, highlight=False, soft_wrap=True)
-    return resolved
+        built = build(directory, name, given, check_only=check_only)
+    except RecipelabError as error:
+        fail(str(error), error.fix)
+    for note in built.notes:
+        (console if check_only else errors).print(note, markup=False, highlight=False,
+                                                  soft_wrap=True)
+    return built.resolved, built.new
 
 
 def given_corpus(corpus: str | None, max_bytes: int | None) -> dict[str, Any] | None:
@@ -122,26 +50,6 @@ def given_corpus(corpus: str | None, max_bytes: int | None) -> dict[str, Any] | 
     if max_bytes is not None:
         given["max_bytes"] = max_bytes
     return given or None
-
-
-def new_campaign_defaults(settings: CampaignSettings, given: dict[str, Any]) -> CampaignSettings:
-    """Defaults a new campaign decides from its plan and this machine: the corpus read only as
-    far as its longest run needs, and memory kept free for an LLM server on unified memory."""
-    from recipelab.agent.preflight import (
-        absolute_corpus,
-        corpus_bytes_needed,
-        default_memory_reserve_gib,
-    )
-
-    settings = absolute_corpus(settings, cap=corpus_bytes_needed(settings))
-    executor = nest(given).get("executor")
-    if not (isinstance(executor, dict) and "memory_reserve_gib" in executor):
-        from recipelab.guardrails import detect_device
-
-        reserve = default_memory_reserve_gib(detect_device())
-        if reserve:
-            settings = settings.model_copy(update={"memory_reserve_gib": reserve})
-    return settings
 
 
 def refuse_if_running(directory: Path) -> None:
@@ -171,7 +79,10 @@ def launch(name: str, directory: Path | None, given: dict[str, Any], *, check_on
     except InputError as error:
         fail(str(error))
     if mlflow_uri := given.get("store", {}).get("mlflow_uri"):
-        checked_mlflow_uri(mlflow_uri)  # before anything else is said or written
+        try:  # before anything else is said or written
+            tracking_uri(mlflow_uri)
+        except RecipelabError as error:
+            fail(str(error), error.fix)
     if (target := given.get("target")) is not None and target not in TARGETS:
         given = {**given, "target": str(Path(target).expanduser().resolve())}  # read later
     directory = directory or default_campaign_dir(name)
@@ -199,18 +110,6 @@ def launch(name: str, directory: Path | None, given: dict[str, Any], *, check_on
             resolved.executor.close()
     start_campaign(resolved, directory, stress_only=False, preflight=report,
                    log_format=chosen_format)
-
-
-def checked_mlflow_uri(uri: str) -> str:
-    """The MLflow URI as the campaign uses it (a path made absolute), or a one-line error
-    when MLflow is missing, the scheme is not one it serves, or a resume lacks credentials."""
-    from recipelab.tracking import TrackingUnavailable, check_tracking_uri
-
-    try:
-        settings_store.check_mlflow_uri(uri)
-        return check_tracking_uri(uri)
-    except (SettingsError, TrackingUnavailable) as error:
-        fail(str(error))
 
 
 def log_format_of(value: str) -> LogFormat:

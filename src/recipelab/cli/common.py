@@ -38,14 +38,6 @@ def fail(message: str, fix: str | None = None) -> NoReturn:
     raise typer.Exit(2)
 
 
-def one_line(error: ValidationError) -> str:
-    """A pydantic error as one line: each bad field, what is wrong, and the value given."""
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
-        + (f" (got {e['input']!r})" if not isinstance(e.get("input"), dict) else "")
-        for e in error.errors())
-
-
 def load_recipe(path: Path) -> Recipe:
     try:
         return Recipe.model_validate_json(path.read_text())

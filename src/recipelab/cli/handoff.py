@@ -11,8 +11,9 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from recipelab.cli.common import _cost_option, app, console, errors, fail, one_line
+from recipelab.cli.common import _cost_option, app, console, errors, fail
 from recipelab.cli.watch import read_campaign
+from recipelab.errors import one_line
 from recipelab.recipe import TARGETS
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ import typer
 from pydantic import ValidationError
 
 from recipelab.cli.campaign_start import given_corpus
-from recipelab.cli.common import app, console, errors, fail, load_recipe, one_line
+from recipelab.cli.common import app, console, errors, fail, load_recipe
+from recipelab.errors import one_line
 from recipelab.trainer.spec import CorpusSpec
 
 
