@@ -1,129 +1,25 @@
-"""The ``recipelab`` command as a user meets it: readable output, clear errors, exit codes."""
+"""``run`` and ``check`` as a user meets them: bad input in one line with exit 2 and nothing
+written, the preflight's refusals with their fixes, the help, and ``auto`` resolved once."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, LadderSettings, WindowSettings, save
 from recipelab.cli import app
-from recipelab.trainer.spec import CorpusSpec
+from tests.cli.shell import closed_port, error_lines, recipelab
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def finished_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("campaign")
-    cache = tmp_path_factory.mktemp("cache")
-    settings = CampaignSettings(name="done", preset="tiny", corpus=CorpusSpec(cache_dir=str(cache)),
-                                window=WindowSettings(iterations=3),
-                                ladder=LadderSettings(promote=1, stress_steps=20, stress_log_every=10))
-    save(settings, directory)
-    Campaign(settings, directory).run()
-    return directory
-
-
-def test_train_prints_val_bpb_throughput_and_peak_memory(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["train", "--preset", "tiny", "--out", str(tmp_path / "t")])
-    assert result.exit_code == 0, result.output
-    for label in ("val_bpb", "tokens/s", "peak memory", "wall time"):
-        assert label in result.output
-    assert (tmp_path / "t" / "result.json").exists()
-
-
-def test_train_with_a_target_too_large_for_the_budget_names_the_smallest_budget() -> None:
-    result = runner.invoke(app, ["train", "--preset", "tiny", "--target", "llama3-70b"])
-    assert result.exit_code == 2
-    assert "27,268,096" in result.output and "--budget" in result.output
-
-
-def test_train_with_an_invalid_recipe_file_names_the_bad_knob(tmp_path: Path) -> None:
-    bad = tmp_path / "recipe.json"
-    bad.write_text('{"shape": {"n_layer": 2}, "optimizr": {}}')
-    result = runner.invoke(app, ["train", "--recipe", str(bad)])
-    assert result.exit_code == 2
-    assert "optimizr" in result.output and "d_model" in result.output
-
-
-def test_train_with_a_missing_corpus_is_refused_before_any_trial(tmp_path: Path) -> None:
-    missing = tmp_path / "no-such-corpus.txt"
-    result = runner.invoke(app, ["train", "--preset", "tiny", "--corpus", str(missing),
-                                 "--out", str(tmp_path / "run")])
-    assert result.exit_code == 2
-    assert "does not exist" in result.output and "python-docs" in result.output
-    assert not (tmp_path / "run").exists()
 
 
 def test_run_without_a_budget_asks_for_one(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--dir", str(tmp_path / "c"), "--preset", "tiny"])
     assert result.exit_code == 2
     assert "--window.iterations" in result.output
-
-
-def test_status_shows_progress_and_the_best_trials(finished_campaign: Path) -> None:
-    result = runner.invoke(app, ["status", str(finished_campaign)])
-    assert result.exit_code == 0, result.output
-    assert "3/3 proxy trials" in result.output and "p0000" in result.output
-
-
-def test_logs_filter_by_event_and_trial(finished_campaign: Path) -> None:
-    result = runner.invoke(app, ["logs", str(finished_campaign), "--event", "trial_finished",
-                                 "--trial", "p0001"])
-    assert result.exit_code == 0, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "trial_finished" in lines[0] and "p0001" in lines[0]
-
-
-def test_db_check_reports_agreement_and_rebuild_restores_a_deleted_row(
-        finished_campaign: Path) -> None:
-    assert runner.invoke(app, ["db", "check", str(finished_campaign)]).exit_code == 0
-    with sqlite3.connect(finished_campaign / "trajectory.sqlite") as db:
-        db.execute("delete from trials where trial_id = 'p0001'")
-    check = runner.invoke(app, ["db", "check", str(finished_campaign)])
-    assert check.exit_code == 1 and "p0001" in check.output
-
-    rebuilt = runner.invoke(app, ["db", "rebuild", str(finished_campaign)])
-
-    assert rebuilt.exit_code == 0, rebuilt.output
-    assert runner.invoke(app, ["db", "check", str(finished_campaign)]).exit_code == 0
-
-
-def test_status_of_a_missing_campaign_says_how_to_start_one(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["status", str(tmp_path / "nothing")])
-    assert result.exit_code == 2 and "recipelab run" in result.output
-
-
-# --- the preflight and ordinary bad input --------------------------------------------------
-
-
-def closed_port() -> int:
-    """A localhost port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def recipelab(*args: str, cwd: Path, env: dict[str, str] | None = None,
-              timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``recipelab ARGS`` as its own process, as a user starts it."""
-    return subprocess.run([sys.executable, "-m", "recipelab", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=timeout, check=False,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})})
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
 @pytest.mark.parametrize(("args", "env", "words"), [
@@ -149,14 +45,6 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(
     for word in words:
         assert word in lines[0]
     assert list(tmp_path.iterdir()) == [], "nothing may be created for a typo"
-
-
-def test_db_rebuild_of_a_missing_campaign_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
-    result = recipelab("db", "rebuild", "nothing", cwd=tmp_path)
-
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().count("\n") == 0 and "no campaign at" in result.stderr
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_run_refuses_a_missing_corpus_before_any_trial_with_the_fix(tmp_path: Path) -> None:
@@ -309,77 +197,6 @@ def test_check_takes_the_options_of_run_with_their_help() -> None:
     for text in ("--dir", "campaign directory", "--corpus.max-bytes", "--proposer.llm-base-url"):
         assert text in result.output
     assert "--skip-preflight" not in result.output
-
-
-SHOW_IMPORTS = """
-import sys
-from recipelab.cli import main
-try:
-    main()
-finally:
-    heavy = sorted(m for m in ("torch", "optuna", "matplotlib") if m in sys.modules)
-    print("imported:" + ",".join(heavy), file=sys.stderr)
-"""
-
-
-@pytest.mark.parametrize("command", ["status", "logs"])
-def test_status_and_logs_import_neither_torch_nor_optuna_nor_matplotlib(
-        finished_campaign: Path, command: str) -> None:
-    """Checking on a campaign from another terminal is instant: neither command pays for
-    torch (seconds to import) nor the proposers' Optuna nor matplotlib."""
-    done = subprocess.run([sys.executable, "-c", SHOW_IMPORTS, command, str(finished_campaign)],
-                          text=True, capture_output=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "p0000" in done.stdout
-    assert done.stderr.splitlines()[-1] == "imported:", done.stderr
-
-
-# --- recipelab space ---------------------------------------------------------------------
-
-
-def test_space_lists_at_least_sixteen_knobs_with_ranges_and_defaults() -> None:
-    result = runner.invoke(app, ["space", "--preset", "cpu"])
-    assert result.exit_code == 0, result.output
-    assert "search space of the cpu proxy of smollm2-135m" in result.output
-    listed = json.loads(runner.invoke(app, ["space", "--preset", "cpu", "--json"]).output)
-    assert len(listed["knobs"]) >= 16
-    names = [row["name"] for row in listed["knobs"]]
-    for name in names:
-        assert name in result.output
-    lr = next(row for row in listed["knobs"] if row["name"] == "optimizer.lr")
-    assert (lr["default"], lr["log"]) == (3e-3, True)
-    assert (lr["low"], lr["high"]) == pytest.approx((3e-4, 3e-2))
-
-
-def test_space_adds_the_searchable_shape_knobs_written_after_one_flag() -> None:
-    result = runner.invoke(app, ["space", "--preset", "tiny", "--json", "--searchable",
-                                 "shape.activation", "shape.norm", "shape.qk_norm"])
-    assert result.exit_code == 0, result.output
-    names = {row["name"] for row in json.loads(result.output)["knobs"]}
-    assert {"shape.activation", "shape.norm", "shape.qk_norm"} <= names
-
-
-def test_space_refuses_a_shape_knob_that_cannot_be_searched() -> None:
-    result = runner.invoke(app, ["space", "--searchable", "shape.n_layer"])
-    assert result.exit_code == 2
-    assert "cannot search shape.n_layer; searchable shape knobs are" in result.output
-
-
-def test_space_reads_a_target_file(tmp_path: Path) -> None:
-    config = tmp_path / "my-llama" / "config.json"
-    config.parent.mkdir()
-    config.write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192,
-        "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-        "vocab_size": 128256, "tie_word_embeddings": True, "max_position_embeddings": 8192}))
-    result = runner.invoke(app, ["space", "--preset", "cpu", "--target", str(config),
-                                 "--budget", "5000000", "--json"])
-    assert result.exit_code == 0, result.output
-    listed = json.loads(result.output)
-    assert listed["target"] == "my-llama"
-    rope = next(row for row in listed["knobs"] if row["name"] == "shape.rope_base")
-    assert rope["default"] == 500000.0
 
 
 def test_one_run_resolves_auto_once_and_saves_what_ran(
