@@ -1,10 +1,10 @@
 """How the best learning rate falls with the model's size, at fixed tokens and batch.
 
 The export carries the campaign's rate from the proxy to the target by Step Law's ratio
-(``N^-0.713 · D^0.307``, ``recipelab.report.steplaw``). ``bench/transfer.py`` found the exported
+(``N^-0.713 · D^0.307``, ``recipelab.transfer.steplaw``). ``bench/transfer.py`` found the exported
 rate below the target's best. This bench isolates the ``N`` part of that ratio: the preset's
 baseline in the target's family at the proxy's width, twice it and the target
-(``recipelab.report.width.width_targets``, depth-to-width kept), all at the transfer bench's
+(``recipelab.transfer.width.width_targets``, depth-to-width kept), all at the transfer bench's
 tokens, batch (Step Law's at those tokens), context and warm-up fraction, trained at rates × 2
 apart from an eighth to four times Step Law's own rate at each size.
 
@@ -32,9 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recipelab.recipe import Recipe, Target, load_target_file, proxy_recipe
-from recipelab.report.steplaw import LR_PARAMS_EXPONENT, law_learning_rate, non_embedding_params
-from recipelab.report.width import width_targets
 from recipelab.trajectory.horizon import best_log_lr
+from recipelab.transfer.steplaw import LR_PARAMS_EXPONENT, law_learning_rate, non_embedding_params
+from recipelab.transfer.width import width_targets
 from transfer import EVAL_BYTES, PRESET, TARGET, Arm, at_law_batch, final, pretrain
 
 GRID_BASE = 2.5e-4

@@ -37,7 +37,7 @@ in ``--out`` (a run whose recipe is unchanged is not trained again), so an inter
 resumes, and an export rule changed since is re-measured.
 
 ``--ship`` writes the distance every campaign reached, with these bars, to the package's
-``report/verified_transfer.json``: every export prints it beside its own distance, and warns
+``transfer/verified_transfer.json``: every export prints it beside its own distance, and warns
 beyond it.
 
     python bench/transfer.py [--campaigns 3] [--seeds 2] [--horizon 5] [--stress-steps 200]
@@ -61,12 +61,12 @@ from pathlib import Path
 from typing import Any
 
 from recipelab.recipe import Recipe, load_target_file, proxy_recipe
-from recipelab.report.distance import VERIFIED_PATH, Distance, Verified
-from recipelab.report.prediction import Prediction
-from recipelab.report.steplaw import law_batch_tokens, law_learning_rate, non_embedding_params
-from recipelab.report.verify import read_evaluations, verify
-from recipelab.report.width import WIDTH_ALPHA, width_targets
 from recipelab.trajectory.horizon import best_log_lr
+from recipelab.transfer.distance import VERIFIED_PATH, Distance, Verified
+from recipelab.transfer.prediction import Prediction
+from recipelab.transfer.steplaw import law_batch_tokens, law_learning_rate, non_embedding_params
+from recipelab.transfer.verify import read_evaluations, verify
+from recipelab.transfer.width import WIDTH_ALPHA, width_targets
 
 HERE = Path(__file__).resolve().parent
 TARGET = HERE / "transfer-target" / "config.json"
@@ -140,7 +140,7 @@ def export(where: Path, tokens: int, trial: str | None = None, target: Path = TA
 
 def width_target(out: Path, multiple: int) -> Path:
     """The width rung's model at ``multiple`` (1 or 2) × the proxy's width and depth
-    (:func:`~recipelab.report.width.width_targets`), as a target file."""
+    (:func:`~recipelab.transfer.width.width_targets`), as a target file."""
     narrow, wide = width_targets(proxy_recipe(PRESET, str(TARGET)).shape, load_target_file(TARGET))
     size = narrow if multiple == 1 else wide
     path = out / f"width-{size.shape.d_model}.json"

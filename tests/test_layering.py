@@ -16,6 +16,7 @@ import recipelab
 PACKAGE = Path(recipelab.__file__).parent
 LAYER = {"__main__": -1, "cli": 0, "agent": 1, "envelope": 1, "runner": 2, "longrun": 2,
          "proposer": 3, "guardrails": 3, "trainer": 3, "trajectory": 3, "report": 3,
+         "transfer": 3,
          "recipe": 4}
 BASE = 5  # small shared modules with no recipelab imports of their own (units, text, fsutil...)
 # below the base modules that use them: the one redactor and the error root

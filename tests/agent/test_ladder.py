@@ -24,13 +24,13 @@ from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.status import campaign_status
 from recipelab.agent.window import MARGIN, REPORT_RESERVE_S, TrialTimes, plan_window
 from recipelab.recipe import get_target
-from recipelab.report.export import ExportOptions, write_export
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.horizon import PRIOR_ALPHA, probe_multiple
 from recipelab.trajectory.ladder import RungPlan, plan_ladder
 from recipelab.trajectory.ledger import Ledger, Rung
 from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.export import ExportOptions, write_export
 
 from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
 

@@ -26,13 +26,13 @@ from recipelab.agent.width_cost import planned_seconds
 from recipelab.agent.window import MARGIN, TrialTimes
 from recipelab.cli import app
 from recipelab.recipe import Recipe, get_target
-from recipelab.report.steplaw import law_learning_rate, non_embedding_params
-from recipelab.report.width import MAX_CONTEXT, WIDTH_KIND, is_control, measured_gap
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.store import TrajectoryStore
+from recipelab.transfer.steplaw import law_learning_rate, non_embedding_params
+from recipelab.transfer.width import MAX_CONTEXT, WIDTH_KIND, is_control, measured_gap
 
 from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import TrialTimes
 from recipelab.recipe import Recipe, preset_target, training_flops_per_token
-from recipelab.report.width import width_targets
+from recipelab.transfer.width import width_targets
 
 
 def cost(recipe: Recipe, baseline: Recipe) -> float:

@@ -1,13 +1,13 @@
 """The width rung: after the ladder, its recommendation trained at two sizes, so the
-export's prediction carries a measured size term (:mod:`recipelab.report.width`).
+export's prediction carries a measured size term (:mod:`recipelab.transfer.width`).
 
 Both runs are what ``recipelab export`` would recommend (the minimal winning edit, else the
 winner; the baseline when the top rung named no winner beyond the noise), moved by the
-export's own rules (:func:`~recipelab.report.export.recommended_export`: Step Law's rate and
+export's own rules (:func:`~recipelab.transfer.export.recommended_export`: Step Law's rate and
 batch, the target's context) onto the target's family at the proxy's width and at twice it,
 for the top rung's tokens, at the campaign's seed. Beside a winner, the baseline is exported
 the same way at twice the width, so the report can say whether the gain held one size up
-(:class:`~recipelab.report.width.WidthCheck`). They are trials of kind ``width`` (ids
+(:class:`~recipelab.transfer.width.WidthCheck`). They are trials of kind ``width`` (ids
 ``w0000``…, parent the recommendation, the baseline's run parent the baseline). Everything is
 read back from the records: after a crash only a missing run trains, and a lost one resumes
 from its checkpoint folder.
@@ -24,9 +24,10 @@ from recipelab.agent.trials import TRIALS_DIR
 from recipelab.agent.width_cost import cost, seconds
 from recipelab.agent.window import measured_times
 from recipelab.recipe import Recipe, Target, preset_target
-from recipelab.report.export import ExportOptions, recommended_export
-from recipelab.report.steplaw import non_embedding_params
-from recipelab.report.width import (
+from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.export import ExportOptions, recommended_export
+from recipelab.transfer.steplaw import non_embedding_params
+from recipelab.transfer.width import (
     CONTROL_ARM,
     WIDTH_KIND,
     WIDTH_MULTIPLE,
@@ -35,7 +36,6 @@ from recipelab.report.width import (
     width_check,
     width_targets,
 )
-from recipelab.trajectory.record import TrialRecord
 from recipelab.units import GIB
 
 ATTEMPTS = 5
@@ -121,7 +121,7 @@ class WidthPhase:
     def _jobs(self, ctx: CampaignContext, recommended_id: str, target: Target
               ) -> list[WidthJob] | None:
         """The export's recommendation on each of
-        :func:`~recipelab.report.width.width_targets`, and the baseline's on the wider one,
+        :func:`~recipelab.transfer.width.width_targets`, and the baseline's on the wider one,
         at the top rung's tokens; None when either cannot be exported."""
         tokens = ctx.settings.ladder.stress_steps * ctx.baseline.tokens_per_step
         control_id = self._control_id(ctx, recommended_id)

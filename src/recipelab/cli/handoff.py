@@ -17,7 +17,7 @@ from recipelab.errors import one_line
 from recipelab.recipe import TARGETS
 
 if TYPE_CHECKING:
-    from recipelab.report.prediction import Prediction
+    from recipelab.transfer.prediction import Prediction
 
 
 @app.command()
@@ -47,8 +47,8 @@ def export(
     shape (recipe.json for 'recipelab pretrain'), the runner-up, the transfer table, the
     predicted val_bpb curve and a manifest."""
     from recipelab.recipe import get_target
-    from recipelab.report.export import ExportOptions, write_export
     from recipelab.trajectory.calibration import load_calibration
+    from recipelab.transfer.export import ExportOptions, write_export
 
     if lr_horizon_exponent is not None:
         errors.print("warning: --lr-horizon-exponent is deprecated and ignored: the exported "
@@ -86,7 +86,7 @@ def export(
 def _prediction_of(source: str) -> Prediction:
     """The prediction an export directory holds, else the campaign's for its target's shape."""
     from recipelab.recipe import get_target
-    from recipelab.report.prediction import Prediction, predict
+    from recipelab.transfer.prediction import Prediction, predict
 
     written = Path(source) / "prediction.json"
     if written.is_file():
@@ -112,8 +112,8 @@ def verify(
     wrote (or the campaign's, at its target). Exit status 0 on track, 1 worse than predicted
     or diverging, 3 better than predicted (below the band: the prediction, not the run, is
     off)."""
-    from recipelab.report.verify import MetricsError, read_evaluations
-    from recipelab.report.verify import verify as check_run
+    from recipelab.transfer.verify import MetricsError, read_evaluations
+    from recipelab.transfer.verify import verify as check_run
 
     try:
         prediction = _prediction_of(campaign)

@@ -70,7 +70,6 @@ from recipelab.longrun.distributed import Collectives, World, process_group, wor
 from recipelab.longrun.mlflow_log import LongRunTracking
 from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 from recipelab.recipe import Recipe, StrictModel
-from recipelab.report.micro_batch import ShardingChoice
 from recipelab.tracking import TrackingUnavailable, check_tracking_uri
 from recipelab.trainer import checkpoint
 from recipelab.trainer.core import build_model, build_optimizer
@@ -87,6 +86,7 @@ from recipelab.trainer.device import (
 from recipelab.trainer.evaluate import shard_sums
 from recipelab.trainer.spec import CHECKPOINT_LATEST, CorpusSpec
 from recipelab.trainer.step_loop import Interval, Step, Stepper, run_steps
+from recipelab.transfer.micro_batch import ShardingChoice
 
 METRICS_FILE = "metrics.csv"
 METRICS_LONG_FILE = "metrics-long.csv"

@@ -15,7 +15,7 @@ DCP reshards on load, so a resume on another world size restores the same model 
 optimizer; only the per-rank RNG state is then not carried over.
 
 :func:`resolve` decides ``--sharding auto`` by the memory model of
-:mod:`recipelab.report.micro_batch`, the same one ``recipelab export`` chose by.
+:mod:`recipelab.transfer.micro_batch`, the same one ``recipelab export`` chose by.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from recipelab.errors import RecipelabError
 from recipelab.guardrails.base import gib
 from recipelab.longrun.distributed import Collectives, World
 from recipelab.recipe import Recipe
-from recipelab.report.micro_batch import MEMORY_MARGIN, ShardingChoice, per_gpu_peak
 from recipelab.trainer import checkpoint
 from recipelab.trainer.checkpoint import Checkpoint, CheckpointMismatch
+from recipelab.transfer.micro_batch import MEMORY_MARGIN, ShardingChoice, per_gpu_peak
 
 SHARDS = "shards"  # the DCP directory inside a checkpoint
 

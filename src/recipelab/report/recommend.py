@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from recipelab.recipe import BYTE_VOCAB, Recipe, Target
 from recipelab.report.context import CloudRates
 from recipelab.report.cost import cloud_run_cost
-from recipelab.report.powerlaw import PowerLaw, fit_power_law
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.export import TRANSFERABLE_SHAPE_KNOBS
+from recipelab.transfer.powerlaw import PowerLaw, fit_power_law
 
 SECONDS_PER_DAY = 86_400
-TRANSFERABLE_SHAPE_KNOBS = ("shape.activation", "shape.norm", "shape.position", "shape.qk_norm",
-                            "shape.tie_embeddings")
 
 
 @dataclass(frozen=True)

@@ -18,19 +18,19 @@ from recipelab.ratio import gain_stderr
 from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.report import plots
 from recipelab.report.context import LiveStatus, ReportContext
-from recipelab.report.distance import distance_lines, load_verified
 from recipelab.report.document import Block, Bullets, Document, Image, Paragraph, Section, Table
-from recipelab.report.export import Exported, ExportOptions, recommended_export
-from recipelab.report.prediction import bytes_per_token, predict
 from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
 from recipelab.report.why import baseline_knobs, why_this_recipe
-from recipelab.report.width import width_check
 from recipelab.text import compact_edit
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
 from recipelab.trajectory.horizon import HorizonFit, horizon_rule
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
 from recipelab.trajectory.noise import NoiseFloor, noise_floor, paired_gain
 from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.distance import distance_lines, load_verified
+from recipelab.transfer.export import Exported, ExportOptions, recommended_export
+from recipelab.transfer.prediction import bytes_per_token, predict
+from recipelab.transfer.width import width_check
 from recipelab.units import MIB
 
 TOP_N = 10

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from recipelab.recipe import Recipe, get_target, proxy_recipe
-from recipelab.report.micro_batch import BatchSplit, split_batch
-from recipelab.report.torchtitan import RELEASE, job_config, render, unexpressed
+from recipelab.transfer.micro_batch import BatchSplit, split_batch
+from recipelab.transfer.torchtitan import RELEASE, job_config, render, unexpressed
 from recipelab.units import GIB
 
 tomllib = pytest.importorskip("tomllib", reason="Python 3.11 reads TOML; 3.10 has no tomllib")

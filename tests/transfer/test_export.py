@@ -15,18 +15,18 @@ from recipelab.cli import app
 from recipelab.recipe import Recipe, Shape, Target, get_target, proxy_recipe
 from recipelab.report.context import ReportContext
 from recipelab.report.document import Table
-from recipelab.report.export import (
+from recipelab.report.sections import recommendation
+from recipelab.trajectory import TrajectoryStore
+from recipelab.trajectory.ledger import Ledger
+from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.export import (
     MAX_WARMUP_FRACTION,
     ExportOptions,
     pick_runner_up,
     transfer,
 )
-from recipelab.report.prediction import predict
-from recipelab.report.sections import recommendation
-from recipelab.report.steplaw import Anchored, Scale, non_embedding_params
-from recipelab.trajectory import TrajectoryStore
-from recipelab.trajectory.ledger import Ledger
-from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.prediction import predict
+from recipelab.transfer.steplaw import Anchored, Scale, non_embedding_params
 
 tomllib = pytest.importorskip("tomllib", reason="Python 3.11 reads TOML; 3.10 has no tomllib")
 

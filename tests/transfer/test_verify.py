@@ -14,12 +14,12 @@ from recipelab.agent.settings import load
 from recipelab.cli import app
 from recipelab.longrun.run import PretrainConfig, run_pretrain
 from recipelab.recipe import Recipe
-from recipelab.report.prediction import Prediction, predict
-from recipelab.report.verify import MetricsError, read_evaluations, verify
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.prediction import Prediction, predict
+from recipelab.transfer.verify import MetricsError, read_evaluations, verify
 
 
 def _records(campaign: Path) -> list[TrialRecord]:

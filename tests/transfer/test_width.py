@@ -9,8 +9,9 @@ import math
 import pytest
 
 from recipelab.recipe import get_target, proxy_recipe
-from recipelab.report.steplaw import non_embedding_params
-from recipelab.report.width import (
+from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.steplaw import non_embedding_params
+from recipelab.transfer.width import (
     MAX_CONTEXT,
     WIDTH_ALPHA,
     WIDTH_KIND,
@@ -20,7 +21,6 @@ from recipelab.report.width import (
     width_check,
     width_targets,
 )
-from recipelab.trajectory.record import TrialRecord
 
 
 def test_the_wider_model_keeps_the_head_size_the_groups_and_the_depth_to_width_ratio() -> None:

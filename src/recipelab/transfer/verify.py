@@ -1,7 +1,7 @@
 """Is the cloud run on the predicted path? Its measured val_bpb against the prediction.
 
 At each evaluation in the run's ``metrics.csv`` the measured val_bpb is compared with the
-prediction (:mod:`recipelab.report.prediction`) at the same bytes of training text, with
+prediction (:mod:`recipelab.transfer.prediction`) at the same bytes of training text, with
 its band. The verdict reads the latest evaluation:
 
 - ``diverging``: val_bpb is not finite, or it rose by more than the band between the last
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from recipelab.errors import RecipelabError
-from recipelab.report.prediction import Prediction
+from recipelab.transfer.prediction import Prediction
 
 Verdict = Literal["on track", "better", "worse", "diverging"]
 

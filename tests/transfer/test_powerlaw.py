@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from recipelab.report.powerlaw import fit_power_law
+from recipelab.transfer.powerlaw import fit_power_law
 
 
 def test_the_fit_recovers_a_known_curve() -> None:

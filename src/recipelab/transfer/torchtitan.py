@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from recipelab.recipe import Optimizer, Recipe, Stability
-from recipelab.report.micro_batch import BatchSplit
+from recipelab.transfer.micro_batch import BatchSplit
 
 RELEASE = "v0.2.2"
 FILE = "torchtitan.toml"

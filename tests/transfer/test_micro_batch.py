@@ -6,7 +6,7 @@ import pytest
 
 from recipelab.guardrails.memory import STATE_BYTES_PER_PARAM
 from recipelab.recipe import Recipe, Shape, get_target, layer_param_count
-from recipelab.report.micro_batch import (
+from recipelab.transfer.micro_batch import (
     DDP_BUCKET_BYTES_PER_PARAM,
     MEMORY_MARGIN,
     BatchFitError,

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from recipelab.recipe import Recipe, get_target
-from recipelab.report.prediction import Prediction, SizeTerm, predict, size_law_loss
-from recipelab.report.steplaw import non_embedding_params
-from recipelab.report.width import SizeGap
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import Ledger
+from recipelab.transfer.prediction import Prediction, SizeTerm, predict, size_law_loss
+from recipelab.transfer.steplaw import non_embedding_params
+from recipelab.transfer.width import SizeGap
 
 
 def test_the_size_term_is_one_for_the_proxy_and_below_one_for_a_larger_target() -> None:

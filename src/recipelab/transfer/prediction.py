@@ -13,7 +13,7 @@ Two choices make the prediction comparable with what the cloud run measures:
 
 A larger model reaches a lower loss from the same text, so the proxy's curve is moved by a
 model-size term. When the campaign's width rung trained the recommendation at two sizes
-(:mod:`recipelab.report.width`), their measured gap, carried to the target's size by
+(:mod:`recipelab.transfer.width`), their measured gap, carried to the target's size by
 Chinchilla's law, lowers the curve. Otherwise the curve is scaled by the ratio of a published
 law of the loss in parameters and data,
 ``L(N, D) = ((N_c/N)^(α_N/α_D) + D_c/D)^α_D`` (Kaplan et al. 2020, arXiv 2001.08361), at the
@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipelab.recipe import Recipe, Shape
-from recipelab.report.powerlaw import PowerLaw, fit_power_law
-from recipelab.report.steplaw import non_embedding_params
-from recipelab.report.width import SizeGap, measured_gap
 from recipelab.trajectory.analysis import scored_proxies, spearman
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.powerlaw import PowerLaw, fit_power_law
+from recipelab.transfer.steplaw import non_embedding_params
+from recipelab.transfer.width import SizeGap, measured_gap
 
 MIN_BAND_FRACTION = 0.02
 BYTE_TOKEN_BYTES = 1.0
@@ -117,7 +117,7 @@ class Prediction:
 
     def center(self, bytes_seen: float) -> float:
         """The predicted val_bpb of the target: the proxy's curve less the gap the width
-        rung measured (:mod:`recipelab.report.width`), else × the law's size term (also when
+        rung measured (:mod:`recipelab.transfer.width`), else × the law's size term (also when
         the wider run scored no better)."""
         if self.size is None:
             return self.proxy_center(bytes_seen)

@@ -1,7 +1,7 @@
 """The width rung: the size term of the prediction, measured instead of read from a law.
 
 A larger model reaches a lower loss from the same text, and a proxy alone cannot say by how
-much. Kaplan's law in parameters and data (:class:`~recipelab.report.prediction.SizeTerm`)
+much. Kaplan's law in parameters and data (:class:`~recipelab.transfer.prediction.SizeTerm`)
 can, but its constants come from other data and tokenizers: ``bench/transfer.py`` found the
 target 4-20% below a prediction that used it. So, after the winner is named, the campaign
 trains the recommendation twice more, by the export's own rules (its rate and batch from
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipelab.recipe import Recipe, Shape, Target
-from recipelab.report.steplaw import non_embedding_params
 from recipelab.trajectory.ledger import has_score
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.steplaw import non_embedding_params
 
 WIDTH_KIND = "width"
 CONTROL_ARM = {"arm": "baseline"}

@@ -9,13 +9,13 @@ is written next to the proxy's value and the rule (``transfer.md``, ``transfer.j
 - precision: bf16 on a CUDA target (the default: a multi-GPU cloud run), unless the winner
   trained in fp8 or its edit chose its precision, and ``torch.compile`` except under fp8
   (TransformerEngine's delayed scaling refuses it); a CPU target keeps the winner's;
-- global batch in tokens and learning rate: Step Law (:mod:`recipelab.report.steplaw`,
+- global batch in tokens and learning rate: Step Law (:mod:`recipelab.transfer.steplaw`,
   arXiv 2503.04715), ``B ∝ D^0.571`` and ``η ∝ N^-0.713 · D^0.307``, anchored at what the
   winner trained at on the proxy (measured / the law there), so the law carries the ratio
   between the two scales and the campaign sets the level; the batch in whole sequences of the
   target's context, rounded up to a multiple of the GPUs so that every GPU gets the same rows;
 - micro-batch: that global batch split into the largest per-GPU micro-batch the memory model
-  fits in ``gpu_memory_gib`` (:mod:`recipelab.report.micro_batch`), with ``grad_accum`` making
+  fits in ``gpu_memory_gib`` (:mod:`recipelab.transfer.micro_batch`), with ``grad_accum`` making
   up the rest, so the global batch is unchanged; sharded (FSDP2) where a whole copy of the
   model and its optimizer per GPU does not fit (``sharding``);
 - warm-up: the proxy's fraction of its run, capped at :data:`MAX_WARMUP_FRACTION` of the
@@ -23,9 +23,9 @@ is written next to the proxy's value and the rule (``transfer.md``, ``transfer.j
 - evaluation slice: at least ``eval_bytes`` (default 8 MiB, about two million BPE tokens).
 
 The planned run is ``tokens_per_param`` tokens per parameter (Chinchilla's 20 by default).
-The prediction (:mod:`recipelab.report.prediction`) is written beside it, the runner-up as
+The prediction (:mod:`recipelab.transfer.prediction`) is written beside it, the runner-up as
 ``fallback-recipe.json``, and the same numbers as a torchtitan job config
-(:mod:`recipelab.report.torchtitan`). A recipe that fits no micro-batch of the GPUs is still
+(:mod:`recipelab.transfer.torchtitan`). A recipe that fits no micro-batch of the GPUs is still
 written, with the reason in ``transfer.md`` and the manifest: another trainer may hold it.
 """
 
@@ -45,9 +45,13 @@ from pydantic import Field
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.recipe import BYTE_VOCAB, Precision, Recipe, StrictModel, Target
-from recipelab.report import torchtitan
-from recipelab.report.distance import Distance, distance_lines, load_verified
-from recipelab.report.micro_batch import (
+from recipelab.trajectory.attribution import result_json, result_of
+from recipelab.trajectory.horizon import HorizonFit, horizon_rule
+from recipelab.trajectory.ledger import Ledger
+from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer import torchtitan
+from recipelab.transfer.distance import Distance, distance_lines, load_verified
+from recipelab.transfer.micro_batch import (
     DEFAULT_GPU_MEMORY_GIB,
     BatchFitError,
     BatchSplit,
@@ -55,19 +59,17 @@ from recipelab.report.micro_batch import (
     ShardingChoice,
     split_batch,
 )
-from recipelab.report.prediction import Prediction, bytes_per_token, predict
-from recipelab.report.recommend import TRANSFERABLE_SHAPE_KNOBS
-from recipelab.report.steplaw import SOURCE, Anchored
-from recipelab.report.width import width_check
-from recipelab.trajectory.attribution import result_json, result_of
-from recipelab.trajectory.horizon import HorizonFit, horizon_rule
-from recipelab.trajectory.ledger import Ledger
-from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.prediction import Prediction, bytes_per_token, predict
+from recipelab.transfer.steplaw import SOURCE, Anchored
+from recipelab.transfer.width import width_check
 from recipelab.units import GIB, MIB
 
 MAX_WARMUP_FRACTION = 0.02
 PREDICTION_POINTS = 10
 LIBRARIES = ("torch", "numpy", "safetensors", "tokenizers", "pydantic", "structlog")
+TRANSFERABLE_SHAPE_KNOBS = ("shape.activation", "shape.norm", "shape.position", "shape.qk_norm",
+                            "shape.tie_embeddings")
+"""Shape knobs a winner may change that the target takes as they are (the rest are sized)."""
 
 
 class ExportOptions(StrictModel):
@@ -330,7 +332,7 @@ def export_distance(exported: Exported, points: Sequence[dict[str, float | int]]
 
 def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, float | int]]:
     """The predicted val_bpb at :data:`PREDICTION_POINTS` steps spread over the run, at the
-    bytes of text its tokens stand for (:func:`~recipelab.report.prediction.bytes_per_token`)."""
+    bytes of text its tokens stand for (:func:`~recipelab.transfer.prediction.bytes_per_token`)."""
     points = []
     for i in range(1, PREDICTION_POINTS + 1):
         step = max(1, round(recipe.steps * i / PREDICTION_POINTS))

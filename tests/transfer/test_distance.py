@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.report import distance as distance_module
-from recipelab.report.distance import Distance, Verified, distance_lines, load_verified
+from recipelab.transfer import distance as distance_module
+from recipelab.transfer.distance import Distance, Verified, distance_lines, load_verified
 
 BENCH = Distance(params=63.0, tokens=5.0, context=1.0)  # what a bench run of 63x reaches
 
