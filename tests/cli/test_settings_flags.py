@@ -19,6 +19,7 @@ from recipelab.cli.campaign_start import resolve_settings
 from recipelab.cli.night import STRESS_SETTINGS
 from recipelab.cli.settings_flags import (
     Flag,
+    description,
     given_settings,
     no_name,
     setting_default,
@@ -147,11 +148,11 @@ def test_help_shows_the_nested_names_and_hides_the_aliases() -> None:
     assert "--promote" in spellings("run")
 
 
-def test_stress_takes_its_settings_from_the_same_fields() -> None:
-    flags = {flag.path: flag for flag in settings_flags()}
+def test_stress_takes_its_settings_from_the_same_fields_and_keeps_the_campaigns() -> None:
+    """``stress`` works on a saved campaign: an option left out keeps its value there."""
     helps = {param.name: param.help for param in command("stress").params}
     for path in STRESS_SETTINGS:
-        assert helps[flags[path].parameter] == flags[path].help
+        assert helps[path.replace(".", "__")] == f"{description(path)} (default: the campaign's)"
 
 
 def test_both_spellings_with_two_values_are_refused(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def check(
 
 
 @app.command()
-@with_settings_flags(STRESS_SETTINGS)
+@with_settings_flags(STRESS_SETTINGS, saved=True)
 def stress(
     campaign: Annotated[str, typer.Argument(help="campaign name or directory")] = "default",
     log_format: Annotated[str, typer.Option(

@@ -17,6 +17,7 @@ an alias can never become ambiguous. The CLI reference lists every alias.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -124,6 +125,11 @@ def shown(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def description(path: str) -> str:
+    """The description of the settings field at ``path``."""
+    return next(str(field.description) for at, field in _described_fields() if at == path)
+
+
 def help_text(path: str, field: FieldInfo) -> str:
     """The field's description and its default, read from the field: ``(default: 2)``, or
     what an unset default comes to (``default_means``), never restated by hand."""
@@ -190,15 +196,20 @@ def settings_flags() -> list[Flag]:
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
-def with_settings_flags(paths: Sequence[str] | None = None) -> Callable[[Command], Command]:
+def with_settings_flags(paths: Sequence[str] | None = None, *,
+                        saved: bool = False) -> Callable[[Command], Command]:
     """A decorator giving a command the options of the settings at ``paths`` (every setting
     when None), after its own; the command takes them as ``**settings`` and reads them with
-    :func:`given_settings`."""
+    :func:`given_settings`. ``saved``: the command works on a saved campaign, so an option
+    left out keeps the campaign's value, and the help says so instead of the default."""
     def decorate(command: Command) -> Command:
         own = [parameter for parameter in
                inspect.signature(command, eval_str=True).parameters.values()
                if parameter.kind is not inspect.Parameter.VAR_KEYWORD]
         chosen = [flag for flag in settings_flags() if paths is None or flag.path in paths]
+        if saved:
+            chosen = [dataclasses.replace(flag, help=f"{description(flag.path)} (default: the "
+                                          "campaign's)") for flag in chosen]
         missing = set(paths or ()) - {flag.path for flag in chosen}
         if missing:
             raise ValueError(f"no settings field with a description at {sorted(missing)}")
