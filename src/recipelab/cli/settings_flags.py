@@ -6,7 +6,7 @@ typer adapter, not a library: typer reads a command's options from its signature
 generated options are the signature's parameters (``with_settings_flags``), and typer's
 parsing, help and completion stay as they are for every other command. (Generators that own
 the whole command line, tyro or pydantic-settings' CLI, would replace typer for three
-commands of thirty and lose the console's help panels.)
+commands of seventeen and lose the console's help panels.)
 
 The nested name is the canonical spelling (``--ladder.promote``), the one ``--help`` shows
 under its component's panel. Each option also keeps the flat spelling users typed before
@@ -17,11 +17,11 @@ an alias can never become ambiguous. The CLI reference lists every alias.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -183,14 +183,13 @@ def _alias(path: str) -> str | None:
     return "--" + flat_key(head, leaf).replace("_", "-") if head in COMPONENTS else None
 
 
-def settings_flags() -> list[Flag]:
-    """Every setting's option, in the order of the settings tree."""
-    found = []
-    for path, field in _described_fields():
-        head = path.rpartition(".")[0]
-        found.append(Flag(path, "--" + path.replace("_", "-"), _alias(path),
-                          parsed_as(field.annotation), help_text(path, field), PANELS[head]))
-    return found
+@functools.cache
+def settings_flags() -> tuple[Flag, ...]:
+    """Every setting's option, in the order of the settings tree (built once: the settings
+    classes do not change while the program runs)."""
+    return tuple(Flag(path, "--" + path.replace("_", "-"), _alias(path), parsed_as(field.annotation),
+                      help_text(path, field), PANELS[path.rpartition(".")[0]])
+                 for path, field in _described_fields())
 
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -208,7 +207,7 @@ def with_settings_flags(paths: Sequence[str] | None = None, *,
                if parameter.kind is not inspect.Parameter.VAR_KEYWORD]
         chosen = [flag for flag in settings_flags() if paths is None or flag.path in paths]
         if saved:
-            chosen = [dataclasses.replace(flag, help=f"{description(flag.path)} (default: the "
+            chosen = [replace(flag, help=f"{description(flag.path)} (default: the "
                                           "campaign's)") for flag in chosen]
         missing = set(paths or ()) - {flag.path for flag in chosen}
         if missing:
