@@ -57,13 +57,14 @@ def build(directory: Path, name: str, given: Mapping[str, Any], *,
             raise SettingsError("give the campaign a budget: --window.iterations N, "
                                 "--window.hours H or --window.until HH:MM")
         notes.append(f"no budget given: checking a campaign of --window.iterations {CHECK_ITERATIONS}")
-        settings = settings.model_copy(update={"iterations": CHECK_ITERATIONS})
+        settings = settings.model_copy(update={"window": {"iterations": CHECK_ITERATIONS}})
     try:
         settings.baseline()
     except (ValueError, ValidationError) as error:
         raise SettingsError(str(error).splitlines()[0]) from None
     if settings.store.mlflow_uri is not None:
-        settings = settings.model_copy(update={"mlflow_uri": tracking_uri(settings.store.mlflow_uri)})
+        settings = settings.model_copy(
+            update={"store": {"mlflow_uri": tracking_uri(settings.store.mlflow_uri)}})
     if saved is None:
         settings = new_campaign_defaults(settings, given)
     resolved = where_trials_run(settings)
@@ -119,7 +120,7 @@ def new_campaign_defaults(settings: CampaignSettings, given: Mapping[str, Any]) 
 
         reserve = default_memory_reserve_gib(detect_device())
         if reserve:
-            settings = settings.model_copy(update={"memory_reserve_gib": reserve})
+            settings = settings.model_copy(update={"executor": {"memory_reserve_gib": reserve}})
     return settings
 
 
