@@ -82,15 +82,6 @@ def attributed_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: Corpus
     (the learning rate, 1e-2 to the fake's optimum 3e-3) and a planted neutral part
     (``optimizer.eps``, which the fake ignores), attributed at three seeds: the records the
     report, the export and the calibration read (see tests/agent/test_attribution_phase.py)."""
-    from recipelab.agent.campaign import Campaign
-    from recipelab.agent.settings import (
-        CampaignSettings,
-        ExecutorSettings,
-        LadderSettings,
-        SearchSettings,
-        WindowSettings,
-        save,
-    )
     from recipelab.proposer import Observation, Proposal, Proposer
     from recipelab.runner import FakeExecutor
 
