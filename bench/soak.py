@@ -13,18 +13,27 @@ orchestrator's after its first trial against the last one's when the campaign fi
 (before it draws the report, which loads matplotlib once), and the growth within the
 longest-lived orchestrator. Target: growth < 10% for both.
 
+``--executor ray`` runs the campaign on a cluster of two ``ray start`` nodes on this machine
+(one CPU each) and spreads the kills over the second node (its process group SIGKILLed while
+a proxy or a stress run trains there, then started again) and the orchestrator. It also runs
+the same campaign unkilled first, and prints the trials interrupted and re-run, the trainer
+processes left alive (orphans) and both wall times.
+
     python bench/soak.py [--iterations 100] [--kills 20] [--seed 0] [--keep DIR]
+                         [--executor local|ray]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import math
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -41,11 +51,13 @@ from recipelab.recipe import proxy_recipe
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 fake_openai = importlib.import_module("tests.proposer.fake_openai")
 audit_module = importlib.import_module("tests.agent.audit")
+ray_nodes = importlib.import_module("tests.agent.ray_nodes")
 
 RSS_GROWTH_TARGET = 0.10
 LATE_KILLS = ("promoted", "stress_checkpoint", "stress_checkpoint")
 CAMPAIGN = "soak"
 PROMOTE = 3
+NODE_PROXY, NODE_STRESS = "node-proxy", "node-stress"  # kill the second Ray node meanwhile
 
 
 @dataclass(frozen=True)
@@ -123,7 +135,8 @@ def stress_checkpoints(directory: Path) -> set[tuple[str, str]]:
 
 
 class Soak:
-    def __init__(self, args: argparse.Namespace, root: Path, base_url: str) -> None:
+    def __init__(self, args: argparse.Namespace, root: Path, base_url: str,
+                 cluster: Any = None) -> None:
         self.args = args
         self.root = root
         self.directory = root / "campaigns" / CAMPAIGN
@@ -132,7 +145,12 @@ class Soak:
                         "--preset", "tiny", "--iterations", str(args.iterations),
                         "--promote", str(PROMOTE), "--stress-steps", "150", "--proposer", "llm",
                         "--llm-base-url", base_url, "--trial-timeout", "300"]
+        self.cluster = cluster  # tests.agent.ray_nodes.TwoNodes, for --executor ray
+        if cluster is not None:
+            self.command += ["--executor", "ray", "--ray-address", cluster.address,
+                             "--parallel", "2"]
         self.segments: list[Segment] = []
+        self.node_kills = 0
 
     def start(self) -> tuple[subprocess.Popen[bytes], Segment]:
         log = (self.root / "orchestrator.log").open("ab")
@@ -175,14 +193,23 @@ class Soak:
 
     def kill_points(self) -> list[KillPoint]:
         """Random trial counts and delays while proxies train, then the late phases; the
-        last 40% of the proxy trials run in one orchestrator, to measure its memory."""
-        early = max(0, self.args.kills - len(LATE_KILLS))
+        last 40% of the proxy trials run in one orchestrator, to measure its memory. On a
+        cluster every other early kill is the second node's, and so is one in the stress runs."""
+        if not self.args.kills:
+            return []
+        late = LATE_KILLS if self.cluster is None else (*LATE_KILLS, NODE_STRESS)
+        early = max(0, self.args.kills - len(late))
         counts = sorted(self.rng.randint(1, max(1, int(self.args.iterations * 0.6)))
                         for _ in range(early))
-        return ([KillPoint("trials", count, self.rng.uniform(0.0, 3.0)) for count in counts]
-                + [KillPoint(phase, 0, self.rng.uniform(0.0, 1.0)) for phase in LATE_KILLS])
+        return ([KillPoint(NODE_PROXY if self.cluster is not None and i % 2 else "trials",
+                           count, self.rng.uniform(0.0, 3.0)) for i, count in enumerate(counts)]
+                + [KillPoint(phase, 0, self.rng.uniform(0.0, 1.0)) for phase in late])
 
     def condition(self, point: KillPoint) -> Callable[[], bool]:
+        if point.phase in (NODE_PROXY, NODE_STRESS):
+            prefixes = ("p",) if point.phase == NODE_PROXY else ("rung-", "stress-")
+            return lambda: (events(self.directory, "trial_started") >= point.count
+                            and self.training_on_worker(prefixes))
         if point.phase == "trials":
             return lambda: events(self.directory, "trial_started") >= point.count
         if point.phase == "stress_checkpoint":
@@ -191,28 +218,68 @@ class Soak:
         seen = events(self.directory, point.phase)
         return lambda: events(self.directory, point.phase) > seen
 
+    def training_on_worker(self, prefixes: tuple[str, ...]) -> bool:
+        """Whether a trial whose folder starts with one of ``prefixes`` trains on the second
+        node now."""
+        found = ray_nodes.training_on(self.directory / "trials", self.cluster.worker_label())
+        return found is not None and str(found[0]).startswith(prefixes)
+
     def go(self) -> int:
         kills = 0
+        process, segment = self.start()
         for point in self.kill_points():
-            process, segment = self.start()
             if not self.run_until(process, segment, self.condition(point)):
                 break  # the campaign finished first
-            deadline = time.monotonic() + point.delay_s
-            while time.monotonic() < deadline and process.poll() is None:
-                self.sample(process, segment, 0)
-                time.sleep(0.1)
+            if point.phase not in (NODE_PROXY, NODE_STRESS):
+                deadline = time.monotonic() + point.delay_s
+                while time.monotonic() < deadline and process.poll() is None:
+                    self.sample(process, segment, 0)
+                    time.sleep(0.1)
             if process.poll() is not None:
                 break
-            self.kill(process, segment)
             kills += 1
+            if point.phase in (NODE_PROXY, NODE_STRESS):
+                victim = self.cluster.worker_label()
+                self.cluster.worker.kill()
+                self.node_kills += 1
+                print(f"kill {kills:2d}: {point.phase} {point.count or ''}, node {victim}",
+                      flush=True)
+                self.cluster.restart_worker()
+                continue
+            self.kill(process, segment)
             print(f"kill {kills:2d}: {point.phase} {point.count or ''} +{point.delay_s:.1f} s, "
                   f"pid {segment.pid}", flush=True)
-        process, segment = self.start()
+            process, segment = self.start()
         self.run_until(process, segment, None)
         if process.returncode != 0:
             raise SystemExit(f"the final run exited with {process.returncode}; "
                              f"see {self.root / 'orchestrator.log'}")
         return kills
+
+
+def orphans(directory: Path) -> int:
+    """Trainer processes a Ray task started (its ``worker.json``) still alive after the
+    campaign ended: each should have died with its task, its node or the campaign."""
+    alive = 0
+    for said in (directory / "trials").glob("*/worker.json"):
+        with contextlib.suppress(ValueError, OSError, psutil.Error):
+            process = psutil.Process(json.loads(said.read_text())["trainer_pid"])
+            alive += (process.status() != psutil.STATUS_ZOMBIE
+                      and "recipelab.trainer" in " ".join(process.cmdline()))
+    return alive
+
+
+def soak_once(args: argparse.Namespace, root: Path, cluster: Any) -> tuple[Soak, int, float, Any]:
+    """One campaign under ``args.kills`` kills, with its own scripted LLM."""
+    server = fake_openai.FakeOpenAI().start()
+    server.script(*llm_script(random.Random(args.seed), calls=20 * args.iterations))
+    root.mkdir(parents=True, exist_ok=True)
+    soak = Soak(args, root, server.base_url, cluster)
+    began = time.monotonic()
+    kills = soak.go()
+    wall = time.monotonic() - began
+    server.stop()
+    return soak, kills, wall, server
 
 
 def main() -> None:
@@ -222,17 +289,25 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, help="run in this directory and keep it")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local")
     args = parser.parse_args()
 
-    server = fake_openai.FakeOpenAI().start()
-    server.script(*llm_script(random.Random(args.seed), calls=20 * args.iterations))
     root = args.keep or Path(tempfile.mkdtemp(prefix="recipelab-soak-"))
-    root.mkdir(parents=True, exist_ok=True)
-    soak = Soak(args, root, server.base_url)
-    began = time.monotonic()
-    kills = soak.go()
-    wall = time.monotonic() - began
-    server.stop()
+    cluster, port, unkilled_wall = None, 0, None
+    if args.executor == "ray":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        cluster = ray_nodes.start_two_nodes(port)
+    try:
+        if cluster is not None:
+            _, _, unkilled_wall, _ = soak_once(argparse.Namespace(**{**vars(args), "kills": 0}),
+                                               root / "unkilled", cluster)
+        soak, kills, wall, server = soak_once(args, root, cluster)
+        left_alive = orphans(soak.directory) if cluster is not None else 0
+    finally:
+        if cluster is not None:
+            ray_nodes.stop_two_nodes(cluster, port)
 
     books = audit_module.audit(soak.directory, CAMPAIGN)
     chats = server.chat_requests()
@@ -264,8 +339,16 @@ def main() -> None:
         "longest_orchestrator_rss_growth": round(long_end / long_start - 1, 4),
         "wall_s": round(wall, 1),
     }
+    if cluster is not None:
+        figures.update({
+            "node_kills": soak.node_kills,
+            "orchestrator_kills": kills - soak.node_kills,
+            "re_runs": sum(bool(r["retry_of"]) for r in books.records),
+            "orphans": left_alive,
+            "wall_unkilled_s": round(unkilled_wall or 0.0, 1),
+        })
     print(json.dumps(figures, indent=2))
-    ok = (books.clean and kills >= min(args.kills, 20)
+    ok = (books.clean and kills >= min(args.kills, 20) and left_alive == 0
           and figures["proxy_trials_trained"] >= args.iterations
           and figures["stress_runs_trained"] >= PROMOTE
           and figures["rss_growth"] < RSS_GROWTH_TARGET

@@ -14,7 +14,7 @@ from recipelab.trajectory.record import TrialRecord
 
 RESULT_METRICS = ("train_loss", "tokens_per_s", "step_ms", "peak_memory_bytes", "params",
                   "setup_s", "train_s", "eval_s", "steps_done", "resumed_from_step",
-                  "val_bpb_stderr", "losses")
+                  "val_bpb_stderr", "losses", "node")
 
 
 def agent_provenance(device: DeviceInfo, seed: int) -> dict[str, Any]:

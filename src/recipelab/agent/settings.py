@@ -146,9 +146,13 @@ class CampaignSettings(StrictModel):
     def trial_spec(self, trial_id: str, kind: str, recipe: Recipe, out_dir: Path, *,
                    log_every: int, checkpoint_every: int = 0, **extra: Any) -> TrialSpec:
         """The one way a campaign (its trials and its preflight) describes a trial: the
-        campaign's corpus, device, threads and compile rule, whatever launches it."""
+        campaign's corpus, device, threads and compile rule, whatever launches it.
+
+        ``out_dir`` is made absolute: a Ray worker runs in a directory of its own, and finds
+        the trial's folder in place only by its absolute path (else it trains in scratch)."""
         return TrialSpec(trial_id=trial_id, kind=kind, recipe=recipe, corpus=self.corpus,
-                         out_dir=str(out_dir), device=self.executor.device, log_every=log_every,
+                         out_dir=str(out_dir.absolute()), device=self.executor.device,
+                         log_every=log_every,
                          checkpoint_every=checkpoint_every, threads=self.executor.trial_threads(),
                          compile=self.ladder.compiles(kind), **extra)
 

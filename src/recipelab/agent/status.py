@@ -31,7 +31,7 @@ class StatusView:
     window: str | None = None  # the planned split of a --hours/--until window
     verdict: str | None = None  # Ledger.winner_line, once a candidate has trained
     ladder: str | None = None  # the rungs reached so far
-
+    lost: tuple[str, ...] = ()  # each interrupted trial: where it was lost and its re-run
 
     def noise_line(self) -> str | None:
         """The noise floor in words, or None before it is measured."""
@@ -117,6 +117,23 @@ def _plan_text(event: dict[str, Any]) -> str | None:
     return f"{split} ({rung_text}{runs} stress runs planned)"
 
 
+def lost_lines(records: list[TrialRecord]) -> tuple[str, ...]:
+    """One line per interrupted trial: the node it was lost on (when a cluster ran it) and
+    the trial that re-ran it, so a person watching a cluster sees a dead node at once."""
+    reruns = {r.retry_of: r for r in records if r.retry_of}
+    lines = []
+    for record in records:
+        if record.status != "interrupted":
+            continue
+        node = record.measured.node
+        rerun = reruns.get(record.trial_id)
+        lines.append(f"{record.trial_id} ({record.kind}) interrupted"
+                     + (f" on node {node}" if node else "")
+                     + (f": re-run as {rerun.trial_id} ({rerun.status})" if rerun
+                        else ": to re-run"))
+    return tuple(lines)
+
+
 def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
                     window: str | None = None) -> StatusView:
     ledger = settings.ladder.ledger(records)
@@ -139,4 +156,4 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],
                       stress_verdicts=verdicts, noise=floor, marks=marks, winner=ledger.winner,
                       window=window, verdict=ledger.winner_line() if ledger.ranked else None,
-                      ladder=ladder_line(ledger))
+                      ladder=ladder_line(ledger), lost=lost_lines(records))

@@ -42,6 +42,8 @@ from recipelab.trainer.spec import CHECKPOINT_DIR, LOG_FILE, TrialResult, TrialS
 INSTALL_HINT = "pip install 'recipelab[ray]'"
 WORKER_FILE = "worker.json"  # where a task says which processes it runs
 RETURNED_LOG_LINES = 200
+NODE_MESSAGE, CHECKPOINT_MESSAGE = "node", "checkpoint"  # what a task sends home
+NODE_ID_CHARS = 8  # of a node's id in records: enough to tell a cluster's nodes apart
 CHECKPOINT_POLL_S = 0.5
 # Past the trial's own timeout (enforced by the task), the orchestrator cancels the task:
 # covers a node that stopped answering without Ray noticing yet.
@@ -116,7 +118,8 @@ class RayExecutor(Executor):
         self.gpus = float(self.ray.cluster_resources().get("GPU", 0.0))
         self._lost = lost_worker_errors(self.ray)
         self._task = self.ray.remote(max_retries=0)(run_trial_task)
-        self._inbox: Any = None  # a ray.util.queue.Queue of checkpoints, made on first need
+        self._inbox: Any = None  # a ray.util.queue.Queue of what tasks send, made on first need
+        self._nodes: dict[str, str] = {}  # a trial's folder -> the node its task runs on
 
     def slots(self) -> int:
         """One trial per GPU of the cluster (each task takes one), or per CPU on a cluster
@@ -140,11 +143,16 @@ class RayExecutor(Executor):
             raise ValueError(f"on the Ray workers: {found}")
         return found
 
-    def _checkpoint_inbox(self) -> Any:
+    def _task_inbox(self) -> Any:
+        """The queue tasks send home through: an actor pinned to this process's node, so
+        that it dies with the orchestrator and never with a worker node."""
         if self._inbox is None:
             from ray.util.queue import Queue
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-            self._inbox = Queue(actor_options={"num_cpus": 0})
+            here = NodeAffinitySchedulingStrategy(self.ray.get_runtime_context().get_node_id(),
+                                                  soft=False)
+            self._inbox = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
         return self._inbox
 
     def submit(self, spec: TrialSpec, *, resume: bool = False,
@@ -152,7 +160,7 @@ class RayExecutor(Executor):
         spec_path = launch.prepare(spec)
         (Path(spec.out_dir) / WORKER_FILE).unlink(missing_ok=True)
         checkpoint = files.pack_checkpoint(spec.checkpoint_path) if resume else None
-        inbox = self._checkpoint_inbox() if spec.checkpoint_every else None
+        inbox = self._task_inbox()
         ref = self._task.options(**self._resources).remote(
             spec_path.read_text(), resume, timeout_s, self.python, self.shared_files,
             checkpoint, inbox)
@@ -162,7 +170,7 @@ class RayExecutor(Executor):
 
     def poll(self, handle: TrialHandle) -> TrialResult | None:
         assert isinstance(handle, RayTrialHandle), "poll() on a handle this executor did not submit"
-        self._receive_checkpoints()
+        self._receive()
         ready, _ = self.ray.wait([handle.ref], timeout=0)
         if not ready:
             if handle.deadline is not None and time.monotonic() > handle.deadline:
@@ -175,13 +183,17 @@ class RayExecutor(Executor):
         except self._lost as err:
             if handle.cancelled:
                 return failed(handle.spec, "crash", "cancelled")
-            return TrialResult(trial_id=handle.spec.trial_id, status="interrupted",
-                               message=f"lost its Ray worker: {type(err).__name__}: "
-                               f"{_first_line(err)}")
+            self._receive()
+            node = self._nodes.pop(handle.spec.out_dir, None)
+            return TrialResult(trial_id=handle.spec.trial_id, status="interrupted", node=node,
+                               message=f"lost its Ray worker{f' on node {node}' if node else ''}: "
+                               f"{type(err).__name__}: {_first_line(err)}")
         except self.ray.exceptions.RayTaskError as err:
-            return failed(handle.spec, "crash", f"the Ray task raised: {_first_line(err)}")
-        self._receive_checkpoints()
-        return _settle(handle.spec, payload)
+            raised = failed(handle.spec, "crash", f"the Ray task raised: {_first_line(err)}")
+            return raised.model_copy(update={"node": self._nodes.pop(handle.spec.out_dir, None)})
+        self._receive()
+        self._nodes.pop(handle.spec.out_dir, None)
+        return _settle(handle.spec, payload).model_copy(update={"node": payload["node"]})
 
     def cancel(self, handle: TrialHandle) -> None:
         assert isinstance(handle, RayTrialHandle)
@@ -191,17 +203,28 @@ class RayExecutor(Executor):
             self.ray.cancel(handle.ref, force=True)
 
     def close(self) -> None:
-        self._receive_checkpoints()
+        self._receive()
         if self._owns_ray and self.ray.is_initialized():
             self.ray.shutdown()
 
-    def _receive_checkpoints(self) -> None:
-        """Install the checkpoints tasks training in scratch have sent since the last poll."""
+    def _receive(self) -> None:
+        """Take in what tasks have sent since the last poll: the node each runs on (sent
+        before its trainer starts, so a trial its node's death interrupts still names the
+        node) and the checkpoints of tasks training in scratch."""
         if self._inbox is None:
             return
         while not self._inbox.empty():
-            out_dir, packed = self._inbox.get_nowait()
-            files.unpack_checkpoint(Path(out_dir) / CHECKPOINT_DIR, packed)
+            kind, out_dir, content = self._inbox.get_nowait()
+            if kind == NODE_MESSAGE:
+                self._nodes[out_dir] = content
+            else:
+                files.unpack_checkpoint(Path(out_dir) / CHECKPOINT_DIR, content)
+
+
+def node_label(host: str, node_id: str) -> str:
+    """A Ray node as records name it: its machine and the start of the id ``ray list nodes``
+    prints (two nodes may share a machine)."""
+    return f"{host}/{node_id[:NODE_ID_CHARS]}"
 
 
 def _settle(spec: TrialSpec, payload: dict[str, Any]) -> TrialResult:
@@ -277,16 +300,19 @@ def run_trial_task(spec_json: str, resume: bool, timeout_s: float | None, python
             if checkpoint is not None:
                 files.unpack_checkpoint(spec.checkpoint_path, checkpoint)
         spec_path = launch.prepare(spec)
-        process = launch.start_trainer(launch.trainer_command(python))
         host = socket.gethostname()
+        node = node_label(host, _this_node_id())
+        inbox.put((NODE_MESSAGE, home_dir, node))  # delivered before the trainer starts
+        process = launch.start_trainer(launch.trainer_command(python))
         atomic_write_text(Path(spec.out_dir) / WORKER_FILE, json.dumps(
-            {"host": host, "worker_pid": os.getpid(), "trainer_pid": process.pid}))
+            {"host": host, "node": node, "worker_pid": os.getpid(), "trainer_pid": process.pid}))
         launch.send_spec(process, spec_path, resume=resume)
         deadline = time.monotonic() + timeout_s if timeout_s else None
         sent = files.latest_step(spec.checkpoint_path)
+        streams = not in_place and bool(spec.checkpoint_every)
         try:
             while (code := process.poll()) is None:
-                if not in_place and inbox is not None:
+                if streams:
                     sent = _send_new_checkpoint(spec, home_dir, sent, inbox)
                 if deadline is not None and time.monotonic() > deadline:
                     launch.stop(process)
@@ -298,10 +324,18 @@ def run_trial_task(spec_json: str, resume: bool, timeout_s: float | None, python
         finally:
             if process.poll() is None:
                 launch.stop(process)
-        if not in_place and inbox is not None:
+        if streams:
             _send_new_checkpoint(spec, home_dir, sent, inbox)
-        return {"in_place": in_place, "host": host, "exit": launch.describe_exit(code),
+        return {"in_place": in_place, "host": host, "node": node,
+                "exit": launch.describe_exit(code),
                 "result": _read(spec.result_path), "log": _tail(Path(spec.out_dir) / LOG_FILE)}
+
+
+def _this_node_id() -> str:
+    import ray
+
+    node_id: str = ray.get_runtime_context().get_node_id()
+    return node_id
 
 
 def _send_new_checkpoint(spec: TrialSpec, home_dir: str, sent: str | None, inbox: Any) -> str | None:
@@ -310,7 +344,7 @@ def _send_new_checkpoint(spec: TrialSpec, home_dir: str, sent: str | None, inbox
     if newest is not None and newest != sent:
         packed = files.pack_checkpoint(spec.checkpoint_path)
         if packed is not None:
-            inbox.put((home_dir, packed))
+            inbox.put((CHECKPOINT_MESSAGE, home_dir, packed))
             return newest
     return sent
 

@@ -182,3 +182,6 @@ class TrialResult(StrictModel):
     provenance: Provenance | None = None
     timed_steps: int | None = None  # the steps tokens_per_s and step_ms were measured over
     telemetry: TelemetrySummary | None = None
+    # the cluster node that ran the trial ("host/node id"), filled in by the Ray executor,
+    # also for a trial the node's death interrupted; None for a trial on this machine
+    node: str | None = None

@@ -35,6 +35,7 @@ class TrialMetrics(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     wall_s: float | None = None  # submission to result, as the orchestrator saw it
+    node: str | None = None  # the Ray node that ran it ("host/node id"); None on this machine
     setup_s: float | None = None
     train_s: float | None = None
     eval_s: float | None = None

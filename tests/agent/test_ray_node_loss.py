@@ -1,0 +1,157 @@
+"""A cluster that loses a node: two Ray nodes, one killed mid-trial, nothing lost.
+
+The campaign runs as a user runs it (``recipelab run --executor ray --ray-address HEAD``,
+records in PostgreSQL) on two nodes ``ray start`` set up; the test SIGKILLs the second
+node's process group while a trial trains there, then starts that node again.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from recipelab.runner.ray import node_label
+from tests.postgres import postgres_database, postgres_server
+
+from .conftest import read_jsonl, wait_for
+from .ray_nodes import TwoNodes, node_ids, start_two_nodes, stop_two_nodes, training_on
+from .test_ray_cluster import free_port
+
+__all__ = ["postgres_database", "postgres_server"]
+
+CAMPAIGN_TIMEOUT_S = 420
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[TwoNodes]:
+    port = free_port()
+    cluster = start_two_nodes(port)
+    try:
+        yield cluster
+    finally:
+        stop_two_nodes(cluster, port)
+
+
+def run_command(address: str, db: str) -> list[str]:
+    """The campaign both tests run, as a user types it."""
+    return [sys.executable, "-m", "recipelab", "run", "--name", "lost", "--preset", "tiny",
+            "--iterations", "10", "--promote", "0", "--noise-seeds", "1",
+            "--proposer", "classical", "--executor", "ray", "--ray-address", address,
+            "--parallel", "2", "--store.db", db]
+
+
+def recipelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "recipelab", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_node_killed_mid_trial_loses_nothing_and_comes_back_to_work(
+        tmp_path: Path, two_nodes: TwoNodes, postgres_database: str) -> None:
+    worker = two_nodes.worker_label()
+    trials = tmp_path / "campaigns" / "lost" / "trials"
+    seen: dict[str, object] = {}
+
+    def kill_the_worker_node() -> None:
+        def spotted() -> bool:
+            found = training_on(trials, worker)
+            if found is not None:
+                seen.update(victim=found[0], pids=found[1])
+            return found is not None
+
+        wait_for(spotted, timeout_s=CAMPAIGN_TIMEOUT_S)
+        two_nodes.worker.kill()
+        seen["killed"] = True
+        two_nodes.restart_worker()
+        seen["back"] = two_nodes.worker_label()
+
+    killer = threading.Thread(target=kill_the_worker_node, daemon=True)
+    killer.start()
+    console = tmp_path / "console.log"
+    with console.open("w") as out:
+        done = subprocess.run(run_command(two_nodes.address, postgres_database), cwd=tmp_path,
+                              stdout=out, stderr=subprocess.STDOUT,
+                              timeout=CAMPAIGN_TIMEOUT_S, check=False)
+    killer.join(timeout=120)
+    assert done.returncode == 0, console.read_text()[-4000:]
+    assert seen.get("killed"), "no trial was ever seen training on the second node"
+
+    lines = read_jsonl(tmp_path / "campaigns" / "lost" / "trajectory.jsonl")
+    by_id = {r["trial_id"]: r for r in lines}
+    assert len(by_id) == len(lines), "a trial recorded twice"
+    victim = by_id[str(seen["victim"])]
+    assert victim["status"] == "interrupted", victim
+    assert victim["metrics"]["node"] == worker and worker in victim["message"]
+    reruns = [r for r in lines if r["retry_of"] == victim["trial_id"]]
+    assert len(reruns) == 1 and reruns[0]["status"] == "complete", reruns
+    assert reruns[0]["fingerprint"] == victim["fingerprint"]
+    assert reruns[0]["metrics"]["node"] != worker, "re-run on the node that died"
+    trained = [r for r in lines if r["kind"] == "proxy" and r["status"] == "complete"]
+    assert len(trained) == 10, "the campaign did not finish its trials on the survivors"
+    # Every trial names its node, and the node that came back got work again.
+    nodes = {r["metrics"]["node"] for r in lines if r["status"] == "complete"}
+    assert None not in nodes and len(nodes) == 2, nodes
+    assert seen.get("back") in nodes, f"the restarted node {seen.get('back')} got no trial"
+
+    check = recipelab("db", "check", "lost", cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    status = recipelab("status", "lost", cwd=tmp_path)
+    assert (f"{victim['trial_id']} (proxy) interrupted on node {worker}: re-run as "
+            f"{reruns[0]['trial_id']}") in status.stdout, status.stdout
+    pids = seen["pids"]
+    assert isinstance(pids, dict)
+    wait_for(lambda: gone(pids["trainer_pid"]), timeout_s=30)
+
+
+def test_an_orchestrator_killed_while_both_nodes_train_reruns_each_trial_once(
+        tmp_path: Path, two_nodes: TwoNodes, postgres_database: str) -> None:
+    host = socket.gethostname()
+    nodes = {node_label(host, node_id) for node_id in node_ids(two_nodes.address)}
+    trials = tmp_path / "campaigns" / "lost" / "trials"
+    command = run_command(two_nodes.address, postgres_database)
+    with (tmp_path / "first.log").open("w") as out:
+        first = subprocess.Popen(command, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    in_flight: dict[str, dict[str, int]] = {}
+
+    def both_train() -> bool:
+        for node in nodes:
+            if (found := training_on(trials, node)) is not None:
+                in_flight[found[0]] = found[1]
+        return len({said["node"] for said in in_flight.values()}) == 2 or first.poll() is not None
+
+    wait_for(both_train, timeout_s=CAMPAIGN_TIMEOUT_S)
+    first.kill()  # SIGKILL: no handler runs, as when the machine running it dies
+    first.wait()
+    assert len(in_flight) >= 2, "the campaign ended before trials ran on both nodes at once"
+    # Ray ends a dead driver's tasks, and a trainer dies with its task's worker.
+    trainers = [said["trainer_pid"] for said in in_flight.values()]
+    wait_for(lambda: all(gone(pid) for pid in trainers), timeout_s=60)
+
+    with (tmp_path / "second.log").open("w") as out:
+        again = subprocess.run(command, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                               timeout=CAMPAIGN_TIMEOUT_S, check=False)
+    assert again.returncode == 0, (tmp_path / "second.log").read_text()[-4000:]
+
+    lines = read_jsonl(tmp_path / "campaigns" / "lost" / "trajectory.jsonl")
+    by_id = {r["trial_id"]: r for r in lines}
+    assert len(by_id) == len(lines), "a trial recorded twice"
+    for trial_id in in_flight:
+        assert by_id[trial_id]["status"] == "interrupted", by_id[trial_id]
+        reruns = [r for r in lines if r["retry_of"] == trial_id]
+        assert len(reruns) == 1 and reruns[0]["status"] == "complete", (trial_id, reruns)
+    trained = [r for r in lines if r["kind"] == "proxy" and r["status"] == "complete"]
+    assert len(trained) == 10
+    check = recipelab("db", "check", "lost", cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
