@@ -52,8 +52,8 @@ def status(campaign: Annotated[str, typer.Argument(help="campaign name or direct
         console.print(f"window: {view.window}", markup=False)
     if view.running:
         console.print(f"running: {view.running}")
-    for line in view.lost:
-        console.print(line, markup=False)
+    for loss in view.lost:
+        console.print(loss, markup=False)
     table = Table(title="best proxy trials")
     for line in (view.ladder, view.noise_line(), view.winner_line()):
         if line:
