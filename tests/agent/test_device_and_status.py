@@ -74,6 +74,27 @@ def test_status_counts_retries_seed_reruns_and_stress_runs_once_each(
                              "3 interrupted and re-run), 3 stress runs")
 
 
+def test_status_names_each_lost_trial_its_node_and_its_one_re_run(
+        tiny_settings: CampaignSettings) -> None:
+    """A cluster lost p0001 on a node; its re-run p0002 was lost too (no third run);
+    p0003 was lost with the orchestrator (no node known) and waits for its re-run."""
+    node = {"node": "vm/89868ae1"}
+    records = [trial("p0000", "complete"),
+               trial("p0001", "interrupted").model_copy(update={"metrics": node}),
+               trial("p0002", "interrupted", retry_of="p0001"),
+               trial("p0003", "interrupted")]
+
+    view = campaign_status(tiny_settings.model_copy(update={"iterations": 4}), records)
+
+    assert view.lost == ("p0001 (proxy) interrupted on node vm/89868ae1: re-run as p0002 "
+                         "(interrupted)",
+                         "p0002 (proxy) interrupted: a re-run lost again, not run a third time",
+                         "p0003 (proxy) interrupted: to re-run")
+    assert view.headline.startswith(
+        "campaign tiny: 1/4 proxy trials trained (1 interrupted and re-run, 1 interrupted, "
+        "to re-run, 1 re-run interrupted again, not run a third time)")
+
+
 def seeded(trial_id: str, val_bpb: float, seed: int, proposer: str = "baseline",
            lr: float | None = None, parent: str | None = None) -> TrialRecord:
     recipe = proxy_recipe("tiny").apply({"seed": seed, **({"optimizer.lr": lr} if lr else {})})

@@ -76,6 +76,8 @@ def progress_line(settings: CampaignSettings, ledger: Ledger) -> str:
     details += [f"+{c.seed_reruns} seed re-run{'s' if c.seed_reruns != 1 else ''}"] if c.seed_reruns else []
     details += [f"{c.interrupted_rerun} interrupted and re-run"] if c.interrupted_rerun else []
     details += [f"{c.interrupted_pending} interrupted, to re-run"] if c.interrupted_pending else []
+    details += ([f"{c.interrupted_again} re-run{'s' if c.interrupted_again != 1 else ''} "
+                 "interrupted again, not run a third time"] if c.interrupted_again else [])
     budget = f"/{settings.window.iterations}" if settings.window.iterations is not None else ""
     line = f"{c.trained}{budget} proxy trials trained"
     line += f" ({', '.join(details)})" if details else ""
@@ -127,10 +129,12 @@ def lost_lines(records: list[TrialRecord]) -> tuple[str, ...]:
             continue
         node = record.measured.node
         rerun = reruns.get(record.trial_id)
+        then = (f": re-run as {rerun.trial_id} ({rerun.status})" if rerun
+                else ": a re-run lost again, not run a third time"
+                if record.kind == "proxy" and record.retry_of
+                else ": to re-run" if record.kind == "proxy" else "")
         lines.append(f"{record.trial_id} ({record.kind}) interrupted"
-                     + (f" on node {node}" if node else "")
-                     + (f": re-run as {rerun.trial_id} ({rerun.status})" if rerun
-                        else ": to re-run"))
+                     + (f" on node {node}" if node else "") + then)
     return tuple(lines)
 
 

@@ -251,6 +251,7 @@ class Counts:
     stress_total: int
     running: int
     rung_trained: int = 0
+    interrupted_again: int = 0  # re-runs lost too: a candidate is re-run once, not twice
     proposed: int = 0  # search trials a proposer made (not the baseline's seeds, not --edit)
     llm: int = 0  # of those, the LLM's own
     fell_back: int = 0  # of those, LLM turns the sampler took (the LLM failed)
@@ -737,11 +738,13 @@ class Ledger:
         retried = {r.retry_of for r in self.records if r.retry_of}
         lost = [r for r in self.proxies if r.status == "interrupted"]
         requeued = sum(r.trial_id in retried for r in lost)
+        again = sum(r.retry_of is not None for r in lost)
         return Counts(
             trained=len(self.search_trials),
             failed=sum(r.status == "failed" for r in self.search_trials),
             seed_reruns=sum(r.proposer == SEED_RERUN_PROPOSER and r.trained for r in self.proxies),
-            interrupted_rerun=requeued, interrupted_pending=len(lost) - requeued,
+            interrupted_rerun=requeued, interrupted_pending=len(lost) - requeued - again,
+            interrupted_again=again,
             rejected=sum(r.status == "rejected" for r in self.proxies),
             stress_trained=sum(r.trained for r in self.stress), stress_total=len(self.stress),
             running=sum(r.status == "running" for r in self.records),
