@@ -104,12 +104,15 @@ def random_edit(rng: random.Random) -> dict[str, object]:
 
 
 def llm_script(rng: random.Random, calls: int) -> list[object]:
-    """Every third call a fault (500, 429 with Retry-After, or not JSON); the rest good edits."""
+    """Every third call a fault (500, 429 with Retry-After, or not JSON); the rest steer the
+    sampler (``--proposer llm``): its first candidate with a random change."""
     faults = [fake_openai.error(500, "scripted overload"),
               fake_openai.error(429, "slow down", retry_after="0"),
               fake_openai.text("I think you should raise the learning rate!")]
     return [faults[(i // 3) % len(faults)] if i % 3 == 2
-            else fake_openai.good(random_edit(rng), "a random edit of the soak's LLM")
+            else fake_openai.steered(1, [{"knob": knob, "value": value}
+                                         for knob, value in random_edit(rng).items()],
+                                     "a random change of the soak's LLM")
             for i in range(calls)]
 
 
