@@ -317,7 +317,9 @@ def main() -> None:
     fallbacks = events(soak.directory, "llm_fallback")
     first, last = soak.segments[0], soak.segments[-1]
     longest = max(soak.segments, key=lambda s: s.life_s)
-    start_rss = first.first_trial_rss or first.rss[0][1]
+    # The first orchestrator that finished a trial: one killed before that has barely started.
+    start_rss = next((s.first_trial_rss for s in soak.segments if s.first_trial_rss),
+                     first.rss[0][1])
     end_rss = last.before_report_rss or last.rss[-1][1]
     after_report_rss = last.rss[-1][1]
     long_start = longest.first_trial_rss or longest.rss[0][1]
