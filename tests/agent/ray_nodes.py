@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,7 +82,7 @@ def node_ids(address: str) -> dict[str, str]:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, check=True, env={**os.environ, **TOKEN_AUTH})
     sockets: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
-    return {node_id: socket for node_id, socket in sockets.items()}
+    return sockets
 
 
 @dataclass
@@ -140,9 +142,10 @@ def stop_two_nodes(cluster: TwoNodes, port: int) -> None:
     current = CURRENT_CLUSTER.read_text().strip() if CURRENT_CLUSTER.exists() else ""
     if current.endswith(f":{port}"):
         CURRENT_CLUSTER.unlink()
+    shutil.rmtree(cluster.root, ignore_errors=True)
 
 
-def training_on(trials: Path, node: str) -> tuple[str, dict[str, int]] | None:
+def training_on(trials: Path, node: str) -> tuple[str, dict[str, Any]] | None:
     """A trial whose trainer runs on ``node`` now (its task said so, it has a log and no
     result yet): its folder's name and the task's ``worker.json``."""
     for worker in trials.glob(f"*/{WORKER_FILE}"):

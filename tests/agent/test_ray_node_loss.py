@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -123,7 +124,7 @@ def test_an_orchestrator_killed_while_both_nodes_train_reruns_each_trial_once(
     command = run_command(two_nodes.address, postgres_database)
     with (tmp_path / "first.log").open("w") as out:
         first = subprocess.Popen(command, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
-    in_flight: dict[str, dict[str, int]] = {}
+    in_flight: dict[str, dict[str, Any]] = {}
 
     def both_train() -> bool:
         for node in nodes:
