@@ -347,6 +347,9 @@ def main() -> None:
     if cluster is not None:
         figures.update({
             "node_kills": soak.node_kills,
+            "node_kills_mid_trial": sum(r["status"] == "interrupted"
+                                        and bool(r["metrics"].get("node"))
+                                        for r in books.records),
             "orchestrator_kills": kills - soak.node_kills,
             "re_runs": sum(bool(r["retry_of"]) for r in books.records),
             "orphans": left_alive,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from recipelab.runner.ray import WORKER_FILE, node_label
@@ -147,7 +148,8 @@ def stop_two_nodes(cluster: TwoNodes, port: int) -> None:
 
 def training_on(trials: Path, node: str) -> tuple[str, dict[str, Any]] | None:
     """A trial whose trainer runs on ``node`` now (its task said so, it has a log and no
-    result yet): its folder's name and the task's ``worker.json``."""
+    result, and its trainer process lives: a killed orchestrator's trials leave their
+    folders behind): its folder's name and the task's ``worker.json``."""
     for worker in trials.glob(f"*/{WORKER_FILE}"):
         out_dir = worker.parent
         try:
@@ -155,6 +157,14 @@ def training_on(trials: Path, node: str) -> tuple[str, dict[str, Any]] | None:
         except ValueError:
             continue  # being written
         if (said.get("node") == node and (out_dir / "trial.log").exists()
-                and not (out_dir / "result.json").exists()):
+                and not (out_dir / "result.json").exists() and alive(said["trainer_pid"])):
             return out_dir.name, said
     return None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie has ended)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -16,14 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from recipelab.runner.ray import node_label
 from tests.postgres import postgres_database, postgres_server
 
 from .conftest import read_jsonl, wait_for
-from .ray_nodes import TwoNodes, node_ids, start_two_nodes, stop_two_nodes, training_on
+from .ray_nodes import TwoNodes, alive, node_ids, start_two_nodes, stop_two_nodes, training_on
 from .test_ray_cluster import free_port
 
 __all__ = ["postgres_database", "postgres_server"]
@@ -53,10 +52,6 @@ def recipelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "recipelab", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120, check=False,
                           env={**os.environ, "COLUMNS": "200"})
-
-
-def gone(pid: int) -> bool:
-    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_a_node_killed_mid_trial_loses_nothing_and_comes_back_to_work(
@@ -113,7 +108,7 @@ def test_a_node_killed_mid_trial_loses_nothing_and_comes_back_to_work(
             f"{reruns[0]['trial_id']}") in status.stdout, status.stdout
     pids = seen["pids"]
     assert isinstance(pids, dict)
-    wait_for(lambda: gone(pids["trainer_pid"]), timeout_s=30)
+    wait_for(lambda: not alive(pids["trainer_pid"]), timeout_s=30)
 
 
 def test_an_orchestrator_killed_while_both_nodes_train_reruns_each_trial_once(
@@ -138,7 +133,7 @@ def test_an_orchestrator_killed_while_both_nodes_train_reruns_each_trial_once(
     assert len(in_flight) >= 2, "the campaign ended before trials ran on both nodes at once"
     # Ray ends a dead driver's tasks, and a trainer dies with its task's worker.
     trainers = [said["trainer_pid"] for said in in_flight.values()]
-    wait_for(lambda: all(gone(pid) for pid in trainers), timeout_s=60)
+    wait_for(lambda: not any(alive(pid) for pid in trainers), timeout_s=60)
 
     with (tmp_path / "second.log").open("w") as out:
         again = subprocess.run(command, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
