@@ -165,6 +165,7 @@ def training_on(trials: Path, node: str) -> tuple[str, dict[str, Any]] | None:
 def alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie has ended)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        status: str = psutil.Process(pid).status()
     except psutil.Error:
         return False
+    return status != psutil.STATUS_ZOMBIE
