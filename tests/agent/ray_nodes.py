@@ -168,4 +168,4 @@ def alive(pid: int) -> bool:
         status: str = psutil.Process(pid).status()
     except psutil.Error:
         return False
-    return status != psutil.STATUS_ZOMBIE
+    return bool(status != psutil.STATUS_ZOMBIE)
