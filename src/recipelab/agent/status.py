@@ -119,20 +119,22 @@ def _plan_text(event: dict[str, Any]) -> str | None:
     return f"{split} ({rung_text}{runs} stress runs planned)"
 
 
-def lost_lines(records: list[TrialRecord]) -> tuple[str, ...]:
+def lost_lines(ledger: Ledger) -> tuple[str, ...]:
     """One line per interrupted trial: the node it was lost on (when a cluster ran it) and
     the trial that re-ran it, so a person watching a cluster sees a dead node at once."""
-    reruns = {r.retry_of: r for r in records if r.retry_of}
+    reruns = {r.retry_of: r for r in ledger.records if r.retry_of}
+    pending = {r.trial_id for r in ledger.pending_retries("proxy")}  # the one re-run rule
     lines = []
-    for record in records:
-        if record.status != "interrupted":
-            continue
+    for record in (r for r in ledger.records if r.status == "interrupted"):
+        if (rerun := reruns.get(record.trial_id)) is not None:
+            then = f": re-run as {rerun.trial_id} ({rerun.status})"
+        elif record.trial_id in pending:
+            then = ": to re-run"
+        elif record.kind == "proxy":
+            then = ": a re-run lost again, not run a third time"
+        else:
+            then = ""
         node = record.measured.node
-        rerun = reruns.get(record.trial_id)
-        then = (f": re-run as {rerun.trial_id} ({rerun.status})" if rerun
-                else ": a re-run lost again, not run a third time"
-                if record.kind == "proxy" and record.retry_of
-                else ": to re-run" if record.kind == "proxy" else "")
         lines.append(f"{record.trial_id} ({record.kind}) interrupted"
                      + (f" on node {node}" if node else "") + then)
     return tuple(lines)
@@ -160,4 +162,4 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],
                       stress_verdicts=verdicts, noise=floor, marks=marks, winner=ledger.winner,
                       window=window, verdict=ledger.winner_line() if ledger.ranked else None,
-                      ladder=ladder_line(ledger), lost=lost_lines(records))
+                      ladder=ladder_line(ledger), lost=lost_lines(ledger))
