@@ -46,7 +46,7 @@ def test_each_finished_trial_is_one_short_line_with_its_gain_and_the_knobs_that_
     [edited] = [line for line in lines if line.startswith("p0002 proxy")]
     # the rate first, not eps (whose relative change is the largest); a paired gain
     assert edited.endswith("lr=0.02, eps=1e-10, init_std=0.01")
-    assert " vs baseline" in edited and "val_bpb " in edited
+    assert " vs baseline at seed 0" in edited and "val_bpb " in edited  # one seed, said so
     assert any(line.startswith("── top rung: 30 steps") for line in lines)
     stress = [line for line in lines if line.startswith("s0")]
     assert len(stress) == len([r for r in read_jsonl(tmp_path / "trajectory.jsonl")

@@ -115,5 +115,5 @@ def test_status_and_the_report_show_one_gain_per_trial_with_its_seeds(
     assert mark.endswith(", 3 seeds") and mark.startswith("+0.0567 [")
     floor = Ledger(records).noise
     assert floor is not None
-    table = to_markdown(Document("r", (top_trials(records, floor),)))
+    table = to_markdown(Document("r", (top_trials(Ledger(records)),)))
     assert f"| p0003 | 2.4000 | {mark} |" in table

@@ -62,7 +62,7 @@ def test_with_paired_seeds_the_report_gives_each_gain_its_interval_and_resolves_
     records = campaign(paired=True)
     floor = noise_floor(records)
     assert floor is not None and floor.kind == "paired"
-    text = markdown(summary(Ledger(records), context(), floor), top_trials(records, floor))
+    text = markdown(summary(Ledger(records), context()), top_trials(Ledger(records)))
     assert "paired noise floor" in text and "unpaired seed spread 0.6000" in text
     real, small = row_of(text, "p0003"), row_of(text, "p0004")
     assert "within noise" not in real and "| +0.0500 [+0.04" in real  # mean over three seeds
@@ -75,7 +75,7 @@ def test_before_any_seed_rerun_the_report_says_the_floor_is_unpaired() -> None:
     records = campaign(paired=False)
     floor = noise_floor(records)
     assert floor is not None and floor.kind == "unpaired"
-    text = markdown(summary(Ledger(records), context(), floor), top_trials(records, floor))
+    text = markdown(summary(Ledger(records), context()), top_trials(Ledger(records)))
     assert "unpaired noise floor: baseline val_bpb 2.5000 ± 0.6000" in text
     assert "within noise" in row_of(text, "p0003")  # the unpaired spread swallows it
     assert "Noise floor in use: unpaired." in text
@@ -99,7 +99,7 @@ def with_blocks(records: list[TrialRecord], jitter: float,
 
 def test_a_gains_slice_error_is_paired_and_far_below_a_scores_own() -> None:
     records = with_blocks(campaign(paired=True), jitter=0.001)
-    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
+    text = markdown(summary(Ledger(records), context()))
     assert "val_bpb's sampling error is ±0.0700" in text
     gain = float(re.search(r"a gain's is ±(\d\.\d+)", text)[1])  # type: ignore[index]
     assert gain < 0.001, "the text's own difficulty is shared by both trials and cancels"
@@ -108,31 +108,31 @@ def test_a_gains_slice_error_is_paired_and_far_below_a_scores_own() -> None:
 
 def test_a_slice_whose_gain_error_rivals_the_floor_is_called_out() -> None:
     records = with_blocks(campaign(paired=True), jitter=0.5)
-    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
+    text = markdown(summary(Ledger(records), context()))
     assert "not negligible: a larger eval_bytes would narrow it" in text
 
 
 def test_a_slice_that_is_the_whole_validation_text_says_so() -> None:
     records = with_blocks(campaign(paired=True), jitter=0.5, whole=True)
-    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
+    text = markdown(summary(Ledger(records), context()))
     assert "evaluation slice (the whole validation text)" in text
     assert "the whole validation text: no larger slice exists" in text
 
 
 def test_records_without_the_slice_error_say_it_was_not_recorded() -> None:
     records = [r.model_copy(update={"metrics": {}}) for r in campaign(paired=False)]
-    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
+    text = markdown(summary(Ledger(records), context()))
     assert "its sampling error of val_bpb was not recorded" in text
 
 
 def test_the_summary_says_how_many_search_trials_were_the_llms_and_how_many_fell_back() -> None:
     records = campaign(paired=False)
-    plain = markdown(summary(Ledger(records), context(), noise_floor(records)))
+    plain = markdown(summary(Ledger(records), context()))
     assert "LLM" not in plain, "a night without an LLM says nothing about one"
     records += [record("p0005", 2.47, proposer="llm:smollm2", lr=0.005),
                 record("p0006", 2.48, proposer="tpe", lr=0.006,
                        artifacts={FALLBACK_ARTIFACT: "trials/p0006/fallback.txt"})]
-    text = markdown(summary(Ledger(records), context(), noise_floor(records)))
+    text = markdown(summary(Ledger(records), context()))
     assert ("the LLM proposed 1 of 4 search trials; the sampler took 1 of its turns when it "
             "failed") in text
 
@@ -141,7 +141,7 @@ def test_the_summary_sets_the_pick_against_the_baseline_at_its_best_rate() -> No
     from tests.trajectory.test_ladder import PROXIES, family, top
 
     records = [*PROXIES, *top({"p0001": (0.20, 0.22, 0.21)}), *family((1.20, 1.30, 1.25))]
-    text = " ".join(markdown(summary(Ledger(records), context(), noise_floor(records))).split())
+    text = " ".join(markdown(summary(Ledger(records), context())).split())
     assert ("no better than lowering the learning rate: it beats the baseline at its own rate "
             "by +0.2100") in text
     assert "not the baseline at 0.5× its rate" in text

@@ -44,7 +44,7 @@ def test_a_stress_run_at_its_proxys_rate_shows_the_rate_alone() -> None:
 def test_no_recipe_is_recommended_when_every_finalists_stress_run_diverged() -> None:
     records = [record("p0001", "proxy", 0.01),
                record("s0000", "stress", 0.01, parent="p0001", verdict="diverged", curve=CURVE)]
-    section = recommendation(Ledger(records), ReportContext("nightly", get_target("toy"), "tiny"), None)
+    section = recommendation(Ledger(records), ReportContext("nightly", get_target("toy"), "tiny"))
     text = to_markdown(Document("report", (section,)))
     assert "Nothing to recommend: every finalist's own stress run diverged" in text
 

@@ -14,7 +14,6 @@ from recipelab.report.why import decision, dropped_sentence, minimal_sentence, w
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.attribution import RESULT_KIND
 from recipelab.trajectory.ledger import Ledger
-from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 
 
@@ -80,7 +79,7 @@ def test_while_the_baseline_leads_there_is_no_edit_to_explain() -> None:
 
 def test_edit_columns_are_compact_and_the_seed_is_no_knob(attributed_campaign: Path) -> None:
     records = records_of(attributed_campaign)
-    table = next(b for b in top_trials(records, noise_floor(records)).blocks
+    table = next(b for b in top_trials(Ledger(records)).blocks
                  if isinstance(b, Table))
     edits = {row[1]: row[5] for row in table.rows}
     assert edits["p0003"] == "lr=0.003, eps=1e-10"  # the rate first, whatever moved most

@@ -291,7 +291,7 @@ def test_the_report_and_the_export_recommend_the_same_learning_rate(
     exported = Recipe.model_validate_json((out / "recipe.json").read_text()).optimizer.lr
     with TrajectoryStore(directory, "nightly", readonly=True) as store:
         records = store.records()
-    section = recommendation(Ledger(records), ReportContext("nightly", get_target("toy"), "tiny"), None)
+    section = recommendation(Ledger(records), ReportContext("nightly", get_target("toy"), "tiny"))
     table = next(b for b in section.blocks if isinstance(b, Table))
     shown = {row[0]: row[2] for row in table.rows}["optimizer.lr"]
     assert shown == f"{exported:.4g}"

@@ -105,7 +105,8 @@ class ReadableLines:
             self.baseline.setdefault((tokens, seed), value)
             return "baseline"
         reference = self.baseline.get((tokens, seed))
-        return f"{reference - value:+.4f} vs baseline" if reference is not None else ""
+        return (f"{reference - value:+.4f} vs baseline at seed {seed}" if reference is not None
+                else "")
 
     def _trial_finished(self, event: Mapping[str, Any]) -> str:
         trial, kind = str(event.get("trial_id")), str(event.get("kind"))

@@ -11,9 +11,8 @@ from typing import Any
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import split_text
 from recipelab.eventlog import EVENTS_FILE, read_events
-from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.trajectory.ledger import Ledger, Winner
-from recipelab.trajectory.noise import NoiseFloor, paired_gain
+from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
 
 BEST_SHOWN = 10
@@ -157,8 +156,7 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
     floor = ledger.noise
     complete = ledger.ranked  # seed re-runs are evidence about a candidate, not rows of their own
     marks = {r.trial_id: gain.describe() for r in complete  # the report's label, seeds and all
-             if floor is not None and r.proposer != BASELINE_PROPOSER
-             and (gain := paired_gain(r, records, floor)) is not None}
+             if (gain := ledger.proxy_gain(r)) is not None}
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],
                       stress_verdicts=verdicts, noise=floor, marks=marks, winner=ledger.winner,
                       window=window, verdict=ledger.winner_line() if ledger.ranked else None,

@@ -25,7 +25,7 @@ from recipelab.text import compact_edit
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
 from recipelab.trajectory.horizon import HorizonFit, horizon_rule
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
-from recipelab.trajectory.noise import NoiseFloor, noise_floor, paired_gain
+from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.distance import distance_lines, load_verified
 from recipelab.transfer.export import Exported, ExportOptions, recommended_export
@@ -54,22 +54,22 @@ def _stress_of(records: Sequence[TrialRecord]) -> dict[str, TrialRecord]:
     return found
 
 
-def summary(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None) -> Section:
-    records = ledger.records
-    proxies = ledger.proxies
-    counts = Counter(r.status for r in proxies)
-    scored = sorted(scored_proxies(records), key=lambda r: (r.val_bpb, r.trial_id))
+def summary(ledger: Ledger, ctx: ReportContext) -> Section:
+    records, noise = ledger.records, ledger.noise
+    counts = Counter(r.status for r in ledger.proxies)
     items = [f"target: {ctx.target.name} ({ctx.target.params:,} parameters); proxy preset: {ctx.preset}",
              "proxy trials: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none yet"),
              f"rung runs: {sum(r.kind == 'rung' and r.is_terminal for r in records)}",
              f"top-rung (stress) runs: {sum(r.kind == 'stress' and r.is_terminal for r in records)}"]
-    if scored:
+    best = ledger.best
+    if best is not None:
         items[:0] = [ledger.winner_line(),  # the same line as the console and status
                      f"next: 'recipelab export {ctx.campaign} --out cloud/ --target "
                      f"{ctx.target.name}' writes the cloud run's recipe and its prediction"]
-        best = scored[0]
-        items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)} ({best.proposer}: "
-                     f"{compact_edit(best.edit, baseline_knobs(records))})")
+        gain = ledger.proxy_gain(best)
+        items.append(f"best proxy trial: {best.trial_id} val_bpb {_fmt(best.val_bpb)}"
+                     + (f", gain {gain.describe()}" if gain is not None else "")
+                     + f" ({best.proposer}: {compact_edit(best.edit, baseline_knobs(records))})")
     if noise is not None:
         items.append(noise.summary())
     else:
@@ -135,8 +135,9 @@ def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sectio
         Image("val_bpb.png", plots.progress(records, noise), "val_bpb by iteration")))
 
 
-def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Section:
-    scored = Ledger(records).ranked[:TOP_N]  # a seed re-run is its candidate's evidence, not a row
+def top_trials(ledger: Ledger) -> Section:
+    records, noise = ledger.records, ledger.noise
+    scored = ledger.ranked[:TOP_N]  # a seed re-run is its candidate's evidence, not a row
     if not scored:
         return Section("Top 10 proxy trials", (Paragraph("No proxy trial has completed yet."),))
     stress = _stress_of(records)
@@ -144,7 +145,7 @@ def top_trials(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sect
     rows = []
     for rank, r in enumerate(scored, start=1):
         assert r.val_bpb is not None
-        gain = None if noise is None else paired_gain(r, records, noise)
+        gain = ledger.proxy_gain(r)
         mark = "" if gain is None else gain.describe()
         run = stress.get(r.trial_id)
         rows.append((str(rank), r.trial_id, _fmt(r.val_bpb), mark or "—", r.proposer,
@@ -412,7 +413,7 @@ def rank_agreement(records: Sequence[TrialRecord]) -> Section:
               "proxy against stress results")))
 
 
-def recommendation(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None) -> Section:
+def recommendation(ledger: Ledger, ctx: ReportContext) -> Section:
     title = "Recommendation for the cloud run"
     found = recommend(ledger, ctx.target, ctx.rates)
     if found is None:
@@ -439,7 +440,7 @@ def recommendation(ledger: Ledger, ctx: ReportContext, noise: NoiseFloor | None)
     check = width_check(records)
     if check is not None:
         items += (("one size up: " if check.held else "caution: one size up, ") + check.describe(),)
-    gain = paired_gain(rec.winner, records, noise) if noise is not None else None
+    gain = ledger.proxy_gain(rec.winner)
     if exported.memory_problem is not None:
         items += (f"caution: at the default {recommended.options.gpu_memory_gib:g} GiB per GPU "
                   f"the recipe does not fit: {exported.memory_problem}",)
@@ -495,15 +496,14 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: 
 def build_document(ledger: Ledger, ctx: ReportContext) -> Document:
     """The report of the campaign's ``ledger``: the same reading of its records (its
     ``--promote``, its rungs) as the campaign, ``status`` and ``export``."""
-    records = ledger.records
-    noise = noise_floor(records)
+    records, noise = ledger.records, ledger.noise
     # the first screen: the verdict and what to do with it, then the search at a glance;
     # the explanation and the evidence follow
-    sections = [summary(ledger, ctx, noise), progress(records, noise), why_this_recipe(ledger),
-                top_trials(records, noise), rung_runs(ledger, ctx.horizon_fits), stress_runs(records),
+    sections = [summary(ledger, ctx), progress(records, noise), why_this_recipe(ledger),
+                top_trials(ledger), rung_runs(ledger, ctx.horizon_fits), stress_runs(records),
                 importance(records), *reasons(records),
                 resources(records), energy(records), rank_agreement(records),
-                recommendation(ledger, ctx, noise)]
+                recommendation(ledger, ctx)]
     if ctx.live is None:
         return Document(f"recipelab report: campaign {ctx.campaign}", tuple(sections))
     return Document(f"recipelab report: campaign {ctx.campaign} (running)",

@@ -83,6 +83,7 @@ from recipelab.trajectory.ladder import (
 )
 from recipelab.trajectory.noise import (
     SEED_RERUN_PROPOSER,
+    Gain,
     NoiseFloor,
     noise_floor,
     paired_gain,
@@ -284,6 +285,7 @@ class Ledger:
         self.rung_size = rung_size
         self.eta = eta
         self.looks = looks
+        self._gains: dict[str, Gain | None] = {}
 
     def of_kind(self, kind: str) -> list[TrialRecord]:
         return [r for r in self.records if r.kind == kind]
@@ -586,7 +588,7 @@ class Ledger:
         winner = self.winner
         if winner is None:
             return f"no winner: {self.no_winner_reason}"
-        gain = paired_gain(winner.record, self.proxies, self.noise) if self.noise else None
+        gain = self.proxy_gain(winner.record)
         evidence = {"stress": winner.stress, "rung": winner.rung}.get(winner.evidence)
         where = (f"{winner.evidence} at {evidence.budget_steps} steps"
                  if evidence is not None else
@@ -634,6 +636,19 @@ class Ledger:
         warning the report shows, not a refutation (a converged run is flat), and a run that
         failed without a verdict (a crash, a timeout) says nothing about the recipe."""
         return any(s.verdict == "diverged" for s in self.stress_runs_of(proxy_id))
+
+    def proxy_gain(self, record: TrialRecord) -> Gain | None:
+        """``record``'s gain over the baseline at the proxy's steps, over every seed of its
+        recipe, with its 90% interval (:func:`paired_gain`); None for the baseline's own seeds
+        (the control) and before the noise floor is measured. Computed once per trial:
+        ``status``, the report and the winner line show this one number, labelled with its
+        seeds (:meth:`Gain.describe`)."""
+        if record.trial_id not in self._gains:
+            floor = self.noise
+            self._gains[record.trial_id] = (
+                None if floor is None or record.proposer == BASELINE_PROPOSER
+                else paired_gain(record, self.proxies, floor))
+        return self._gains[record.trial_id]
 
     def seed_mean(self, record: TrialRecord) -> float | None:
         values = [r.val_bpb for r in seed_family(record, self.proxies) if r.val_bpb is not None]
@@ -729,7 +744,7 @@ class Ledger:
                 rung: TrialRecord | None = None) -> Winner:
         mean = self.seed_mean(pick)
         assert mean is not None
-        gain = paired_gain(pick, self.proxies, self.noise) if self.noise else None
+        gain = self.proxy_gain(pick)
         return Winner(record=pick, mean_val_bpb=mean, seeds=len(seed_family(pick, self.proxies)),
                       within_noise=gain.is_noise if gain is not None else None,
                       evidence=evidence, stress=stress, rung=rung)
