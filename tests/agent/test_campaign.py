@@ -8,10 +8,12 @@ import inspect
 from pathlib import Path
 
 import pytest
+import torch
 
 from recipelab.agent import campaign as campaign_module
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.settings import CampaignSettings, SettingsError
+from recipelab.guardrails.hardware import resolve_device
 from recipelab.trajectory import TrajectoryStore
 
 from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
@@ -152,3 +154,22 @@ def assigned(node: ast.AST) -> list[ast.expr]:
                [node.target] if isinstance(node, ast.AnnAssign) else [])
     return [leaf for target in targets
             for leaf in (target.elts if isinstance(target, ast.Tuple) else [target])]
+
+
+needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
+
+
+@needs_no_cuda
+def test_device_cuda_without_a_gpu_is_refused_with_the_fix(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    with pytest.raises(ValueError, match="--device cpu"):
+        resolve_device("cuda")
+    with pytest.raises(SettingsError, match="sees no CUDA GPU"):
+        Campaign(tiny_settings.model_copy(update={"device": "cuda"}), tmp_path)
+
+
+def test_a_campaign_judges_the_requested_device(
+        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
+    campaign = Campaign(tiny_settings.model_copy(update={"device": "cpu"}), tmp_path)
+    assert campaign.device == resolve_device("cpu")
+    campaign.executor.close()

@@ -1,4 +1,5 @@
-"""hardware: precision against the device; detect_device() on this machine."""
+"""hardware: precision against the device; detect_device() on this machine; the device
+``--device`` names (a campaign judges it: tests/agent/test_campaign.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from recipelab.guardrails.hardware import (
     cpu_model_name,
     cpu_native_bf16,
     cuda_native_bf16,
+    resolve_device,
 )
 from tests.guardrails.factories import A100, BASELINE, CPU, H100, OLD_CPU, context
 
@@ -140,3 +142,8 @@ def test_this_machines_detected_bf16_follows_its_cpuinfo_flags() -> None:
     """One detection: what detect_device reports is the flag rule applied to /proc/cpuinfo."""
     cpuinfo = CPUINFO.read_text() if CPUINFO.exists() else ""
     assert detect_device().native_bf16 is cpu_native_bf16(cpu_flags(cpuinfo))
+
+
+def test_device_cpu_is_judged_as_the_cpu() -> None:
+    device = resolve_device("cpu")
+    assert device.kind == "cpu" and device.compute_capability is None

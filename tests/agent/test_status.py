@@ -1,46 +1,16 @@
-"""The guardrails judge the device ``--device`` asks for; ``status`` counts each trial once."""
+"""``recipelab status``: each trial counted once, each lost trial named with its node and
+its one re-run, and one gain per trial with its seeds, as the report shows it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-import torch
-
-from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, SettingsError
+from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.status import campaign_status
-from recipelab.guardrails.hardware import resolve_device
 from recipelab.recipe import proxy_recipe
 from recipelab.report.document import Document
 from recipelab.report.render import to_markdown
 from recipelab.report.sections import top_trials
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
-
-needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
-
-
-def test_device_cpu_is_judged_as_the_cpu() -> None:
-    device = resolve_device("cpu")
-    assert device.kind == "cpu" and device.compute_capability is None
-
-
-@needs_no_cuda
-def test_device_cuda_without_a_gpu_is_refused_with_the_fix(
-        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
-    with pytest.raises(ValueError, match="--device cpu"):
-        resolve_device("cuda")
-    with pytest.raises(SettingsError, match="sees no CUDA GPU"):
-        Campaign(tiny_settings.model_copy(update={"device": "cuda"}), tmp_path)
-
-
-def test_a_campaign_judges_the_requested_device(
-        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
-    campaign = Campaign(tiny_settings.model_copy(update={"device": "cpu"}), tmp_path)
-    assert campaign.device == resolve_device("cpu")
-    campaign.executor.close()
-
 
 RECIPE = proxy_recipe("tiny").model_dump(mode="json")
 
