@@ -72,7 +72,8 @@ from recipelab.guardrails import GuardContext, detect_device, judge
 from recipelab.proposer import ClassicalProposer, Observation, Proposer, default_space
 from recipelab.proposer.classical import SamplerName
 from recipelab.proposer.hybrid import HybridProposer
-from recipelab.proposer.llm import LLMConfig, LLMProposer, StructuredOutput
+from recipelab.proposer.llm import LLMProposer
+from recipelab.proposer.llm_endpoint import LLMConfig, StructuredOutput
 from recipelab.proposer.space import SearchSpace
 from recipelab.recipe import (
     BASELINE_PROPOSER,

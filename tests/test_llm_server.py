@@ -31,7 +31,8 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from recipelab.proposer import default_space
-from recipelab.proposer.llm import LLMConfig, LLMProposer, LLMUnavailable
+from recipelab.proposer.llm import LLMProposer
+from recipelab.proposer.llm_endpoint import LLMConfig, LLMUnavailable
 from recipelab.recipe import BASELINE_PROPOSER, proxy_recipe
 from tests import llm_server
 from tests.llm_server import LlmServer

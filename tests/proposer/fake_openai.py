@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from recipelab.proposer.llm import LLMConfig
+from recipelab.proposer.llm_endpoint import LLMConfig
 
 MODEL_ID = "fake-model"
 TEST_API_KEY = "sk-test-3f9c2a7e1d5b4c8a"

@@ -18,7 +18,8 @@ from recipelab.proposer import (
     default_space,
 )
 from recipelab.proposer.hybrid import MAX_RETRY_PAUSE
-from recipelab.proposer.llm import LLMProposer, LLMUnavailable
+from recipelab.proposer.llm import LLMProposer
+from recipelab.proposer.llm_endpoint import LLMUnavailable
 from recipelab.recipe import FALLBACK_ARTIFACT, proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
 from tests.proposer.fake_openai import (

@@ -10,7 +10,8 @@ import pytest
 from optuna.trial import TrialState
 
 from recipelab.proposer import ClassicalProposer, Observation, default_space
-from recipelab.proposer.llm import LLMProposer, decoding_schema
+from recipelab.proposer.llm import LLMProposer
+from recipelab.proposer.llm_endpoint import decoding_schema
 from recipelab.proposer.prompt import HYPOTHESIS_CHARS as PROMPT_HYPOTHESIS_CHARS
 from recipelab.proposer.steer import (
     MAX_CHANGES,

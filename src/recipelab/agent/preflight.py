@@ -516,7 +516,7 @@ def check_llm(settings: CampaignSettings, baseline: Recipe) -> CheckResult | Non
     if not llm_configured(settings) or proposer_name(settings) == "classical":
         return None
     from recipelab.proposer import default_space
-    from recipelab.proposer.llm import LLMConfig, LLMUnavailable
+    from recipelab.proposer.llm_endpoint import LLMConfig, LLMUnavailable
 
     fix = ("start the LLM server (or fix its URL); --proposer classical runs without it and "
            "silences this")

@@ -87,7 +87,8 @@ def llm_proposer(settings: CampaignSettings, baseline: Recipe, space: SearchSpac
     sampler's candidates and adjusts one); ``config`` overrides :class:`LLMConfig` fields
     (the preflight's shorter timeouts). The preflight's probe is built here too, so it is one
     ordinary turn."""
-    from recipelab.proposer.llm import LLMConfig, LLMProposer
+    from recipelab.proposer.llm import LLMProposer
+    from recipelab.proposer.llm_endpoint import LLMConfig
 
     overrides = {key: value for key, value in {
         "base_url": settings.proposer.llm_base_url, "model": settings.proposer.llm_model,

@@ -19,7 +19,8 @@ from recipelab.proposer.base import Observation, Proposal, Proposer
 if TYPE_CHECKING:
     from recipelab.proposer.classical import ClassicalProposer
     from recipelab.proposer.hybrid import HybridProposer
-    from recipelab.proposer.llm import LLMConfig, LLMProposer, LLMUnavailable
+    from recipelab.proposer.llm import LLMProposer
+    from recipelab.proposer.llm_endpoint import LLMConfig, LLMUnavailable
     from recipelab.proposer.space import Knob, SearchSpace, default_space
 
     PROPOSERS: dict[str, type[Proposer]]
@@ -32,14 +33,14 @@ def __getattr__(name: str) -> Any:
     """The space and the proposers, imported on first use of any of their names."""
     if name not in _LAZY:  # submodules too: the import system asks for them here first
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from recipelab.proposer import classical, hybrid, llm, space
+    from recipelab.proposer import classical, hybrid, llm, llm_endpoint, space
 
     proposers = (classical.ClassicalProposer, llm.LLMProposer, hybrid.HybridProposer)
     globals().update({
         "PROPOSERS": {proposer.name: proposer for proposer in proposers},
         "ClassicalProposer": classical.ClassicalProposer, "HybridProposer": hybrid.HybridProposer,
-        "LLMConfig": llm.LLMConfig, "LLMProposer": llm.LLMProposer,
-        "LLMUnavailable": llm.LLMUnavailable, "Knob": space.Knob,
+        "LLMConfig": llm_endpoint.LLMConfig, "LLMProposer": llm.LLMProposer,
+        "LLMUnavailable": llm_endpoint.LLMUnavailable, "Knob": space.Knob,
         "SearchSpace": space.SearchSpace, "default_space": space.default_space})
     return globals()[name]
 

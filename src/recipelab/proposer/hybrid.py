@@ -25,7 +25,8 @@ import math
 from fractions import Fraction
 
 from recipelab.proposer.base import Observation, Proposal, Proposer
-from recipelab.proposer.llm import TERMINAL_STATUSES, LLMUnavailable, iteration, next_iteration
+from recipelab.proposer.llm import TERMINAL_STATUSES, iteration, next_iteration
+from recipelab.proposer.llm_endpoint import LLMUnavailable
 from recipelab.recipe import FALLBACK_ARTIFACT
 
 SHARE_DENOMINATOR = 10_000  # the share is exact to 1/10,000, so 0.3 is 30 turns in 100
