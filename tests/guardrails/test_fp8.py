@@ -16,10 +16,10 @@ import torch
 from recipelab.guardrails import check_hardware
 from recipelab.guardrails.fp8 import fp8_shape_reasons
 from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
-from recipelab.trainer.data import byte_tokenizer
 from recipelab.trainer.device import autocast, linear_factory
 from recipelab.trainer.evaluate import bits_per_byte
 from recipelab.trainer.model import GPT
+from recipelab.trainer.tokenizer import byte_tokenizer
 from tests.guardrails.factories import BASELINE, H100, context
 from tests.trainer import te_standin
 from tests.trainer.test_fp8 import OnMeta, train_step

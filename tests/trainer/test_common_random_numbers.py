@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from recipelab.recipe import Recipe, proxy_recipe
-from recipelab.trainer.data import load_dataset, sample_batch
+from recipelab.trainer.batches import sample_batch
+from recipelab.trainer.data import load_dataset
 from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 

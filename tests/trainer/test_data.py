@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -10,36 +9,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 from tokenizers import Tokenizer as HFModel
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from recipelab.trainer import data
 from recipelab.trainer.data import (
     EVAL_PIECE_BYTES,
     DataError,
     Dataset,
-    bpe_tokenizer,
-    byte_tokenizer,
     load_dataset,
-    sample_batch,
     spread_slice,
     spread_tokens,
 )
 from recipelab.trainer.spec import CorpusSpec
-
-WORDS = ["alpha", "beta", "gamma", "recipe", "proxy", "loss", "café", "naïve", "über",
-         "λόγος", "日本語", "データ", "🙂", "x = 1", "def f():"]
-ASCII_WORDS = [w for w in WORDS if w.isascii()]
-
-
-def prose(lines: int, seed: int = 0, words: list[str] = WORDS) -> str:
-    """Deterministic multi-line text; mixes 1- to 4-byte UTF-8 characters by default."""
-    rng = random.Random(seed)
-    return "".join(
-        " ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + "\n"
-        for _ in range(lines)
-    )
+from tests.trainer.text_samples import ASCII_WORDS, prose
 
 
 def corpus(tmp_path: Path, source: Path | str, **options: Any) -> CorpusSpec:
@@ -178,64 +160,6 @@ def test_the_python_source_corpus_defaults_to_an_8_mib_cap(tmp_path: Path) -> No
     assert 8 * 2**20 - 4 < corpus_bytes(ds) <= 8 * 2**20
 
 
-# --- tokenizers ---------------------------------------------------------------------------------
-
-
-def test_the_byte_tokenizer_encodes_utf8_bytes_and_every_token_is_one_byte() -> None:
-    tok = byte_tokenizer()
-    ids = tok.encode("é🙂a")
-    assert ids.dtype == np.int32
-    assert ids.tolist() == list("é🙂a".encode())
-    assert tok.name == "byte" and tok.vocab_size == 256
-    assert tok.token_bytes.dtype == np.int64 and (tok.token_bytes == 1).all()
-    assert tok.decode(ids) == "é🙂a"
-
-
-def test_bpe_round_trips_non_ascii_text_and_token_bytes_sum_to_its_utf8_length(
-        tmp_path: Path) -> None:
-    tok = bpe_tokenizer(prose(300), 400, tmp_path)
-    text = prose(20, seed=99) + "unseen: ñ 𝄞 \x00 \t end"
-    ids = tok.encode(text)
-    assert tok.name == "bpe-400" and ids.dtype == np.int32
-    assert tok.decode(ids) == text
-    assert int(tok.token_bytes[ids].sum()) == len(text.encode())
-    assert len(ids) < len(text.encode()), "merges were learned"
-
-
-def test_bpe_reports_the_requested_vocab_size_even_when_fewer_merges_are_learned(
-        tmp_path: Path) -> None:
-    tok = bpe_tokenizer("tiny tiny text\n", 4096, tmp_path)
-    assert tok.vocab_size == 4096 and tok.token_bytes.shape == (4096,)
-    assert tok.encode("any text at all: ☃").max() < 300
-
-
-def test_a_second_bpe_call_on_the_same_text_loads_the_cached_json_instead_of_training(
-        tmp_path: Path) -> None:
-    text = prose(100)
-    first = bpe_tokenizer(text, 300, tmp_path)
-    [cached] = tmp_path.glob("bpe-300-*.json")
-    stamp = cached.stat().st_mtime_ns
-    second = bpe_tokenizer(text, 300, tmp_path)
-    assert cached.stat().st_mtime_ns == stamp and len(list(tmp_path.iterdir())) == 1
-    assert np.array_equal(first.encode(text), second.encode(text))
-
-
-def test_bpe_encodes_a_long_text_in_chunks_to_exactly_the_ids_of_one_encode_call(
-        tmp_path: Path) -> None:
-    text = "".join(("    " if i % 3 else "") + line for i, line in
-                   enumerate(prose(6000, 5).splitlines(keepends=True)))
-    tok = bpe_tokenizer(text, 400, tmp_path)
-    [cached] = tmp_path.glob("bpe-*.json")
-    whole = HFModel.from_file(str(cached)).encode(text).ids
-    assert len(text) > 4 * data.ENCODE_CHUNK_CHARS
-    assert tok.encode(text).tolist() == whole
-
-
-def test_bpe_needs_a_vocab_of_at_least_one_id_per_byte(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match=r"vocab_size >= 256.*byte tokenizer"):
-        bpe_tokenizer("text", 200, tmp_path)
-
-
 # --- split and eval slice -------------------------------------------------------------------------
 
 
@@ -279,44 +203,6 @@ def test_max_bytes_caps_a_text_corpus(tmp_path: Path) -> None:
     ds = load(corpus(tmp_path, path, max_bytes=20_000))
     assert 20_000 - 4 < corpus_bytes(ds) <= 20_000
     assert text_of(ds.train).decode(), "the cap does not split a character"
-
-
-# --- batches ------------------------------------------------------------------------------------
-
-
-def test_a_batch_is_int64_windows_of_train_with_targets_shifted_by_one() -> None:
-    train = np.arange(10_000, dtype=np.int32)
-    x, y = sample_batch(train, batch_size=4, seq_len=16, seed=0, step=0)
-    assert x.shape == y.shape == (4, 16)
-    assert x.dtype == y.dtype == torch.int64
-    assert torch.equal(y, x + 1), "each row is a contiguous window; y is x shifted by one"
-    assert x.is_contiguous() and y.is_contiguous()
-
-
-def test_batches_depend_only_on_seed_and_step_so_a_resumed_run_sees_the_same_data() -> None:
-    train = np.arange(100_000, dtype=np.int32)
-    uninterrupted = [sample_batch(train, 8, 32, seed=7, step=s)[0] for s in range(6)]
-    resumed = sample_batch(train, 8, 32, seed=7, step=5)[0]
-    assert torch.equal(resumed, uninterrupted[5])
-
-
-def test_batches_differ_across_steps_and_across_seeds() -> None:
-    train = np.arange(100_000, dtype=np.int32)
-    base = sample_batch(train, 8, 32, seed=1, step=3)[0]
-    assert not torch.equal(base, sample_batch(train, 8, 32, seed=1, step=4)[0])
-    assert not torch.equal(base, sample_batch(train, 8, 32, seed=2, step=3)[0])
-
-
-def test_batches_can_be_drawn_from_a_uint16_memmap(tmp_path: Path) -> None:
-    np.arange(5_000, dtype=np.uint16).tofile(tmp_path / "train.bin")
-    train = np.memmap(tmp_path / "train.bin", dtype=np.uint16, mode="r")
-    x, y = sample_batch(train, 2, 8, seed=0, step=0)
-    assert torch.equal(y, x + 1) and int(x.max()) < 5_000
-
-
-def test_a_train_array_shorter_than_one_sequence_cannot_be_sampled() -> None:
-    with pytest.raises(DataError, match=r"10 training tokens.*seq_len 16"):
-        sample_batch(np.arange(10, dtype=np.int32), 1, 16, seed=0, step=0)
 
 
 # --- caching ------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from torch import nn
 
 from recipelab.ratio import ratio_stderr
 from recipelab.recipe import FP8_TOKEN_MULTIPLE, Shape, proxy_recipe
-from recipelab.trainer.data import bpe_tokenizer, byte_tokenizer
 from recipelab.trainer.evaluate import (
     EVAL_BLOCKS,
     BitsPerByte,
@@ -28,6 +27,7 @@ from recipelab.trainer.evaluate import (
     padded_size,
 )
 from recipelab.trainer.model import GPT
+from recipelab.trainer.tokenizer import bpe_tokenizer, byte_tokenizer
 
 REL = 1e-6
 CPU = torch.device("cpu")

@@ -17,10 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
-from recipelab.trainer.data import byte_tokenizer, sample_batch
+from recipelab.trainer.batches import sample_batch
 from recipelab.trainer.device import autocast, linear_factory
 from recipelab.trainer.evaluate import bits_per_byte
 from recipelab.trainer.model import GPT
+from recipelab.trainer.tokenizer import byte_tokenizer
 from tests.trainer import te_standin
 from tests.trainer.te_standin import FP8State
 

@@ -19,16 +19,15 @@ from typer.testing import CliRunner
 from recipelab.cli import app
 from recipelab.recipe import proxy_recipe
 from recipelab.trainer import tokenize as tokenize_module
-from recipelab.trainer.data import (
+from recipelab.trainer.data import load_dataset, read_corpus_text
+from recipelab.trainer.spec import CorpusSpec
+from recipelab.trainer.tokenize import tokenize_corpus
+from recipelab.trainer.tokenizer import (
     HFTokenizer,
     byte_tokenizer,
     byte_tokenizer_json,
-    load_dataset,
-    read_corpus_text,
     tokenizer_from_file,
 )
-from recipelab.trainer.spec import CorpusSpec
-from recipelab.trainer.tokenize import tokenize_corpus
 
 CHUNK = 8192  # many chunks from the ~470 KB python-docs corpus, so the pool has work to order
 

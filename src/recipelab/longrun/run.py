@@ -72,8 +72,9 @@ from recipelab.longrun.spike import SpikeTrace, rare_batch, rarest_tokens
 from recipelab.recipe import Recipe, StrictModel
 from recipelab.tracking import TrackingUnavailable, check_tracking_uri
 from recipelab.trainer import checkpoint
+from recipelab.trainer.batches import sample_batch
 from recipelab.trainer.core import build_model, build_optimizer
-from recipelab.trainer.data import Dataset, load_dataset, sample_batch
+from recipelab.trainer.data import Dataset, load_dataset
 from recipelab.trainer.device import (
     autocast,
     check_precision,

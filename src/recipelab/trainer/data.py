@@ -1,13 +1,12 @@
-"""Training data: corpora, tokenizers, a deterministic split and a fixed evaluation slice.
+"""Training data: corpora, a deterministic split and a fixed evaluation slice, tokenized once
+(tokenizers: :mod:`recipelab.trainer.tokenizer`; batches: :mod:`recipelab.trainer.batches`).
 
 Every trial of a campaign must be scored on the same held-out bytes, or val_bpb would not
 compare across trials. So the split is a pure function of the corpus (the last
 ``val_fraction`` of the text, cut at a newline), the evaluation slice is ``eval_bytes`` bytes
 drawn in evenly spaced pieces across the whole validation text (:func:`spread_slice`: the
 first bytes alone would be a few neighbouring files, whose windows are not independent), and
-each tokenizer reports how many UTF-8
-bytes every token id stands for (``token_bytes``), so the bytes behind any run of eval
-tokens is ``token_bytes[ids].sum()`` whatever the tokenizer.
+its bytes are counted through the tokenizer's ``token_bytes``.
 
 Each trial is a fresh process, and tokenizing a few MiB of text takes seconds, so the
 tokenized arrays are cached as ``.npy`` files keyed by a cheap fingerprint (file paths,
@@ -15,8 +14,7 @@ sizes and mtimes, or the Python version for the built-in corpora) and memory-map
 next load. A corpus capped by ``max_bytes`` (``--corpus-max-bytes``; a campaign sets it to
 what its longest run reads) is streamed: files in sorted order, Parquet in small batches,
 stopping once the cap is reached, so a FineWeb-Edu sample of tens of GB costs what the
-campaign uses, not its size. :func:`sample_batch` draws batches from ``(seed, step)`` alone, so a resumed run
-sees exactly the batches an uninterrupted one would.
+campaign uses, not its size.
 """
 
 from __future__ import annotations
@@ -24,12 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import sys
 import sysconfig
 import tempfile
 import warnings
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -41,43 +37,36 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
-from tokenizers import Tokenizer as HFModel
-from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from recipelab import environment
-from recipelab.errors import RecipelabError
 from recipelab.locking import FileLock
-from recipelab.recipe import BYTE_VOCAB
-from recipelab.trainer.spec import CorpusSpec
+from recipelab.trainer.spec import CorpusSpec, DataError
+from recipelab.trainer.tokenizer import (
+    HFTokenizer,
+    TokenArray,
+    Tokenizer,
+    bpe_tokenizer,
+    byte_tokenizer,
+    load_tokenizer_json,
+)
 
 __all__ = [
     "DataError",
     "Dataset",
-    "Tokenizer",
     "bin_dtype",
-    "bpe_tokenizer",
-    "byte_tokenizer",
-    "byte_tokenizer_json",
     "load_dataset",
     "read_corpus_text",
-    "sample_batch",
-    "text_chunks",
     "tokenizer_cache_dir",
-    "tokenizer_from_file",
 ]
 
-TokenArray = npt.NDArray[np.integer[Any]]
 SourceKind = Literal["python-docs", "python-source", "text", "parquet", "bin"]
 
 BUILTIN_CORPORA: tuple[SourceKind, ...] = ("python-docs", "python-source")
 TOKENIZERS = ("byte", "bpe")
 TEXT_SUFFIXES = (".txt", ".md")
 SEPARATOR = b"\n\n"
-BPE_SAMPLE_BYTES = 4 << 20
 PYTHON_SOURCE_MAX_BYTES = 8 << 20
 SKIPPED_STDLIB_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
-ENCODE_CHUNK_CHARS = 1 << 16
 PARQUET_BATCH_ROWS = 1024
 """Rows per record batch: FineWeb-Edu's rows are a few KiB, so a batch is a few MiB, and a
 capped read stops within a few MiB of its cap."""
@@ -90,223 +79,6 @@ BIN_DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 above 65,536, which its ``meta.json`` then names as ``{"dtype": "uint32"}``."""
 BIN_META = "meta.json"
 
-# A newline between two non-space characters: GPT-2's pre-tokenizer always makes such a
-# newline a pre-token of its own, so text split right after it encodes to the same ids.
-_SAFE_SPLIT = re.compile(r"(?<=\S\n)(?=\S)")
-
-
-class DataError(RecipelabError, ValueError):
-    """Bad training data. The message names the problem AND the fix (what the user should do)."""
-
-
-# --- tokenizers ----------------------------------------------------------------------------
-
-
-class Tokenizer(ABC):
-    """Text to token ids, plus the UTF-8 byte length behind every id (for val_bpb).
-
-    ``vocab_size`` is the number of ids the model must cover; ``token_bytes`` has one entry
-    per id, so ``token_bytes[ids].sum()`` is the byte count a run of ids encodes.
-    """
-
-    name: str
-    vocab_size: int
-    token_bytes: npt.NDArray[np.int64]
-
-    @abstractmethod
-    def encode(self, text: str) -> npt.NDArray[np.int32]:
-        """The ids of ``text``, with no special tokens added."""
-
-    @abstractmethod
-    def decode(self, ids: TokenArray) -> str:
-        """The text behind ``ids`` (special tokens dropped), for reading samples and tests."""
-
-
-class ByteTokenizer(Tokenizer):
-    """One token per UTF-8 byte: nothing to train, nothing to cache, any text encodes."""
-
-    def __init__(self) -> None:
-        self.name = "byte"
-        self.vocab_size = BYTE_VOCAB
-        self.token_bytes = np.ones(BYTE_VOCAB, dtype=np.int64)
-
-    def encode(self, text: str) -> npt.NDArray[np.int32]:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
-
-    def decode(self, ids: TokenArray) -> str:
-        return np.asarray(ids, dtype=np.uint8).tobytes().decode("utf-8", errors="replace")
-
-
-class HFTokenizer(Tokenizer):
-    """A Hugging Face ``tokenizers`` tokenizer (trained here, or the one beside ``.bin`` files)."""
-
-    def __init__(self, model: HFModel, name: str, vocab_size: int) -> None:
-        self._model = model
-        self._chunked = _splits_like_gpt2(model)
-        self.name = name
-        self.vocab_size = vocab_size
-        self.token_bytes = _token_bytes(model, vocab_size)
-
-    def encode(self, text: str) -> npt.NDArray[np.int32]:
-        """Encode, in parallel chunks when that provably gives the ids of one encode call."""
-        pieces = list(_safe_chunks(text)) if self._chunked else [text]
-        encodings = self._model.encode_batch(pieces, add_special_tokens=False)
-        return np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=np.int32)
-
-    def decode(self, ids: TokenArray) -> str:
-        return self._model.decode(np.asarray(ids).tolist(), skip_special_tokens=True)
-
-    def to_json(self) -> str:
-        """The tokenizer in HF ``tokenizer.json`` format, so a cache can restore it exactly."""
-        return self._model.to_str()
-
-
-def byte_tokenizer() -> Tokenizer:
-    return ByteTokenizer()
-
-
-def bpe_tokenizer(train_text: str, vocab_size: int, cache_dir: Path) -> Tokenizer:
-    """A byte-level BPE trained on (at most the first 4 MiB of) ``train_text``, cached on disk.
-
-    The cache key is the training sample and ``vocab_size``, so a second call with the same
-    text loads the JSON instead of training. The learned vocabulary may be smaller than
-    ``vocab_size`` on a small text; ``vocab_size`` is still what is reported, and the ids
-    above the learned size are simply never produced.
-    """
-    if vocab_size < BYTE_VOCAB:
-        raise DataError(
-            f"a byte-level BPE needs vocab_size >= {BYTE_VOCAB} (one id per byte before any "
-            f"merge), got {vocab_size}: raise shape.vocab_size or use the byte tokenizer"
-        )
-    sample = _utf8_prefix(train_text.encode("utf-8"), BPE_SAMPLE_BYTES)
-    digest = hashlib.sha256(sample + vocab_size.to_bytes(8, "little")).hexdigest()[:16]
-    path = cache_dir / f"bpe-{vocab_size}-{digest}.json"
-    if not path.is_file():
-        model = _train_bpe(sample.decode("utf-8"), vocab_size)
-        _atomic_write(path, lambda f: f.write(model.to_str().encode("utf-8")))
-    return _load_tokenizer_json(path, vocab_size, name=f"bpe-{vocab_size}")
-
-
-def _train_bpe(text: str, vocab_size: int) -> HFModel:
-    """GPT-2-style BPE: every byte in the initial alphabet, so no text is ever unknown."""
-    model = HFModel(models.BPE())
-    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    model.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=[],
-        show_progress=False,
-    )
-    model.train_from_iterator(_safe_chunks(text), trainer=trainer)
-    return model
-
-
-def _load_tokenizer_json(path: Path, vocab_size: int, name: str | None = None) -> HFTokenizer:
-    try:
-        model = HFModel.from_file(str(path))
-    except Exception as exc:  # tokenizers raises a bare Exception for any bad file
-        raise DataError(
-            f"{path} is not a readable tokenizer.json ({exc}): save the tokenizer with "
-            "tokenizers' Tokenizer.save() or transformers' save_pretrained()"
-        ) from exc
-    label = name or f"{type(model.model).__name__.lower()}-{model.get_vocab_size()}"
-    return HFTokenizer(model, label, vocab_size)
-
-
-def tokenizer_from_file(path: Path) -> HFTokenizer:
-    """The tokenizer saved in a ``tokenizer.json`` (GPT-2's published one, or any
-    ``tokenizers`` file), covering every id it has, added tokens included."""
-    if not path.is_file():
-        raise DataError(
-            f"tokenizer file {path} does not exist: give byte, bpe or the path of a "
-            "tokenizer.json"
-        )
-    try:
-        model = HFModel.from_file(str(path))
-    except Exception as exc:  # tokenizers raises a bare Exception for any bad file
-        raise DataError(
-            f"{path} is not a readable tokenizer.json ({str(exc).splitlines()[0]}): give the "
-            "tokenizer.json that tokenizers' Tokenizer.save() or transformers' "
-            "save_pretrained() writes"
-        ) from exc
-    return _load_tokenizer_json(path, model.get_vocab_size(with_added_tokens=True))
-
-
-def byte_tokenizer_json() -> str:
-    """The byte tokenizer as a ``tokenizer.json``: a byte-level BPE without merges whose id
-    for each byte is the byte's value, so the ids :class:`ByteTokenizer` makes decode
-    through it and a ``.bin`` directory of byte ids carries its byte lengths like any other."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
-    shifted = [b for b in range(BYTE_VOCAB) if b not in printable]
-    chars = {**{b: chr(b) for b in printable},
-             **{b: chr(BYTE_VOCAB + i) for i, b in enumerate(shifted)}}  # GPT-2's byte map
-    model = HFModel(models.BPE(vocab={chars[b]: b for b in range(BYTE_VOCAB)}, merges=[]))
-    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    model.decoder = decoders.ByteLevel()
-    return model.to_str()
-
-
-def text_chunks(tokenizer: Tokenizer, text: str, size: int) -> list[str]:
-    """``text`` in pieces of about ``size`` characters whose ids, encoded one by one and
-    concatenated, are exactly ``tokenizer.encode(text)``: anywhere for bytes, where GPT-2's
-    pre-tokenizer splits anyway for a GPT-2-style BPE, and not at all for other tokenizers."""
-    if isinstance(tokenizer, ByteTokenizer):
-        return [text[i:i + size] for i in range(0, len(text), size)]
-    if isinstance(tokenizer, HFTokenizer) and tokenizer._chunked:
-        return list(_safe_chunks(text, size))
-    return [text] if text else []
-
-
-def _splits_like_gpt2(model: HFModel) -> bool:
-    """Whether pre-tokenization is GPT-2's regex on the raw text (what chunking relies on)."""
-    pre = model.pre_tokenizer
-    return (
-        model.normalizer is None
-        and isinstance(pre, pre_tokenizers.ByteLevel)
-        and pre.use_regex
-        and not pre.add_prefix_space
-    )
-
-
-def _safe_chunks(text: str, size: int = ENCODE_CHUNK_CHARS) -> Iterator[str]:
-    """``text`` in pieces of about ``size`` characters, split only where GPT-2 splits anyway.
-
-    Encoding the pieces with ``encode_batch`` uses every core yet yields exactly the ids of a
-    single ``encode`` call (2.7x faster on 8 MiB of Python source with 2 cores).
-    """
-    start = 0
-    while len(text) - start > size:
-        match = _SAFE_SPLIT.search(text, start + size)
-        if match is None:
-            break
-        yield text[start : match.start()]
-        start = match.start()
-    if start < len(text):
-        yield text[start:]
-
-
-def _token_bytes(model: HFModel, vocab_size: int) -> npt.NDArray[np.int64]:
-    """UTF-8 byte length of each id; 0 for special tokens and for ids the vocab lacks.
-
-    In a ByteLevel vocabulary each character of a token's string stands for one byte, so the
-    length is exact; otherwise the decoded text of the lone id is measured (best effort:
-    some decoders drop a leading space from a lone token).
-    """
-    lengths = np.zeros(vocab_size, dtype=np.int64)
-    added = model.get_added_tokens_decoder()
-    byte_level = isinstance(model.decoder, decoders.ByteLevel)
-    for token, index in model.get_vocab(with_added_tokens=True).items():
-        if index >= vocab_size:
-            continue
-        if index in added:
-            lengths[index] = 0 if added[index].special else len(token.encode("utf-8"))
-        elif byte_level:
-            lengths[index] = len(token)
-        else:
-            lengths[index] = len(model.decode([index]).encode("utf-8"))
-    return lengths
 
 
 # --- the dataset ---------------------------------------------------------------------------
@@ -401,34 +173,6 @@ def read_corpus_text(corpus: CorpusSpec) -> tuple[str, bytes, int]:
         )
     data = _read_corpus(source, corpus)
     return source.label, data, _split_point(data, corpus.val_fraction)
-
-
-def sample_batch(train: TokenArray, batch_size: int, seq_len: int, seed: int,
-                 step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch_size`` random windows of ``train``: inputs ``x`` and next-token targets ``y``.
-
-    Offsets come from a generator seeded by ``(seed, step)`` alone, never from earlier calls,
-    so a run resumed at step k sees the batches an uninterrupted run sees. One ``randint``
-    and one vectorised gather (which also reads a uint16 memmap) keep it cheap per step.
-    """
-    windows = len(train) - seq_len
-    if windows < 1:
-        raise DataError(
-            f"{len(train):,} training tokens cannot fill one sequence of seq_len {seq_len} plus "
-            "its next-token target: use a smaller seq_len or a bigger corpus"
-        )
-    generator = torch.Generator().manual_seed(_batch_seed(seed, step))
-    starts = torch.randint(windows, (batch_size,), generator=generator).numpy()
-    rows = train[starts[:, None] + np.arange(seq_len + 1)]  # (B, T+1)
-    tokens = torch.from_numpy(rows.astype(np.int64))
-    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-
-
-def _batch_seed(seed: int, step: int) -> int:
-    """Hash ``(seed, step)``: torch's CPU generator keeps only 32 bits of a seed, so packing
-    the pair into one integer would make different seeds collide."""
-    digest = hashlib.blake2b(f"{seed}:{step}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
 
 
 # --- resolving a corpus (cheap: no file is read) --------------------------------------------
@@ -555,7 +299,7 @@ def _build_bin(source: _Source, vocab_size: int, eval_bytes: int) -> Dataset:
     train, val = _bin_tokens(train_path), _bin_tokens(val_path)
     for path, tokens in ((train_path, train), (val_path, val)):
         _check_ids(path, tokens, vocab_size)
-    tok = _load_tokenizer_json(tokenizer_path, vocab_size)
+    tok = load_tokenizer_json(tokenizer_path, vocab_size)
     eval_tokens, nbytes, whole = spread_tokens(val, tok.token_bytes, eval_bytes)
     description = (f"{source.label} ({len(train):,} train / {len(val):,} val tokens, "
                    f"{tok.name})")
@@ -827,7 +571,7 @@ def _load_cached(entry: Path, source: _Source, fingerprint: str,
         return None
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     tok = (byte_tokenizer() if meta["tokenizer"] == "byte"
-           else _load_tokenizer_json(entry / "tokenizer.json", vocab_size, meta["tokenizer"]))
+           else load_tokenizer_json(entry / "tokenizer.json", vocab_size, meta["tokenizer"]))
     train: TokenArray = (_bin_tokens(source.files[0]) if source.kind == "bin"
                          else np.load(entry / "train.npy", mmap_mode="r"))
     eval_tokens: npt.NDArray[np.int32] = np.load(entry / "eval.npy", mmap_mode="r")

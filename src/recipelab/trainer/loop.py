@@ -23,8 +23,9 @@ from torch import nn
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
 from recipelab.trainer import checkpoint
+from recipelab.trainer.batches import sample_batch
 from recipelab.trainer.core import build_model, build_optimizer
-from recipelab.trainer.data import DataError, Dataset, load_dataset, sample_batch
+from recipelab.trainer.data import DataError, Dataset, load_dataset
 from recipelab.trainer.device import (
     UnsupportedPrecision,
     autocast,

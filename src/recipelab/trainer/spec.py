@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from recipelab import __version__
+from recipelab.errors import RecipelabError
 from recipelab.recipe import Recipe, StrictModel
 from recipelab.trainer.telemetry import DEFAULT_INTERVAL_S, TelemetrySummary
 
@@ -29,6 +30,11 @@ CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_LATEST = "latest"  # the file in CHECKPOINT_DIR naming its newest complete step
 EXIT_BAD_SPEC = 2  # the trainer's exit status when its spec is unusable
 EXIT_DISK_FULL = 3  # ... when the disk was too full to write even a short failure result
+
+
+class DataError(RecipelabError, ValueError):
+    """Bad training data: a corpus or tokenizer that cannot be read as given. The message
+    names the problem and the fix."""
 
 
 class CorpusSpec(StrictModel):

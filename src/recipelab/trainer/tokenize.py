@@ -38,21 +38,18 @@ from typing import Any
 import numpy as np
 
 from recipelab.cores import allowed_cpus
-from recipelab.trainer.data import (
-    BIN_META,
+from recipelab.trainer.data import BIN_META, DataError, read_corpus_text, tokenizer_cache_dir
+from recipelab.trainer.spec import CorpusSpec
+from recipelab.trainer.tokenizer import (
     ByteTokenizer,
-    DataError,
     HFTokenizer,
     Tokenizer,
     bpe_tokenizer,
     byte_tokenizer,
     byte_tokenizer_json,
-    read_corpus_text,
     text_chunks,
-    tokenizer_cache_dir,
     tokenizer_from_file,
 )
-from recipelab.trainer.spec import CorpusSpec
 
 DEFAULT_VAL_FRACTION = 0.0005
 DEFAULT_VOCAB_SIZE = 32_768

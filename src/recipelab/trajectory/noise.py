@@ -3,7 +3,7 @@
 A 60-step proxy trial is noisy, and most of that noise is the seed's: which batches, in which
 order, from which initialisation. Every candidate of a campaign trains with the campaign's
 seed, so it sees the same batches in the same order from the same initialisation as the
-baseline (common random numbers, see :func:`recipelab.trainer.data.sample_batch`), and the
+baseline (common random numbers, see :func:`recipelab.trainer.batches.sample_batch`), and the
 difference between the two is mostly the recipe's. What is left is the noise that matters:
 how much that *paired* difference moves from one seed to another.
 
