@@ -16,18 +16,15 @@ from recipelab.agent.machine import resolve
 from recipelab.agent.preflight import (
     CHECKPOINT_BYTES_PER_PARAM,
     TRIAL_FILES_BYTES,
-    InputError,
     absolute_corpus,
     check_corpus,
     check_device,
     check_disk,
-    check_input,
     check_llm,
     corpus_bytes_needed,
     default_memory_reserve_gib,
     disk_needed_bytes,
     is_unified_memory,
-    llm_url_problem,
     proven_trial,
     run_preflight,
 )
@@ -38,7 +35,7 @@ from recipelab.agent.settings import (
     ProposerSettings,
     WindowSettings,
 )
-from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB, until_problem
+from recipelab.agent.settings_components import UNIFIED_MEMORY_RESERVE_GIB
 from recipelab.agent.width_cost import planned_recipes as planned_width_recipes
 from recipelab.guardrails.base import DeviceInfo
 from recipelab.runner import FakeExecutor
@@ -53,37 +50,6 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@pytest.mark.parametrize(("options", "words"), [
-    ({"preset": "foo"}, ("--preset", "tiny, cpu, spark")),
-    ({"target": "foo"}, ("--target", "choose one of")),
-    ({"until": "25:00"}, ("--until", "HH:MM")),
-    ({"until": "7pm"}, ("--until", "HH:MM")),
-    ({"llm_base_url": "localhost:8000"}, ("--llm-base-url", "http://localhost:8000/v1")),
-    ({"llm_base_url": "http//x"}, ("--llm-base-url", "http://localhost:8000/v1")),
-])
-def test_bad_input_is_named_with_its_fix_on_one_line(options: dict[str, str],
-                                                     words: tuple[str, ...]) -> None:
-    given = {"preset": None, "target": None, "until": None, "llm_base_url": None, **options}
-    with pytest.raises(InputError) as caught:
-        check_input(**given)
-    message = str(caught.value)
-    assert "\n" not in message
-    for word in words:
-        assert word in message
-
-
-def test_good_input_passes() -> None:
-    check_input(preset="tiny", target="toy", until="07:30", llm_base_url="http://127.0.0.1:8000/v1")
-    assert until_problem("0:05") is None and until_problem("23:59") is None
-    assert llm_url_problem("https://nim.lan/v1", "--llm-base-url") is None
-
-
-def test_a_malformed_llm_url_in_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RECIPELAB_LLM_BASE_URL", "localhost:8000")
-    with pytest.raises(InputError, match="RECIPELAB_LLM_BASE_URL"):
-        check_input(preset=None, target=None, until=None, llm_base_url=None)
 
 
 def test_the_corpus_read_covers_the_longest_run_with_a_margin() -> None:
@@ -375,18 +341,6 @@ def test_a_multi_gib_parquet_corpus_costs_the_campaign_only_what_it_reads(tmp_pa
     assert settings.corpus.max_bytes == corpus_bytes_needed(settings)
     record = (tmp_path / "campaigns" / "big" / "trajectory.jsonl").read_text()
     assert '"status":"complete"' in record.replace(" ", "")
-
-
-def test_a_target_file_is_valid_input_and_a_missing_one_says_so(tmp_path: Path) -> None:
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({
-        "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
-        "num_key_value_heads": 4, "intermediate_size": 688, "vocab_size": 256,
-        "hidden_act": "silu", "tie_word_embeddings": True, "max_position_embeddings": 1024}))
-    check_input(preset="tiny", target=str(config), until=None, llm_base_url=None)
-    with pytest.raises(InputError, match=r"target file .* does not exist"):
-        check_input(preset="tiny", target=str(tmp_path / "nothing.json"), until=None,
-                    llm_base_url=None)
 
 
 def test_the_preflight_trial_is_described_as_the_campaigns_trials_are(tmp_path: Path) -> None:

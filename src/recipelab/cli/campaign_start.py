@@ -69,7 +69,8 @@ def launch(name: str, directory: Path | None, given: dict[str, Any], *, check_on
     """``run`` and ``check``: validate what was typed (``given``: the settings set on the
     command line, nested by path), resolve the settings, run the preflight, then (for ``run``)
     the campaign. Nothing is written before the input is valid and the preflight passed."""
-    from recipelab.agent.preflight import InputError, Preflight, check_input, run_preflight
+    from recipelab.agent.input_check import InputError, check_input
+    from recipelab.agent.preflight import Preflight, run_preflight
 
     chosen_format = log_format_of(log_format)
     window, proposer = given.get("window", {}), given.get("proposer", {})
