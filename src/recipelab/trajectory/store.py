@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -40,32 +39,34 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Engine, Table, create_engine, delete, event, inspect
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
-from sqlalchemy.pool import Pool, QueuePool, StaticPool
+from sqlalchemy import Engine, create_engine, inspect
+from sqlalchemy.exc import DatabaseError, NoSuchModuleError
 from sqlmodel import Session, col, select
 
-from recipelab.errors import RecipelabError
 from recipelab.fsutil import fsync_dir
 from recipelab.redaction import redact_url
+from recipelab.trajectory.index_db import (
+    TABLE,
+    StoreError,
+    add_columns,
+    has_table,
+    index_usable,
+    memory_engine,
+    reader_engine,
+    replace_rows,
+    server_url,
+    sqlite_file,
+    writer_engine,
+)
 from recipelab.trajectory.record import TrialRecord, TrialRow, utc_now
 
 __all__ = ["ReconcileReport", "StoreError", "TrajectoryStore"]
 
-_TABLE: Table = TrialRow.metadata.tables[str(TrialRow.__tablename__)]
-# Long enough to outwait any single write transaction of the campaign (they are tiny), short
-# enough that a reader stuck behind a wedged writer reports it rather than hanging.
-BUSY_TIMEOUT_MS = 10_000
 _REPORT_TEXT_CHARS = 200
 _PROBE_NAME = ".recipelab-write-probe"
 _PROBE_BYTES = b"\0" * 4096  # a whole block, so a full disk fails the probe
 POSTGRES_HINT = "pip install 'recipelab[postgres]'"
 CONNECT_TIMEOUT_S = 10
-
-
-class StoreError(RecipelabError, RuntimeError):
-    """The trajectory cannot be written or read as asked; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,9 @@ class TrajectoryStore:
         self.campaign = campaign
         self.readonly = readonly
         self.jsonl_path = self.campaign_dir / self.JSONL
-        self.server_url = _server_url(db_url)
+        self.server_url = server_url(db_url)
         self.sqlite_path = (self.campaign_dir / self.SQLITE if db_url is None
-                            else _sqlite_file(db_url) if self.server_url is None else None)
+                            else sqlite_file(db_url) if self.server_url is None else None)
         self.index_name = (str(self.sqlite_path) if self.sqlite_path is not None
                            else redact_url(str(db_url)))
         self.index_label = self.sqlite_path.name if self.sqlite_path is not None else "the database"
@@ -205,7 +206,7 @@ class TrajectoryStore:
         self._require_writable("rebuild")
         records = self.jsonl_records()
         with self._session("rebuilding from the JSONL") as session:
-            _replace_rows(session, self.campaign, records)
+            replace_rows(session, self.campaign, records)
         self._terminal_ids = {record.trial_id for record in records}
         return len(records)
 
@@ -374,14 +375,14 @@ class TrajectoryStore:
             return self._open_server_index(create=True)
         existed = self.sqlite_path.exists()
         if existed:
-            engine = _writer_engine(self.sqlite_path)
-            if _index_usable(engine, self.sqlite_path):
+            engine = writer_engine(self.sqlite_path)
+            if index_usable(engine, self.sqlite_path):
                 return engine
             engine.dispose()
         self._set_aside_index_files()
-        engine = _writer_engine(self.sqlite_path)
+        engine = writer_engine(self.sqlite_path)
         try:
-            _TABLE.create(engine, checkfirst=True)
+            TABLE.create(engine, checkfirst=True)
         except DatabaseError as err:
             raise StoreError(f"cannot create {self.sqlite_path}: {err.orig}") from err
         self._index_recreated = existed or self.jsonl_path.exists()
@@ -392,17 +393,17 @@ class TrajectoryStore:
         so ``status`` works on a carried JSONL or a damaged index without writing a byte."""
         if self.sqlite_path is None:
             engine = self._open_server_index(create=False)
-            if _has_table(engine):
+            if has_table(engine):
                 return engine
             engine.dispose()
         elif self.sqlite_path.exists():
-            engine = _reader_engine(self.sqlite_path)
-            if _index_usable(engine, self.sqlite_path):
+            engine = reader_engine(self.sqlite_path)
+            if index_usable(engine, self.sqlite_path):
                 return engine
             engine.dispose()
-        engine = _memory_engine()
+        engine = memory_engine()
         with Session(engine) as session, session.begin():
-            _replace_rows(session, self.campaign, self.jsonl_records())
+            replace_rows(session, self.campaign, self.jsonl_records())
         return engine
 
     def _open_server_index(self, *, create: bool) -> Engine:
@@ -420,24 +421,24 @@ class TrajectoryStore:
                 f"run {POSTGRES_HINT}") from None
         try:
             if create:
-                _TABLE.create(engine, checkfirst=True)
+                TABLE.create(engine, checkfirst=True)
             with engine.connect() as connection:
                 inspector = inspect(connection)
-                columns = ({column["name"] for column in inspector.get_columns(_TABLE.name)}
-                           if inspector.has_table(_TABLE.name) else None)
+                columns = ({column["name"] for column in inspector.get_columns(TABLE.name)}
+                           if inspector.has_table(TABLE.name) else None)
         except DatabaseError as err:
             engine.dispose()
             raise StoreError(
                 f"cannot use the trajectory database {self.index_name}: {_one_line(err.orig)}. "
                 "Check that the server is up, the database exists and the user may create "
                 "tables in it (a password goes in PGPASSWORD or ~/.pgpass)") from None
-        if columns is not None and columns < set(_TABLE.columns.keys()):
-            columns = _add_columns(engine, columns)
-        if columns is not None and columns != set(_TABLE.columns.keys()):
+        if columns is not None and columns < set(TABLE.columns.keys()):
+            columns = add_columns(engine, columns)
+        if columns is not None and columns != set(TABLE.columns.keys()):
             engine.dispose()
             raise StoreError(
-                f"table {_TABLE.name!r} in {self.index_name} has columns {sorted(columns)}, not "
-                f"this version's {sorted(_TABLE.columns.keys())}; it holds other campaigns' "
+                f"table {TABLE.name!r} in {self.index_name} has columns {sorted(columns)}, not "
+                f"this version's {sorted(TABLE.columns.keys())}; it holds other campaigns' "
                 "rows, so it is not replaced: point --db at another database")
         return engine
 
@@ -549,136 +550,6 @@ def _probe_writable(directory: Path, jsonl: Path) -> None:
 def _canonical(record: TrialRecord) -> TrialRecord:
     """The record as its JSONL line parses back (NaN and infinities become None, and so on)."""
     return TrialRecord.from_json_line(record.to_json_line())
-
-
-def _replace_rows(session: Session, campaign: str, records: Iterable[TrialRecord]) -> None:
-    connection = session.connection()
-    _TABLE.create(connection, checkfirst=True)
-    connection.execute(delete(_TABLE).where(_TABLE.c.campaign == campaign))
-    session.add_all(record.to_row() for record in records)
-
-
-def _has_table(engine: Engine) -> bool:
-    with engine.connect() as connection:
-        return inspect(connection).has_table(_TABLE.name)
-
-
-def _parse(db_url: str) -> URL:
-    try:
-        return make_url(db_url)
-    except ArgumentError:
-        raise StoreError(
-            f"{redact_url(db_url)!r} is not a database URL; give postgresql+psycopg://USER@HOST"
-            "[:PORT]/DATABASE, or sqlite:///PATH, or leave --db out for SQLite in the campaign "
-            "directory") from None
-
-
-def _server_url(db_url: str | None) -> URL | None:
-    """The URL of a PostgreSQL index (psycopg 3 as its driver), None for SQLite."""
-    if db_url is None:
-        return None
-    url = _parse(db_url)
-    backend, _, driver = url.drivername.partition("+")
-    if backend == "sqlite":
-        return None
-    if backend not in ("postgresql", "postgres") or driver not in ("", "psycopg"):
-        raise StoreError(
-            f"database {redact_url(db_url)!r} is not supported: the trajectory index is SQLite or "
-            "PostgreSQL through psycopg 3 (postgresql+psycopg://USER@HOST[:PORT]/DATABASE)")
-    return url.set(drivername="postgresql+psycopg")
-
-
-def _sqlite_file(db_url: str) -> Path:
-    database = _parse(db_url).database
-    if not database or database == ":memory:":
-        raise StoreError(f"{db_url!r} names no SQLite file; give sqlite:///PATH")
-    return Path(database)
-
-
-ADDED_COLUMNS = {
-    "budget": "ALTER TABLE trials ADD COLUMN IF NOT EXISTS budget INTEGER",
-}
-"""The nullable columns records gained after the table was first shipped, each with the one
-literal statement that adds it to an older table."""
-
-
-def _add_columns(engine: Engine, columns: set[str]) -> set[str]:
-    """Add to an older recipelab's table the :data:`ADDED_COLUMNS` it lacks (a record without
-    them reads as one written before they existed); returns the columns the table then has.
-    Another difference is left for the caller to refuse."""
-    missing = set(_TABLE.columns.keys()) - columns
-    if not missing <= set(ADDED_COLUMNS):
-        return columns
-    with engine.begin() as connection:
-        for name in sorted(missing):
-            connection.exec_driver_sql(ADDED_COLUMNS[name])
-    return columns | missing
-
-
-def _index_usable(engine: Engine, path: Path) -> bool:
-    """Whether the file is a healthy SQLite database holding this version's table.
-
-    A lock held past the busy timeout is not damage, and setting aside a file another process
-    is writing would fork the index, so that is an error rather than ``False``.
-    """
-    try:
-        with engine.connect() as connection:
-            if connection.exec_driver_sql("PRAGMA quick_check").scalar() != "ok":
-                return False
-            inspector = inspect(connection)
-            if not inspector.has_table(_TABLE.name):
-                return False
-            columns = {column["name"] for column in inspector.get_columns(_TABLE.name)}
-            return columns == set(_TABLE.columns.keys())
-    except DatabaseError as err:
-        if "is locked" in str(err.orig):
-            raise StoreError(
-                f"{path} stayed locked for {BUSY_TIMEOUT_MS / 1000:g} s; is another recipelab "
-                "process writing this campaign? Stop it, or wait for it to finish"
-            ) from err
-        return False
-
-
-def _writer_engine(path: Path) -> Engine:
-    def connect() -> sqlite3.Connection:
-        return _connect(str(path), "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL")
-
-    # IMMEDIATE takes the write lock up front, so a transaction never fails half-way on an
-    # upgrade; NORMAL is durable enough in WAL because the fsynced JSONL is the commit point.
-    return _engine(connect, begin="BEGIN IMMEDIATE", pool=QueuePool)
-
-
-def _reader_engine(path: Path) -> Engine:
-    uri = f"{path.resolve().as_uri()}?mode=ro"
-    return _engine(lambda: _connect(uri, uri=True), begin="BEGIN", pool=QueuePool)
-
-
-def _memory_engine() -> Engine:
-    # One shared connection: every new connection to ":memory:" would be a new, empty database.
-    return _engine(lambda: _connect(":memory:"), begin="BEGIN", pool=StaticPool)
-
-
-def _connect(database: str, *pragmas: str, uri: bool = False) -> sqlite3.Connection:
-    """A driver connection in autocommit mode, so SQLAlchemy's explicit BEGIN (see
-    :func:`_engine`) covers DDL too: pysqlite's own transactions would not."""
-    connection = sqlite3.connect(database, uri=uri, isolation_level=None, check_same_thread=False)
-    try:
-        for pragma in (f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}", *pragmas):
-            connection.execute(pragma)
-    except sqlite3.Error:
-        connection.close()
-        raise
-    return connection
-
-
-def _engine(connect: Callable[[], sqlite3.Connection], *, begin: str, pool: type[Pool]) -> Engine:
-    engine = create_engine("sqlite://", creator=connect, poolclass=pool)
-
-    @event.listens_for(engine, "begin")
-    def _begin(connection: Any) -> None:
-        connection.exec_driver_sql(begin)
-
-    return engine
 
 
 def _side_entry(line: _Line, why: str, stamp: str) -> str:
