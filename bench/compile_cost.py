@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import trial_process
-from recipelab.recipe import PROXY_PRESETS, proxy_recipe
+from recipelab.targets import PROXY_PRESETS, proxy_recipe
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,7 +68,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import trial_process
-from recipelab.recipe import Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 from recipelab.trajectory.horizon import best_log_lr
 from recipelab.trajectory.ladder import climbers

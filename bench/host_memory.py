@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import trial_process
 from recipelab import environment
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from thread_policy import load_average
 
 WAYS = {"kept": {}, "default": {environment.KEEP_FREED_MEMORY: "0"}}

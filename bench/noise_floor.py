@@ -26,8 +26,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import trial_process
-from recipelab.recipe import BASELINE_PROPOSER, PROXY_PRESETS, Recipe, proxy_recipe
+from recipelab.recipe import BASELINE_PROPOSER, Recipe
 from recipelab.report.sections import eval_error
+from recipelab.targets import PROXY_PRESETS, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.noise import SEED_RERUN_PROPOSER, noise_floor, paired_gain

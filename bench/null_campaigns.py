@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fidelity
 from recipelab.agent.settings_components import LadderSettings
-from recipelab.recipe import PROXY_PRESETS, proxy_recipe
+from recipelab.targets import PROXY_PRESETS, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory.ladder import LR_FAMILY
 from recipelab.trajectory.null_campaigns import (

@@ -75,14 +75,8 @@ from recipelab.proposer.hybrid import HybridProposer
 from recipelab.proposer.llm import LLMProposer
 from recipelab.proposer.llm_endpoint import LLMConfig, StructuredOutput
 from recipelab.proposer.space import SearchSpace
-from recipelab.recipe import (
-    BASELINE_PROPOSER,
-    PROXY_PRESETS,
-    Recipe,
-    flatten,
-    get_target,
-    proxy_recipe,
-)
+from recipelab.recipe import BASELINE_PROPOSER, Recipe, flatten
+from recipelab.targets import PROXY_PRESETS, get_target, proxy_recipe
 from recipelab.trainer.data import BUILTIN_CORPORA
 from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialSpec

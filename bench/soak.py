@@ -46,7 +46,7 @@ from typing import Any
 import psutil
 
 from recipelab.proposer import default_space
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 fake_openai = importlib.import_module("tests.proposer.fake_openai")

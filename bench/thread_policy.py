@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import trial_process
 from recipelab.guardrails.hardware import campaign_precision, detect_device
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import TrialSpec
 
 

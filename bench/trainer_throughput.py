@@ -70,7 +70,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nanogpt_reference as reference
-from recipelab.recipe import Optimizer, Recipe, Schedule, Shape, proxy_recipe
+from recipelab.recipe import Optimizer, Recipe, Schedule, Shape
+from recipelab.targets import proxy_recipe
 from recipelab.trainer import loop as trainer_loop
 from recipelab.trainer.data import Dataset, load_dataset
 from recipelab.trainer.device import (

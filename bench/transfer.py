@@ -60,7 +60,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from recipelab.recipe import Recipe, load_target_file, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import load_target_file, proxy_recipe
 from recipelab.trajectory.horizon import best_log_lr
 from recipelab.transfer.distance import VERIFIED_PATH, Distance, Verified
 from recipelab.transfer.prediction import Prediction

@@ -1,7 +1,7 @@
 """The package's layering, read from the source: every ``import recipelab.X`` (at module level
 or inside a function) points down the chain
 ``cli → (agent, envelope) → (runner, longrun) → (proposer, guardrails, trainer, trajectory, report)
-→ recipe``,
+→ targets → recipe``,
 never up or sideways between agent and envelope, and the packages form no cycle."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ PACKAGE = Path(recipelab.__file__).parent
 LAYER = {"__main__": -1, "cli": 0, "agent": 1, "envelope": 1, "runner": 2, "longrun": 2,
          "proposer": 3, "guardrails": 3, "trainer": 3, "trajectory": 3, "report": 3,
          "transfer": 3,
-         "recipe": 4}
-BASE = 5  # small shared modules with no recipelab imports of their own (units, text, fsutil...)
+         "targets": 4, "recipe": 5}
+BASE = 6  # small shared modules with no recipelab imports of their own (units, text, fsutil...)
 # below the base modules that use them: the one redactor and the error root
 LAYER.update({"redaction": BASE + 1, "errors": BASE + 1, "environment": BASE + 1})
 FORBIDDEN_SIDEWAYS = {("proposer", "trainer")}  # the proposer never imports the trainer
@@ -105,7 +105,7 @@ def test_no_module_name_is_used_twice_so_a_name_says_which_module_it_is() -> Non
 
 
 def test_a_presets_default_target_is_read_in_one_place() -> None:
-    """``recipe.target_name`` reads it; everything else asks that function (or the settings,
+    """``targets.target_name`` reads it; everything else asks that function (or the settings,
     which ask it once), so no two places can disagree on what a campaign stands for."""
     readers = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -116,7 +116,7 @@ def test_a_presets_default_target_is_read_in_one_place() -> None:
             for node in ast.walk(function):
                 if isinstance(node, ast.Attribute) and node.attr == "default_target":
                     readers.append(f"{path.relative_to(PACKAGE)}:{function.name}")
-    assert sorted(set(readers)) == ["recipe.py:target_name"]
+    assert sorted(set(readers)) == ["targets.py:target_name"]
 
 
 def test_the_agents_modules_form_no_import_circle() -> None:

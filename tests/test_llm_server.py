@@ -33,7 +33,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from recipelab.proposer import default_space
 from recipelab.proposer.llm import LLMProposer
 from recipelab.proposer.llm_endpoint import LLMConfig, LLMUnavailable
-from recipelab.recipe import BASELINE_PROPOSER, proxy_recipe
+from recipelab.recipe import BASELINE_PROPOSER
+from recipelab.targets import proxy_recipe
 from tests import llm_server
 from tests.llm_server import LlmServer
 

@@ -13,18 +13,20 @@ from pydantic import ValidationError
 
 from recipelab.recipe import (
     FP8_WIDTH_MULTIPLE,
-    PROXY_PRESETS,
-    TARGETS,
-    ProxyBudgetError,
     Recipe,
     Schedule,
     Shape,
+    param_count,
+    training_flops_per_token,
+)
+from recipelab.targets import (
+    PROXY_PRESETS,
+    TARGETS,
+    ProxyBudgetError,
     Target,
     derive_proxy,
     get_target,
-    param_count,
     proxy_recipe,
-    training_flops_per_token,
 )
 from recipelab.trainer.model import GPT
 

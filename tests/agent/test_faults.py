@@ -23,8 +23,8 @@ import pytest
 
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
-from recipelab.recipe import proxy_recipe
 from recipelab.runner import LocalExecutor
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
 from .audit import audit

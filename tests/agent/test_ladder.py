@@ -23,8 +23,8 @@ from recipelab.agent.campaign import Campaign, CampaignSummary
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.status import campaign_status
 from recipelab.agent.window import MARGIN, REPORT_RESERVE_S, TrialTimes, plan_window
-from recipelab.recipe import get_target
 from recipelab.runner.fake import synthetic_outcome
+from recipelab.targets import get_target
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.horizon import PRIOR_ALPHA, probe_multiple
 from recipelab.trajectory.ladder import RungPlan, plan_ladder

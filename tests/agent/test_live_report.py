@@ -11,9 +11,10 @@ from recipelab.agent import live_report
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings
 from recipelab.proposer import Observation, Proposal
-from recipelab.recipe import Recipe, get_target, proxy_recipe
+from recipelab.recipe import Recipe
 from recipelab.report import ReportContext, write_report
 from recipelab.report.context import LiveStatus, RunningCurve
+from recipelab.targets import get_target, proxy_recipe
 from recipelab.trainer.spec import CurvePoint
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord

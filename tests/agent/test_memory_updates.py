@@ -19,7 +19,7 @@ from recipelab.guardrails.memory_fit import (
     recipe_family,
     record_peaks,
 )
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.record import TrialRecord
 from tests.agent.conftest import ScriptedProposer
 from tests.guardrails.factories import CPU

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from recipelab.agent.person_edits import person_proposals
-from recipelab.recipe import PERSON_PROPOSER, proxy_recipe
+from recipelab.recipe import PERSON_PROPOSER
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 

@@ -12,7 +12,7 @@ from recipelab.agent.campaign import Campaign
 from recipelab.agent.seeds import baseline_proposals, close_finalists, rerun_proposals
 from recipelab.agent.settings import CampaignSettings, save
 from recipelab.cli import app
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
 

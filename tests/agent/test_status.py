@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.status import campaign_status
-from recipelab.recipe import proxy_recipe
 from recipelab.report.document import Document
 from recipelab.report.render import to_markdown
 from recipelab.report.sections import top_trials
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 

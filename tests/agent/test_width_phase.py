@@ -25,8 +25,9 @@ from recipelab.agent.settings import CampaignSettings, save
 from recipelab.agent.width_cost import planned_seconds
 from recipelab.agent.window import MARGIN, TrialTimes
 from recipelab.cli import app
-from recipelab.recipe import Recipe, get_target
+from recipelab.recipe import Recipe
 from recipelab.runner.fake import synthetic_outcome
+from recipelab.targets import get_target
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings, LadderSettings, WindowSettings, save
 from recipelab.cli import app
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.record import TrialRecord

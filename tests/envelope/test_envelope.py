@@ -34,8 +34,8 @@ from recipelab.envelope import (
 from recipelab.guardrails import detect_device
 from recipelab.guardrails.memory import analytic_peak_bytes
 from recipelab.guardrails.memory_fit import fitted_line, load_memory_model
-from recipelab.recipe import get_target, proxy_recipe
 from recipelab.runner import LocalExecutor
+from recipelab.targets import get_target, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 from tests.agent.conftest import run_cli
 

@@ -6,7 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 from recipelab.guardrails import GIB, DeviceInfo, GuardContext, Measurement
-from recipelab.recipe import PROXY_PRESETS, Recipe, get_target, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import PROXY_PRESETS, get_target, proxy_recipe
 
 TARGET = get_target("toy")
 BASELINE = proxy_recipe("tiny")

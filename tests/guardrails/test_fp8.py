@@ -15,7 +15,8 @@ import torch
 
 from recipelab.guardrails import check_hardware
 from recipelab.guardrails.fp8 import fp8_shape_reasons
-from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import PROXY_PRESETS, TARGETS, ProxyBudgetError, proxy_recipe
 from recipelab.trainer.device import autocast, linear_factory
 from recipelab.trainer.evaluate import bits_per_byte
 from recipelab.trainer.model import GPT

@@ -24,8 +24,8 @@ from recipelab.guardrails.memory_fit import (
     recipe_family,
     record_peaks,
 )
-from recipelab.recipe import get_target, proxy_recipe
 from recipelab.runner import LocalExecutor
+from recipelab.targets import get_target, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 from tests.guardrails.factories import CPU, context
 

@@ -24,7 +24,7 @@ from recipelab.longrun.run import (
     RunLocked,
     run_pretrain,
 )
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 
 RECIPE = proxy_recipe("tiny").apply({"steps": 30})

@@ -17,7 +17,8 @@ import pytest
 import recipelab
 from recipelab.longrun.run import run_pretrain
 from recipelab.proposer.space import SHAPE_KNOBS, default_space
-from recipelab.recipe import Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 from tests.longrun.test_run import config, metrics

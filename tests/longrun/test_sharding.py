@@ -23,7 +23,8 @@ from recipelab.cli import app
 from recipelab.longrun.distributed import World
 from recipelab.longrun.run import CHECKPOINT_DIR, run_pretrain
 from recipelab.longrun.sharding import SHARDS, ShardingError, resolve
-from recipelab.recipe import Recipe, get_target, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import get_target, proxy_recipe
 from recipelab.trainer.checkpoint import CheckpointMismatch
 from recipelab.trainer.core import build_model
 from recipelab.trainer.spec import CorpusSpec

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from recipelab.proposer import Observation, Proposal, Proposer
-from recipelab.recipe import Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import proxy_recipe
 
 BASELINE_ID = "baseline"
 MIXED_STATUSES = ("complete", "complete", "complete", "failed",

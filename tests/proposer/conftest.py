@@ -11,7 +11,7 @@ import pytest
 
 from recipelab.proposer import default_space
 from recipelab.proposer.llm import EXCHANGE_ARTIFACT, LLMProposer
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from tests.proposer.conformance import BASELINE_ID
 from tests.proposer.fake_openai import (
     FakeOpenAI,

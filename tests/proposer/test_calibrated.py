@@ -12,7 +12,7 @@ from recipelab.agent.campaign import Campaign
 from recipelab.agent.settings import CampaignSettings, ProposerSettings, SearchSettings, WindowSettings
 from recipelab.proposer import ClassicalProposer, HybridProposer, LLMProposer, Observation, default_space
 from recipelab.proposer.prompt import PROMPT_BUDGET_CHARS, build_messages
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.calibration import Calibration, PriorTrial, calibration_summary
 from tests.trajectory.test_calibration import high_lr_campaign, write
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from recipelab.proposer import ClassicalProposer, Knob, Observation, SearchSpace, default_space
 from recipelab.proposer.classical import HYPOTHESIS_CHARS, hypothesis_line
-from recipelab.recipe import Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
 
 SAMPLERS = ["tpe", "cmaes", "random"]

@@ -20,7 +20,8 @@ from recipelab.proposer import (
 from recipelab.proposer.hybrid import MAX_RETRY_PAUSE
 from recipelab.proposer.llm import LLMProposer
 from recipelab.proposer.llm_endpoint import LLMUnavailable
-from recipelab.recipe import FALLBACK_ARTIFACT, proxy_recipe
+from recipelab.recipe import FALLBACK_ARTIFACT
+from recipelab.targets import proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
 from tests.proposer.fake_openai import (
     NOT_A_COMPLETION,

@@ -404,7 +404,7 @@ CLOSE_AND_EXIT = """
 import sys
 from recipelab.proposer import default_space
 from recipelab.proposer.llm import LLMConfig, LLMProposer
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 
 baseline = proxy_recipe("tiny")
 proposer = LLMProposer(LLMConfig(base_url=sys.argv[1], request_timeout_s=120, max_retries=0),

@@ -15,7 +15,8 @@ from recipelab.proposer.prompt import (
     best_complete,
     build_messages,
 )
-from recipelab.recipe import BASELINE_PROPOSER, proxy_recipe
+from recipelab.recipe import BASELINE_PROPOSER
+from recipelab.targets import proxy_recipe
 from recipelab.text import clip
 from tests.proposer.conformance import synthetic_history
 

@@ -11,7 +11,7 @@ from optuna.samplers import TPESampler
 
 from recipelab.proposer import ClassicalProposer, default_space
 from recipelab.proposer.sampler_state import SamplerState, sampler_state
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, synthetic_history
 
 BASELINE = proxy_recipe("tiny")

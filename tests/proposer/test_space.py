@@ -11,7 +11,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from recipelab.proposer import Knob, SearchSpace, default_space
 from recipelab.proposer.space import SHAPE_KNOBS
-from recipelab.recipe import Optimizer, proxy_recipe
+from recipelab.recipe import Optimizer
+from recipelab.targets import proxy_recipe
 
 TINY = proxy_recipe("tiny")
 

@@ -20,7 +20,8 @@ from recipelab.proposer.steer import (
     knob_value,
     steer_model,
 )
-from recipelab.recipe import BASELINE_PROPOSER, Recipe, flatten, proxy_recipe
+from recipelab.recipe import BASELINE_PROPOSER, Recipe, flatten
+from recipelab.targets import proxy_recipe
 from tests.proposer.conformance import BASELINE_ID, ProposerConformance, synthetic_history
 from tests.proposer.fake_openai import (
     FakeOpenAI,

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from recipelab.agent.settings import CampaignSettings, save
 from recipelab.cli import app
-from recipelab.recipe import proxy_recipe
 from recipelab.report.cost import CostInputs, compute_cost
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
@@ -132,10 +132,10 @@ def test_a_campaign_with_nothing_trained_is_refused_with_what_to_do(tmp_path: Pa
 def test_cost_and_the_report_price_the_cloud_run_the_same(finished_campaign: Path,
                                                           tmp_path: Path) -> None:
     """One cost model: the cloud run ``recipelab cost CAMPAIGN`` prices is the report's."""
-    from recipelab.recipe import get_target
     from recipelab.report.context import CloudRates
     from recipelab.report.recommend import recommend
     from recipelab.report.sections import _about
+    from recipelab.targets import get_target
 
     campaign = tmp_path / "nightly"
     shutil.copytree(finished_campaign, campaign)

@@ -9,11 +9,12 @@ import random
 import re
 from typing import Any
 
-from recipelab.recipe import FALLBACK_ARTIFACT, get_target
+from recipelab.recipe import FALLBACK_ARTIFACT
 from recipelab.report import ReportContext
 from recipelab.report.document import Document, Section
 from recipelab.report.render import to_markdown
 from recipelab.report.sections import summary, top_trials
+from recipelab.targets import get_target
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord

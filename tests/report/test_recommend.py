@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from recipelab.recipe import get_target, proxy_recipe
 from recipelab.report.context import CloudRates
 from recipelab.report.recommend import recommend, scale_to_target
+from recipelab.targets import get_target, proxy_recipe
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 

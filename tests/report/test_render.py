@@ -14,8 +14,9 @@ from matplotlib.image import imread
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.recipe import BASELINE_PROPOSER, get_target
+from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.report import ReportContext, write_report
+from recipelab.targets import get_target
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import Ledger, is_extra_seed
 from recipelab.trajectory.record import TrialRecord

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from recipelab.recipe import get_target
 from recipelab.report import ReportContext
 from recipelab.report.document import Document
 from recipelab.report.render import to_markdown
 from recipelab.report.sections import recommendation, rung_panels, stress_runs
+from recipelab.targets import get_target
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipelab.recipe import get_target, proxy_recipe
 from recipelab.report.context import ReportContext
 from recipelab.report.document import Bullets, Paragraph, Table
 from recipelab.report.sections import build_document, importance, top_trials
 from recipelab.report.why import decision, dropped_sentence, minimal_sentence, why_this_recipe
+from recipelab.targets import get_target, proxy_recipe
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.attribution import RESULT_KIND
 from recipelab.trajectory.ledger import Ledger

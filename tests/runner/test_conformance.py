@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from recipelab.recipe import proxy_recipe
 from recipelab.runner import Executor, FakeExecutor, LocalExecutor
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
 from .conformance import CHECKS, Harness

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 
-from recipelab.recipe import proxy_recipe
 from recipelab.runner import LocalExecutor
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import ray
 
-from recipelab.recipe import proxy_recipe
 from recipelab.runner.ray import WORKER_FILE, RayExecutor
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

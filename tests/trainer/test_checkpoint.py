@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipelab.recipe import Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer import checkpoint
 from recipelab.trainer.core import build_optimizer
 from recipelab.trainer.loop import run_trial

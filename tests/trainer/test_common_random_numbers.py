@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipelab.recipe import Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.batches import sample_batch
 from recipelab.trainer.data import load_dataset
 from recipelab.trainer.loop import run_trial

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.core import build_model, build_optimizer, param_groups, train_step, z_loss
 from recipelab.trainer.model import GPT
 

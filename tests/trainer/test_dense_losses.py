@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 

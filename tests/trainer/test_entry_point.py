@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from recipelab.recipe import Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 
 TINY = proxy_recipe("tiny")

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from recipelab.ratio import ratio_stderr
-from recipelab.recipe import FP8_TOKEN_MULTIPLE, Shape, proxy_recipe
+from recipelab.recipe import FP8_TOKEN_MULTIPLE, Shape
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.evaluate import (
     EVAL_BLOCKS,
     BitsPerByte,

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipelab.recipe import PROXY_PRESETS, TARGETS, ProxyBudgetError, Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import PROXY_PRESETS, TARGETS, ProxyBudgetError, proxy_recipe
 from recipelab.trainer.batches import sample_batch
 from recipelab.trainer.device import autocast, linear_factory
 from recipelab.trainer.evaluate import bits_per_byte

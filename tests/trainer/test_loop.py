@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from recipelab.ratio import ratio_stderr
-from recipelab.recipe import Recipe, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.data import DataError, load_dataset
 from recipelab.trainer.evaluate import EVAL_BLOCKS
 from recipelab.trainer.loop import TrialRunner, run_trial

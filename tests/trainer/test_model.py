@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from recipelab.recipe import Shape, Stability, proxy_recipe
+from recipelab.recipe import Shape, Stability
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.model import GPT, Block, Rotary
 
 B, T = 3, 24

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from recipelab import environment
 from recipelab.agent.settings import CampaignSettings, ExecutorSettings, LadderSettings
 from recipelab.cli import app
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.core import build_optimizer
 from recipelab.trainer.device import (
     compile_cache_dir,

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from recipelab.agent.records import result_fields
-from recipelab.recipe import proxy_recipe
 from recipelab.runner import LocalExecutor
+from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 from recipelab.trainer.telemetry import CSV_COLUMNS, DeviceSampler, counter_delta
 

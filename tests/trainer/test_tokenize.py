@@ -17,7 +17,7 @@ from tokenizers import decoders, models, pre_tokenizers
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trainer import tokenize as tokenize_module
 from recipelab.trainer.data import load_dataset, read_corpus_text
 from recipelab.trainer.spec import CorpusSpec

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.analysis import best_so_far, knob_importance, scored_proxies, spearman
 from recipelab.trajectory.record import TrialRecord
 

@@ -21,7 +21,7 @@ from recipelab.agent.settings import (
 )
 from recipelab.cli import app
 from recipelab.proposer import default_space
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.calibration import calibration_summary, load_calibration
 from recipelab.trajectory.record import TrialRecord
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.calibration import load_calibration
 from recipelab.trajectory.horizon import (
     ALPHA_BOUNDS,

@@ -4,7 +4,7 @@ tests/trajectory/test_ladder.py)."""
 
 from __future__ import annotations
 
-from recipelab.recipe import proxy_recipe
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 

@@ -12,10 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.recipe import Recipe, Shape, Target, get_target, proxy_recipe
+from recipelab.recipe import Recipe, Shape
 from recipelab.report.context import ReportContext
 from recipelab.report.document import Table
 from recipelab.report.sections import recommendation
+from recipelab.targets import Target, get_target, proxy_recipe
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from recipelab.guardrails.memory import STATE_BYTES_PER_PARAM
-from recipelab.recipe import Recipe, Shape, get_target, layer_param_count
+from recipelab.recipe import Recipe, Shape, layer_param_count
+from recipelab.targets import get_target
 from recipelab.transfer.micro_batch import (
     DDP_BUCKET_BYTES_PER_PARAM,
     MEMORY_MARGIN,

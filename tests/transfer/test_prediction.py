@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from recipelab.recipe import Recipe, get_target
+from recipelab.recipe import Recipe
+from recipelab.targets import get_target
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import Ledger
 from recipelab.transfer.prediction import Prediction, SizeTerm, predict, size_law_loss

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from recipelab.recipe import Recipe, get_target, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import get_target, proxy_recipe
 from recipelab.transfer.micro_batch import BatchSplit, split_batch
 from recipelab.transfer.torchtitan import RELEASE, job_config, render, unexpressed
 from recipelab.units import GIB

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from recipelab.recipe import get_target, proxy_recipe
+from recipelab.targets import get_target, proxy_recipe
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.steplaw import non_embedding_params
 from recipelab.transfer.width import (

@@ -10,7 +10,7 @@ from recipelab import environment
 from recipelab.agent.proposer_choice import LLM_ENV
 from recipelab.agent.settings_components import until_problem
 from recipelab.errors import RecipelabError
-from recipelab.recipe import PROXY_PRESETS, TARGETS, get_target
+from recipelab.targets import PROXY_PRESETS, TARGETS, get_target
 
 
 class InputError(RecipelabError, ValueError):

@@ -13,8 +13,9 @@ from typing import Any
 from recipelab import environment
 from recipelab.agent.settings import CampaignSettings, SettingsError
 from recipelab.proposer import ClassicalProposer, Observation, Proposal, Proposer, SearchSpace
-from recipelab.recipe import Recipe, Target
+from recipelab.recipe import Recipe
 from recipelab.redaction import redact
+from recipelab.targets import Target
 
 LLM_ENV = environment.LLM_BASE_URL
 

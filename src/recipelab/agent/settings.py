@@ -37,18 +37,17 @@ from recipelab.agent.settings_components import (
     nest,
 )
 from recipelab.fsutil import atomic_write_text
-from recipelab.recipe import (
+from recipelab.recipe import Recipe, StrictModel
+from recipelab.redaction import REDACTED, redact_url
+from recipelab.targets import (
     PROXY_PRESETS,
     TARGETS,
-    Recipe,
-    StrictModel,
     Target,
     param_budget,
     preset_target,
     proxy_recipe,
     target_name,
 )
-from recipelab.redaction import REDACTED, redact_url
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
 
 __all__ = [

@@ -23,7 +23,8 @@ from pydantic import BaseModel, Field, field_validator
 from recipelab import environment
 from recipelab.cores import usable_cores
 from recipelab.errors import RecipelabError
-from recipelab.recipe import StrictModel, proxy_recipe
+from recipelab.recipe import StrictModel
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.ladder import (
     CLOSE_CALL_SEEDS,
     PROMOTE,

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import TrialTimes
-from recipelab.recipe import Recipe, preset_target, training_flops_per_token
+from recipelab.recipe import Recipe, training_flops_per_token
+from recipelab.targets import preset_target
 from recipelab.transfer.width import width_targets
 
 

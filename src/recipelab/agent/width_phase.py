@@ -23,7 +23,8 @@ from recipelab.agent.campaign_context import POLL_INTERVAL_S, CampaignContext
 from recipelab.agent.trials import TRIALS_DIR
 from recipelab.agent.width_cost import cost, seconds
 from recipelab.agent.window import measured_times
-from recipelab.recipe import Recipe, Target, preset_target
+from recipelab.recipe import Recipe
+from recipelab.targets import Target, preset_target
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.export import ExportOptions, recommended_export
 from recipelab.transfer.steplaw import non_embedding_params

@@ -18,7 +18,7 @@ from recipelab.cli.preflight_view import log_preflight, print_preflight
 from recipelab.cli.settings_flags import corpus_source
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import is_disk_full
-from recipelab.recipe import TARGETS
+from recipelab.targets import TARGETS
 
 if TYPE_CHECKING:
     from recipelab.agent.machine import Resolved

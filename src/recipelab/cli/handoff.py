@@ -14,7 +14,7 @@ from rich.table import Table
 from recipelab.cli.common import _cost_option, app, console, errors, fail
 from recipelab.cli.watch import read_campaign
 from recipelab.errors import one_line
-from recipelab.recipe import TARGETS
+from recipelab.targets import TARGETS
 
 if TYPE_CHECKING:
     from recipelab.transfer.prediction import Prediction
@@ -46,7 +46,7 @@ def export(
     """Write the winner (or the baseline a campaign without one keeps) at the target's full
     shape (recipe.json for 'recipelab pretrain'), the runner-up, the transfer table, the
     predicted val_bpb curve and a manifest."""
-    from recipelab.recipe import get_target
+    from recipelab.targets import get_target
     from recipelab.trajectory.calibration import load_calibration
     from recipelab.transfer.export import ExportOptions, write_export
 
@@ -85,7 +85,7 @@ def export(
 
 def _prediction_of(source: str) -> Prediction:
     """The prediction an export directory holds, else the campaign's for its target's shape."""
-    from recipelab.recipe import get_target
+    from recipelab.targets import get_target
     from recipelab.transfer.prediction import Prediction, predict
 
     written = Path(source) / "prediction.json"
@@ -175,7 +175,6 @@ def cost(
 ) -> None:
     """Print the cost arithmetic as JSON: a night of search here against H100 rental, the
     cloud run priced from its FLOPs (the report's figure), and the scenarios."""
-    from recipelab.recipe import get_target
     from recipelab.report import CloudRates
     from recipelab.report.cost import (
         cloud_run_cost,
@@ -186,6 +185,7 @@ def cost(
         target_run_cost,
     )
     from recipelab.report.recommend import recommend
+    from recipelab.targets import get_target
 
     given = {k: v for k, v in {
         "iterations": iterations, "seconds_per_iteration": seconds_per_iteration,

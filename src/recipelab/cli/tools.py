@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from recipelab.cli.common import app, console, errors, fail, load_recipe
-from recipelab.recipe import PROXY_PRESETS, TARGETS, Recipe, preset_target, proxy_recipe
+from recipelab.recipe import Recipe
+from recipelab.targets import PROXY_PRESETS, TARGETS, preset_target, proxy_recipe
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 from recipelab.units import MIB
 

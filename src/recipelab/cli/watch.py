@@ -80,8 +80,8 @@ def report(
         "RECIPELAB_COST_GPUS_PER_NODE", "GPUs of the cloud run (default 8)")] = None,
 ) -> None:
     """Write report/report.md (plots beside it) and a self-contained report/report.html."""
-    from recipelab.recipe import get_target
     from recipelab.report import CloudRates, ReportContext, write_report
+    from recipelab.targets import get_target
 
     directory = campaign_dir(campaign)
     settings, records = read_campaign(campaign)

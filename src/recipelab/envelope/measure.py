@@ -21,8 +21,9 @@ from recipelab.envelope.points import (
     point_id,
 )
 from recipelab.guardrails import DeviceInfo, GuardContext, check_hardware
-from recipelab.recipe import Precision, Recipe, Target
+from recipelab.recipe import Precision, Recipe
 from recipelab.runner import Executor
+from recipelab.targets import Target
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 from recipelab.trainer.telemetry import DEFAULT_INTERVAL_S, DeviceSampler
 

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from recipelab.recipe import Recipe, Target
+from recipelab.recipe import Recipe
+from recipelab.targets import Target
 from recipelab.units import GIB
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ import psutil
 
 from recipelab.guardrails.base import DeviceInfo, GuardContext
 from recipelab.guardrails.fp8 import fp8_shape_reasons
-from recipelab.recipe import Precision, Recipe, Target
+from recipelab.recipe import Precision, Recipe
+from recipelab.targets import Target
 
 FP8_MIN_CAPABILITY = (8, 9)
 """FP8 tensor cores arrived with Ada (8.9) and Hopper (9.0)."""

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pydantic import Field
 
 from recipelab import environment
-from recipelab.recipe import StrictModel, Target
+from recipelab.recipe import StrictModel
+from recipelab.targets import Target
 from recipelab.trajectory.horizon import HorizonFit
 
 H100_BF16_DENSE_FLOPS = 989e12  # H100 SXM, dense BF16 tensor-core peak

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from recipelab.recipe import StrictModel, Target
+from recipelab.recipe import StrictModel
 from recipelab.report.context import CloudRates
+from recipelab.targets import Target
 from recipelab.trajectory.record import TrialRecord
 
 HOURS_PER_YEAR = 365 * 24

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from recipelab.recipe import BYTE_VOCAB, Recipe, Target
+from recipelab.recipe import BYTE_VOCAB, Recipe
 from recipelab.report.context import CloudRates
 from recipelab.report.cost import cloud_run_cost
+from recipelab.targets import Target
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.export import TRANSFERABLE_SHAPE_KNOBS

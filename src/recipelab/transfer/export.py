@@ -44,7 +44,8 @@ from pydantic import Field
 
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
-from recipelab.recipe import BYTE_VOCAB, Precision, Recipe, StrictModel, Target
+from recipelab.recipe import BYTE_VOCAB, Precision, Recipe, StrictModel
+from recipelab.targets import Target
 from recipelab.trajectory.attribution import result_json, result_of
 from recipelab.trajectory.horizon import HorizonFit, horizon_rule
 from recipelab.trajectory.ledger import Ledger

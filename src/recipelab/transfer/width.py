@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from recipelab.recipe import Recipe, Shape, Target
+from recipelab.recipe import Recipe, Shape
+from recipelab.targets import Target
 from recipelab.trajectory.ledger import has_score
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord

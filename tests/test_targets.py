@@ -1,5 +1,6 @@
-"""--target FILE: a Llama-family config.json or a recipelab target JSON becomes a Target, and
-its proxy is derived exactly as a built-in target's."""
+"""Targets: --target FILE (a Llama-family config.json or a recipelab target JSON) becomes a
+Target, and its proxy is derived exactly as a built-in target's (the built-in targets' proxies
+are specified in tests/test_recipe.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,7 @@ from typing import Any
 
 import pytest
 
-from recipelab.recipe import (
-    TargetFileError,
-    derive_proxy,
-    get_target,
-    llama32_1b,
-    proxy_recipe,
-)
+from recipelab.targets import TargetFileError, derive_proxy, get_target, llama32_1b, proxy_recipe
 
 # Llama-3.2-1B's published config.json, the fields recipelab reads and a few it ignores.
 LLAMA_32_1B: dict[str, Any] = {
