@@ -28,8 +28,9 @@ from recipelab.targets import get_target
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.horizon import PRIOR_ALPHA, probe_multiple
 from recipelab.trajectory.ladder import RungPlan, plan_ladder
-from recipelab.trajectory.ledger import Ledger, Rung
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.verdict import Rung
 from recipelab.transfer.export import ExportOptions, write_export
 
 from .conftest import ScriptedProposer, events, fake_executor, read_jsonl

@@ -16,8 +16,9 @@ from recipelab.trajectory.ladder import (
     probed,
     rung_steps,
 )
-from recipelab.trajectory.ledger import Ledger, Rung
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.verdict import Rung
 
 
 def proxy(trial_id: str, val_bpb: float, *, baseline: bool = False, seed: int = 0) -> TrialRecord:

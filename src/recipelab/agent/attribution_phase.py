@@ -47,8 +47,9 @@ from recipelab.trajectory.attribution import (
     variant_edit,
     variant_key,
 )
-from recipelab.trajectory.ledger import Winner, has_score
+from recipelab.trajectory.ledger import has_score
 from recipelab.trajectory.record import TrialRecord, utc_now
+from recipelab.trajectory.verdict import Winner
 
 ATTEMPTS = 5
 """Interruptions after which a variant's run is given up (each resumes from its checkpoint)."""

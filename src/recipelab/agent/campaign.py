@@ -50,9 +50,10 @@ from recipelab.proposer import Proposer, default_space
 from recipelab.report import CloudRates, ReportContext, write_report
 from recipelab.runner import Executor, build_executor
 from recipelab.trajectory.attribution import recommendation_line, result_of
-from recipelab.trajectory.ledger import Ledger, Winner
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.verdict import Winner
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ named only outside its paired interval over the tuned baseline
 (:meth:`~recipelab.trajectory.ledger.Ledger.recommendation`). A close call there (the best
 finalist's mean gain positive, its interval including 0) buys it and the control
 ``close_call_seeds`` more seeds before the campaign keeps the baseline
-(:func:`~recipelab.trajectory.ledger.close_call_target`: a pure function of the records, so a
+(:func:`~recipelab.trajectory.verdict.close_call_target`: a pure function of the records, so a
 resumed campaign buys the same runs). The baseline's learning-rate
 family at each rung is the controlled evidence the horizon rule is fitted from. Every run is
 checkpointed: one lost with its orchestrator resumes from its folder.
@@ -33,8 +33,9 @@ from recipelab.agent.trials import TRIALS_DIR
 from recipelab.recipe import Recipe
 from recipelab.trajectory.horizon import HorizonFit, HorizonRule, horizon_rule, probe_multiple
 from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder, probed, top_rung_seeds
-from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, close_call_target
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.verdict import close_call_target
 
 STRESS_ATTEMPTS = 5
 """Interruptions after which a stress (or rung) run is given up. Each attempt resumes from the last
@@ -195,7 +196,7 @@ class LadderPhase:
         self._in_waves(ctx, [*jobs, *family])
 
     def _settle_close_call(self, ctx: CampaignContext, steps: int) -> None:
-        """While :func:`~recipelab.trajectory.ledger.close_call_target` names a finalist,
+        """While :func:`~recipelab.trajectory.verdict.close_call_target` names a finalist,
         train it and the control at ``close_call_seeds`` more seeds there, each at the best
         rate of its own top-rung family (so every seed of a pair trains alike)."""
         extra = ctx.settings.ladder.close_call_seeds

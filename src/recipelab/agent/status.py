@@ -11,9 +11,10 @@ from typing import Any
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.window import split_text
 from recipelab.eventlog import EVENTS_FILE, read_events
-from recipelab.trajectory.ledger import Ledger, Winner
+from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.verdict import Winner
 
 BEST_SHOWN = 10
 

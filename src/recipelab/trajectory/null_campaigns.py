@@ -4,7 +4,7 @@ prints is a measured one.
 :func:`top_rung_campaign` builds one campaign's top rung from real :class:`TrialRecord` objects
 (the seeds of :func:`~recipelab.trajectory.ladder.top_rung_seeds`, each recipe's learning-rate
 family at each) and runs the campaign's own decisions on them: the close call of
-:func:`~recipelab.trajectory.ledger.close_call_target` and the verdict of
+:func:`~recipelab.trajectory.verdict.close_call_target` and the verdict of
 :meth:`~recipelab.trajectory.ledger.Ledger.recommendation`. Only the val_bpb of each run comes
 from elsewhere: a :data:`Draw`. :func:`noise_model` draws from a model with the truth set by
 hand; ``bench/null_campaigns.py`` also draws from real runs of the baseline. Where every
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.trajectory.ladder import LR_FAMILY, top_rung_seeds
-from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger, close_call_target
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.verdict import close_call_target
 
 CAMPAIGN_SEED = 0
 """The null campaign's seed: its proxy trials train at it; the top rung never does."""
