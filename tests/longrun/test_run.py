@@ -17,13 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.longrun.run import (
-    CHECKPOINT_DIR,
-    LOCK_FILE,
-    PretrainConfig,
-    RunLocked,
-    run_pretrain,
-)
+from recipelab.longrun.pretrain_config import CHECKPOINT_DIR, PretrainConfig
+from recipelab.longrun.run import run_pretrain
+from recipelab.longrun.run_process import LOCK_FILE, RunLocked
 from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 
@@ -145,7 +141,7 @@ def test_dry_run_budget_prints_the_projection_and_writes_nothing(
 
 def test_dry_run_budget_says_at_which_step_the_alert_and_the_projection_stop_fire(
         tmp_path: Path, corpus: CorpusSpec) -> None:
-    from recipelab.longrun.run import dry_run_report
+    from recipelab.longrun.pretrain_config import dry_run_report
 
     # $3,600/h is $1/s: a million steps project far over a $50 cap, spent reaches $20 later
     settings = config(tmp_path / "dry", corpus, steps=1_000_000, price_per_hour=3600.0,

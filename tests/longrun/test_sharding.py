@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from recipelab.cli import app
 from recipelab.longrun.distributed import World
-from recipelab.longrun.run import CHECKPOINT_DIR, run_pretrain
+from recipelab.longrun.pretrain_config import CHECKPOINT_DIR
+from recipelab.longrun.run import run_pretrain
 from recipelab.longrun.sharding import SHARDS, ShardingError, resolve
 from recipelab.recipe import Recipe
 from recipelab.targets import get_target, proxy_recipe

@@ -18,7 +18,8 @@ from safetensors.torch import load_file, load_model, save_model
 from typer.testing import CliRunner
 
 from recipelab.cli import app
-from recipelab.longrun.run import CHECKPOINT_DIR, METRICS_LONG_FILE, run_pretrain
+from recipelab.longrun.pretrain_config import CHECKPOINT_DIR, METRICS_LONG_FILE
+from recipelab.longrun.run import run_pretrain
 from recipelab.trainer.core import build_model
 from recipelab.trainer.spec import CorpusSpec
 from tests.longrun.test_run import RECIPE, config, events, metrics

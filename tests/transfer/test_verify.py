@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from recipelab.agent.settings import load
 from recipelab.cli import app
-from recipelab.longrun.run import PretrainConfig, run_pretrain
+from recipelab.longrun.pretrain_config import PretrainConfig
+from recipelab.longrun.run import run_pretrain
 from recipelab.recipe import Recipe
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory import TrajectoryStore

@@ -125,7 +125,8 @@ def pretrain(
     the loss diverged, 143 after a SIGTERM (checkpointed: resume with --resume-from-latest)."""
     import os
 
-    from recipelab.longrun.run import PretrainConfig, dry_run_report, run_pretrain
+    from recipelab.longrun.pretrain_config import PretrainConfig, dry_run_report
+    from recipelab.longrun.run import run_pretrain
 
     recipe = load_recipe(recipe_file)
     edit = parse_knob_settings(knob or [])

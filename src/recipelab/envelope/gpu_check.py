@@ -42,7 +42,13 @@ from recipelab import __version__
 from recipelab.guardrails.base import DeviceInfo, GuardContext
 from recipelab.guardrails.hardware import check_hardware, resolve_device
 from recipelab.longrun.cluster import cluster_info
-from recipelab.longrun.run import CHECKPOINT_DIR, EVENTS_FILE, LOCK_FILE, MANIFEST_FILE, METRICS_FILE
+from recipelab.longrun.pretrain_config import (
+    CHECKPOINT_DIR,
+    EVENTS_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+)
+from recipelab.longrun.run_process import LOCK_FILE
 from recipelab.recipe import Precision, Recipe
 from recipelab.targets import preset_target, proxy_recipe
 from recipelab.trainer.spec import CHECKPOINT_LATEST, RESULT_FILE, TrialResult

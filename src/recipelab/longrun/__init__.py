@@ -6,9 +6,10 @@ multi-GPU run needs: torchrun/DDP, checkpoints, the budget contract, a spike reh
 metrics, plots and MLflow.
 
 Entry points: :func:`~recipelab.longrun.run.run_pretrain` with a
-:class:`~recipelab.longrun.run.PretrainConfig`.
+:class:`~recipelab.longrun.pretrain_config.PretrainConfig`.
 """
 
-from recipelab.longrun.run import PretrainConfig, PretrainResult, run_pretrain
+from recipelab.longrun.pretrain_config import PretrainConfig, PretrainResult
+from recipelab.longrun.run import run_pretrain
 
 __all__ = ["PretrainConfig", "PretrainResult", "run_pretrain"]
