@@ -41,3 +41,14 @@ def test_the_baseline_has_no_gain_over_itself() -> None:
 def test_no_gain_is_shown_before_the_noise_floor_is_measured() -> None:
     ledger = Ledger([BASELINE[0], CANDIDATE[0]])  # the baseline at one seed: no floor yet
     assert ledger.noise is None and ledger.proxy_gain(CANDIDATE[0]) is None
+
+
+def test_a_baseline_that_leads_is_no_winner() -> None:
+    """A night whose only stable top-rung runs are the baseline's (every search trial was a
+    baseline seed) names no winner: the baseline is the answer, not a pick over itself."""
+    stress = TrialRecord(campaign="c", trial_id="s0000", kind="stress", status="complete",
+                         proposer="baseline", parent="p0000", verdict="stable", val_bpb=2.3,
+                         recipe=BASELINE[0].recipe)
+    line = Ledger([*BASELINE[:2], stress]).winner_line()
+    assert line.startswith("no winner: the baseline p0000 leads (evidence: stress at"), line
+    assert "winner (provisional)" not in line

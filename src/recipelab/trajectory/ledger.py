@@ -409,9 +409,8 @@ class Ledger:
                               control=control, tuned=tuned[best.trial_id])
 
     def winner_line(self) -> str:
-        """The one sentence that names the winner (or why there is none), with the rung of
-        its evidence, its seeds and its gain with interval: the verdict line of a
-        campaign, ``status``, the report's summary and ``export`` all print this."""
+        """The one sentence naming the winner (or why there is none) with its evidence, seeds
+        and gain: the campaign, ``status``, the report and ``export`` all print it."""
         top = self.recommendation()
         if top is not None:
             return top.line()
@@ -419,15 +418,16 @@ class Ledger:
         if winner is None:
             return f"no winner: {self.no_winner_reason}"
         gain = self.proxy_gain(winner.record)
-        evidence = {"stress": winner.stress, "rung": winner.rung}.get(winner.evidence)
-        where = (f"{winner.evidence} at {evidence.budget_steps} steps"
-                 if evidence is not None else
-                 f"proxy at {winner.record.budget_steps} steps")
+        run = {"stress": winner.stress, "rung": winner.rung}.get(winner.evidence) or winner.record
         seeds = gain.seeds if gain is not None else winner.seeds
+        evidence_text = (f"evidence: {winner.evidence if run is not winner.record else 'proxy'} "
+                         f"at {run.budget_steps} steps, {seeds} seed{'s' if seeds != 1 else ''}")
+        if winner.record.proposer == BASELINE_PROPOSER:  # nothing trained beside it beat it
+            return f"no winner: the baseline {winner.record.trial_id} leads ({evidence_text})"
         gain_text = (f", proxy gain over the baseline {gain.interval_text()} val_bpb"
                      if gain is not None else "")
-        return (f"winner (provisional): {winner.record.trial_id}, evidence: {where}, {seeds} "
-                f"seed{'s' if seeds != 1 else ''}{gain_text}; no paired top rung confirms it")
+        return (f"winner (provisional): {winner.record.trial_id}, {evidence_text}{gain_text}; "
+                "no paired top rung confirms it")
 
     @cached_property
     def noise(self) -> NoiseFloor | None:
