@@ -31,10 +31,12 @@ def test_run_without_a_budget_asks_for_one(tmp_path: Path) -> None:
      ("RECIPELAB_LLM_BASE_URL 'localhost:8000'", "http://localhost:8000/v1")),
     (["--mlflow-uri", "ftp://ann:pw@host/mlruns"], {},
      ("--mlflow-uri 'ftp://ann:[redacted]@host/mlruns'", "sqlite:///PATH/mlflow.db")),
+    (["--db", "mysql://ann:pw@host/runs"], {},
+     ("'mysql://ann:[redacted]@host/runs' is not supported", "postgresql+psycopg://")),
     (["--edit", "lr=0.1"], {}, ("--edit 'lr=0.1' is not JSON", '{"optimizer.lr": 0.005}')),
     (["--edit", '{"optimizer.lrr": 0.1}'], {}, ("'optimizer.lrr'", "did you mean optimizer.lr?")),
-], ids=["preset", "target", "until", "url-option", "url-env", "mlflow-uri", "edit-json",
-        "edit-knob"])
+], ids=["preset", "target", "until", "url-option", "url-env", "mlflow-uri", "db-url",
+        "edit-json", "edit-knob"])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(
         tmp_path: Path, args: list[str], env: dict[str, str], words: tuple[str, ...]) -> None:
     result = recipelab("run", "--name", "bad", "--iterations", "1", *args, cwd=tmp_path, env=env)

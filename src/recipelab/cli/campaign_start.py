@@ -71,6 +71,7 @@ def launch(name: str, directory: Path | None, given: dict[str, Any], *, check_on
     the campaign. Nothing is written before the input is valid and the preflight passed."""
     from recipelab.agent.input_check import InputError, check_input
     from recipelab.agent.preflight import Preflight, run_preflight
+    from recipelab.trajectory.index_db import server_url
 
     chosen_format = log_format_of(log_format)
     window, proposer = given.get("window", {}), given.get("proposer", {})
@@ -79,11 +80,14 @@ def launch(name: str, directory: Path | None, given: dict[str, Any], *, check_on
                     until=window.get("until"), llm_base_url=proposer.get("llm_base_url"))
     except InputError as error:
         fail(str(error))
-    if mlflow_uri := given.get("store", {}).get("mlflow_uri"):
-        try:  # before anything else is said or written
+    store = given.get("store", {})
+    try:  # before anything else is said or written
+        if mlflow_uri := store.get("mlflow_uri"):
             tracking_uri(mlflow_uri)
-        except RecipelabError as error:
-            fail(str(error), error.fix)
+        if (db := store.get("db")) is not None:
+            server_url(db)
+    except RecipelabError as error:
+        fail(str(error), error.fix)
     if (target := given.get("target")) is not None and target not in TARGETS:
         given = {**given, "target": str(Path(target).expanduser().resolve())}  # read later
     directory = directory or default_campaign_dir(name)
