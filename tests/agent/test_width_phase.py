@@ -222,3 +222,15 @@ def test_without_a_winner_it_measures_the_baseline_the_campaign_keeps(
     assert result.exit_code == 0, result.output
     report = (tmp_path / "report" / "report.md").read_text()
     assert "recommended: p0000" in report and "The baseline moved onto the target" in report
+
+
+def test_a_night_without_a_candidate_skips_it_and_says_why(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    """A search that trained only the baseline's seeds (the bare two-iteration run) has
+    nothing to hand off: the rung's wide run, most of such a night's time, is skipped."""
+    save(settings, tmp_path)
+    proposer = ScriptedProposer(settings.baseline(), [])
+    Campaign(settings.model_copy(update={"iterations": 2}), tmp_path, proposer=proposer,
+             executor=fake_executor(outcome=sized_outcome)).run()
+    assert width_runs(tmp_path) == []
+    assert events(tmp_path, "width_skipped")[-1]["reason"].startswith("no candidate beside")

@@ -10,7 +10,9 @@ the same way at twice the width, so the report can say whether the gain held one
 (:class:`~recipelab.transfer.width.WidthCheck`). They are trials of kind ``width`` (ids
 ``w0000``…, parent the recommendation, the baseline's run parent the baseline). Everything is
 read back from the records: after a crash only a missing run trains, and a lost one resumes
-from its checkpoint folder.
+from its checkpoint folder. A night whose search trained nothing but the baseline's seeds
+skips the rung: its wide run would be most of such a night's cost, for a hand-off nobody asked
+the night to choose.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from recipelab.agent.campaign_context import POLL_INTERVAL_S, CampaignContext
 from recipelab.agent.trials import TRIALS_DIR
 from recipelab.agent.width_cost import cost, seconds
 from recipelab.agent.window import measured_times
-from recipelab.recipe import Recipe
+from recipelab.recipe import BASELINE_PROPOSER, Recipe
 from recipelab.targets import Target, preset_target
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.export import ExportOptions, recommended_export
@@ -43,6 +45,9 @@ ATTEMPTS = 5
 """Interruptions after which a width run is given up (each resumes from its checkpoint)."""
 CURVE_POINTS = 20
 WIDTH_PROPOSER = "width-rung"
+NO_CANDIDATE = ("no candidate beside the baseline was trained, so there is nothing to hand off "
+                "(more --iterations give the search its candidates); the export predicts the "
+                "baseline with the law's size term")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,9 @@ class WidthPhase:
         chosen = ctx.ledger.recommended  # the campaign's own ledger: its --promote, its rungs
         if chosen is None:
             ctx.log.info("width_skipped", reason=f"nothing to measure: {ctx.ledger.no_winner_reason}")
+            return
+        if not any(r.proposer != BASELINE_PROPOSER for r in ctx.ledger.proxies):
+            ctx.log.info("width_skipped", reason=NO_CANDIDATE)
             return
         recommended = chosen[0]
         recommended_id = recommended.trial_id
