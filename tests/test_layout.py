@@ -14,7 +14,7 @@ SRC = Path(recipelab.__file__).parent
 TESTS = Path(__file__).parent
 
 SPECIFIED_ELSEWHERE = {
-    "agent/attribution_cost.py", "agent/campaign_context.py", "agent/campaign_lock.py",
+    "agent/attribution_cost.py", "agent/campaign_lock.py",
     "agent/deadline.py", "agent/display.py", "agent/ladder_phase.py", "agent/proxy_trials.py",
     "agent/records.py", "agent/search_phase.py", "agent/signals.py",
     "agent/trials.py", "agent/width_cost.py", "cli/campaign_start.py", "cli/common.py",

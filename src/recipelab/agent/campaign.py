@@ -129,11 +129,11 @@ class Campaign:
                                       self.priors.observations, ctx.log)
             try:
                 with self.progress:
-                    return self._run(ctx, self._phases(guarded, stress_only))
+                    return self._run(ctx, self.phases(guarded, stress_only))
             finally:
                 self._close(ctx, guarded)
 
-    def _phases(self, guarded: GuardedProposer, stress_only: bool) -> list[Phase]:
+    def phases(self, guarded: GuardedProposer, stress_only: bool = False) -> list[Phase]:
         """The phases in order. One that needs the named winner goes after the ladder."""
         proxies = ProxyTrials(after_launch=lambda ctx: guarded.prefetch(history(ctx)))
         search: list[Phase] = [] if stress_only else [SearchPhase(guarded, proxies)]

@@ -106,8 +106,15 @@ def open_context(settings: CampaignSettings, directory: Path, *, baseline: Recip
 
 
 class Phase(Protocol):
-    """One step of a campaign's walk (search, ladder, attribution): it runs on the open
-    campaign, deciding everything from the records, so after a crash it redoes only what is
-    missing."""
+    """One step of a campaign's walk (search, ladder, attribution, width rung).
+
+    The contract every phase keeps (tests/agent/test_campaign_context.py checks each):
+
+    - It decides everything from the records in ``ctx.ledger``, never from state of its own
+      kept across runs. So after a crash it redoes only what is missing, and on a campaign
+      whose records already hold its work it trains nothing and writes nothing.
+    - It launches nothing once ``ctx.stops.stop`` is set, and waits for what it launched.
+    - It reaches into no other phase: what one leaves for the next is records.
+    """
 
     def run(self, ctx: CampaignContext) -> None: ...
