@@ -76,6 +76,7 @@ class Segment:
 
     pid: int
     started: float
+    started_at: float = field(default_factory=time.time)  # wall clock, to compare with files
     rss: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, bytes)
     first_trial_rss: int | None = None
     before_report_rss: int | None = None  # the last sample before campaign_finished
@@ -223,8 +224,9 @@ class Soak:
 
     def training_on_worker(self, prefixes: tuple[str, ...]) -> bool:
         """Whether a trial whose folder starts with one of ``prefixes`` trains on the second
-        node now."""
-        found = ray_nodes.training_on(self.directory / "trials", self.cluster.worker_label())
+        node now, started by the orchestrator that runs now."""
+        found = ray_nodes.training_on(self.directory / "trials", self.cluster.worker_label(),
+                                      since=self.segments[-1].started_at)
         return found is not None and str(found[0]).startswith(prefixes)
 
     def go(self) -> int:

@@ -23,7 +23,7 @@ SPECIFIED_ELSEWHERE = {
     "envelope/points.py", "envelope/values.py", "environment.py", "fsutil.py",
     "guardrails/base.py", "locking.py", "longrun/spike.py", "proposer/base.py",
     "report/context.py", "report/document.py", "report/plots.py", "report/sections.py",
-    "transfer/steplaw.py", "runner/base.py", "runner/fake.py", "runner/files.py",
+    "transfer/steplaw.py", "runner/base.py", "runner/fake.py",
     "runner/launch.py", "trainer/device.py", "trainer/spec.py", "trainer/step_loop.py",
     "units.py",
 }

@@ -146,17 +146,21 @@ def stop_two_nodes(cluster: TwoNodes, port: int) -> None:
     shutil.rmtree(cluster.root, ignore_errors=True)
 
 
-def training_on(trials: Path, node: str) -> tuple[str, dict[str, Any]] | None:
+def training_on(trials: Path, node: str, since: float = 0.0) -> tuple[str, dict[str, Any]] | None:
     """A trial whose trainer runs on ``node`` now (its task said so, it has a log and no
     result, and its trainer process lives: a killed orchestrator's trials leave their
-    folders behind): its folder's name and the task's ``worker.json``."""
+    folders behind): its folder's name and the task's ``worker.json``. ``since`` (a
+    ``time.time()``): only a task that wrote its ``worker.json`` after it, so that a trial
+    of an orchestrator killed before then, whose trainer Ray is still ending, is not taken
+    for one that trains."""
     for worker in trials.glob(f"*/{WORKER_FILE}"):
         out_dir = worker.parent
         try:
             said = json.loads(worker.read_text())
-        except ValueError:
+            written = worker.stat().st_mtime
+        except (ValueError, OSError):
             continue  # being written
-        if (said.get("node") == node and (out_dir / "trial.log").exists()
+        if (said.get("node") == node and written >= since and (out_dir / "trial.log").exists()
                 and not (out_dir / "result.json").exists() and alive(said["trainer_pid"])):
             return out_dir.name, said
     return None

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from recipelab.runner.files import read_node
 from recipelab.runner.ray import node_label
 from tests.postgres import postgres_database, postgres_server
 
@@ -125,7 +126,9 @@ def test_an_orchestrator_killed_while_both_nodes_train_reruns_each_trial_once(
         for node in nodes:
             if (found := training_on(trials, node)) is not None:
                 in_flight[found[0]] = found[1]
-        return len({said["node"] for said in in_flight.values()}) == 2 or first.poll() is not None
+        heard = all(read_node(trials / name) for name in in_flight)  # the orchestrator knows
+        return ((len({said["node"] for said in in_flight.values()}) == 2 and heard)
+                or first.poll() is not None)
 
     wait_for(both_train, timeout_s=CAMPAIGN_TIMEOUT_S)
     first.kill()  # SIGKILL: no handler runs, as when the machine running it dies
@@ -145,6 +148,8 @@ def test_an_orchestrator_killed_while_both_nodes_train_reruns_each_trial_once(
     assert len(by_id) == len(lines), "a trial recorded twice"
     for trial_id in in_flight:
         assert by_id[trial_id]["status"] == "interrupted", by_id[trial_id]
+        # its orchestrator died before it could hear the loss; the resumed one names the node
+        assert by_id[trial_id]["metrics"]["node"] == in_flight[trial_id]["node"]
         reruns = [r for r in lines if r["retry_of"] == trial_id]
         assert len(reruns) == 1 and reruns[0]["status"] == "complete", (trial_id, reruns)
     trained = [r for r in lines if r["kind"] == "proxy" and r["status"] == "complete"]

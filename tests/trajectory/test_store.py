@@ -145,6 +145,25 @@ def test_running_trial_left_by_a_crash_is_interrupted_once_in_both_files(
         assert len(jsonl_lines(campaign_dir)) == 1
 
 
+def test_a_trial_left_running_is_interrupted_on_the_node_it_was_training_on(
+    open_store: StoreOpener, campaign_dir: Path,
+) -> None:
+    """The orchestrator that launched it died before it heard the loss: the node comes from
+    what the campaign kept of it (``node_of``), and a trial without one names none."""
+    with open_store(campaign_dir, CAMPAIGN) as crashed:
+        crashed.reconcile()
+        crashed.mark_running(make("t1", status="running"))
+        crashed.mark_running(make("t2", status="running"))
+
+    nodes = {"t1": "vm/e0e6b21b"}
+    with open_store(campaign_dir, CAMPAIGN) as store:
+        report = store.reconcile(node_of=lambda record: nodes.get(record.trial_id))
+        by_id = {r.trial_id: r for r in report.interrupted}
+        assert by_id["t1"].measured.node == "vm/e0e6b21b"
+        assert by_id["t2"].measured.node is None
+        assert store.get("t1") == by_id["t1"]
+
+
 def test_truncated_last_line_is_set_aside_and_appends_continue_on_their_own_line(
     open_store: StoreOpener, campaign_dir: Path,
 ) -> None:

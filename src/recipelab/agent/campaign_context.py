@@ -23,11 +23,12 @@ from recipelab.agent.guard_context import guard_context
 from recipelab.agent.records import as_measurement
 from recipelab.agent.settings import CampaignSettings
 from recipelab.agent.signals import StopRequests
-from recipelab.agent.trials import GuardrailMemory, TrialBook
+from recipelab.agent.trials import GuardrailMemory, TrialBook, trial_folder
 from recipelab.eventlog import LogFormat, campaign_logger
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext
 from recipelab.recipe import Recipe
 from recipelab.runner import Executor
+from recipelab.runner.files import read_node
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import Ledger
 
@@ -92,7 +93,7 @@ def open_context(settings: CampaignSettings, directory: Path, *, baseline: Recip
                                 console_output(log_format, colors=console.is_terminal))
     book = TrialBook(settings, directory, store, executor, device, memory, log,
                      on_change=on_change, on_record=on_record)
-    report = store.reconcile()
+    report = store.reconcile(node_of=lambda record: read_node(directory / trial_folder(record)))
     for line in report.set_aside:
         log.warning("jsonl_line_set_aside", line=line, side_file=str(report.side_file))
     if report.rebuilt:

@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from recipelab.agent.settings import WindowSettings
+from recipelab.agent.trials import trial_folder
 from recipelab.trajectory.record import TrialRecord
-
-TRIALS_DIR = "trials"
 
 
 def failure_hint(reason: str, *, timeout_s: float, log: str, preset: str) -> str:
@@ -57,7 +56,7 @@ class FailureStreak:
         limit = self.window.max_consecutive_failures
         if len(self.run) >= limit and self.failing is None:
             self.failing = record.reason or "crash"
-            log = record.artifacts.get("dir", f"{TRIALS_DIR}/{record.trial_id}") + "/trial.log"
+            log = f"{trial_folder(record)}/trial.log"
             hint = failure_hint(self.failing, timeout_s=self.window.trial_timeout_s, log=log,
                                 preset=self.preset)
             self.log.error("too_many_failures", trial_id=record.trial_id, count=limit,

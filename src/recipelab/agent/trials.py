@@ -33,6 +33,11 @@ from recipelab.trajectory.record import TrialRecord, utc_now
 TRIALS_DIR = "trials"
 
 
+def trial_folder(record: TrialRecord) -> str:
+    """Where ``record``'s files are, relative to the campaign directory (recorded at launch)."""
+    return str(record.artifacts.get("dir", f"{TRIALS_DIR}/{record.trial_id}"))
+
+
 @dataclass
 class GuardrailMemory:
     """The memory model the guardrails are handed: read once when the campaign starts, then

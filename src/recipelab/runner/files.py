@@ -23,6 +23,10 @@ from recipelab.fsutil import atomic_write_bytes, atomic_write_text
 from recipelab.trainer.spec import CHECKPOINT_LATEST as LATEST
 
 Packed = dict[str, bytes]
+NODE_FILE = "node.txt"
+"""In a trial's home folder: the cluster node its task said it runs on, written as soon as the
+orchestrator hears it, so a campaign resumed after its orchestrator died still knows where the
+trial it lost was training."""
 
 
 def latest_step(checkpoint_dir: Path) -> str | None:
@@ -56,3 +60,16 @@ def unpack_checkpoint(checkpoint_dir: Path, packed: Packed) -> None:
     for old in checkpoint_dir.glob("step-*"):
         if old.name != step:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def write_node(out_dir: Path, node: str) -> None:
+    """Keep the node a trial's task runs on in its home folder (see :data:`NODE_FILE`)."""
+    atomic_write_text(out_dir / NODE_FILE, node)
+
+
+def read_node(out_dir: Path) -> str | None:
+    """The node :func:`write_node` kept for the trial in ``out_dir``; None when none did."""
+    try:
+        return (out_dir / NODE_FILE).read_text().strip() or None
+    except OSError:
+        return None

@@ -158,7 +158,8 @@ class RayExecutor(Executor):
     def submit(self, spec: TrialSpec, *, resume: bool = False,
                timeout_s: float | None = None) -> RayTrialHandle:
         spec_path = launch.prepare(spec)
-        (Path(spec.out_dir) / WORKER_FILE).unlink(missing_ok=True)
+        for stale in (WORKER_FILE, files.NODE_FILE):  # an earlier attempt's
+            (Path(spec.out_dir) / stale).unlink(missing_ok=True)
         checkpoint = files.pack_checkpoint(spec.checkpoint_path) if resume else None
         inbox = self._task_inbox()
         ref = self._task.options(**self._resources).remote(
@@ -217,6 +218,7 @@ class RayExecutor(Executor):
             kind, out_dir, content = self._inbox.get_nowait()
             if kind == NODE_MESSAGE:
                 self._nodes[out_dir] = content
+                files.write_node(Path(out_dir), content)
             else:
                 files.unpack_checkpoint(Path(out_dir) / CHECKPOINT_DIR, content)
 

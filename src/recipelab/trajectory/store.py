@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -146,17 +146,19 @@ class TrajectoryStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    def reconcile(self) -> ReconcileReport:
+    def reconcile(self, node_of: Callable[[TrialRecord], str | None] = lambda record: None
+                  ) -> ReconcileReport:
         """Bring JSONL and SQLite back into agreement after whatever the last run left.
 
-        Idempotent: a second call right after the first reports nothing new.
+        A trial left running is recorded ``interrupted``, with the node ``node_of`` says it
+        ran on. Idempotent: a second call right after the first reports nothing new.
         """
         self._require_writable("reconcile")
         scan = self._scan()
         side_file = self._set_aside(scan) if scan.rejected else None
         self._terminal_ids = {record.trial_id for record in scan.records}
         inserted = self._sync_index(scan.records)
-        interrupted = self._interrupt_running()
+        interrupted = self._interrupt_running(node_of)
         rebuilt, self._index_recreated = self._index_recreated, False
         return ReconcileReport(
             set_aside=[_clip(line.text) for line, _ in scan.rejected],
@@ -470,11 +472,15 @@ class TrajectoryStore:
                     session.delete(row)
         return [record.trial_id for record in stale]
 
-    def _interrupt_running(self) -> list[TrialRecord]:
+    def _interrupt_running(self, node_of: Callable[[TrialRecord], str | None]
+                           ) -> list[TrialRecord]:
         interrupted = []
         for running in self.records(status="running"):
+            node = node_of(running)
+            metrics = running.metrics if node is None else {**running.metrics, "node": node}
             record = running.model_copy(
-                update={"status": "interrupted", "reason": None, "finished_at": utc_now()}
+                update={"status": "interrupted", "reason": None, "finished_at": utc_now(),
+                        "metrics": metrics}
             )
             self.append(record)
             interrupted.append(record)
