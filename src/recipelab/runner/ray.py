@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import sys
@@ -45,6 +46,9 @@ RETURNED_LOG_LINES = 200
 NODE_MESSAGE, CHECKPOINT_MESSAGE = "node", "checkpoint"  # what a task sends home
 NODE_ID_CHARS = 8  # of a node's id in records: enough to tell a cluster's nodes apart
 CHECKPOINT_POLL_S = 0.5
+RECEIVE_INTERVAL_S = 0.5
+"""How often polling asks the task inbox for news while every task still runs: each question
+is a call to the inbox's actor, and a campaign polls its trials 50 times a second."""
 # Past the trial's own timeout (enforced by the task), the orchestrator cancels the task:
 # covers a node that stopped answering without Ray noticing yet.
 CANCEL_MARGIN_S = 30.0
@@ -120,6 +124,7 @@ class RayExecutor(Executor):
         self._task = self.ray.remote(max_retries=0)(run_trial_task)
         self._inbox: Any = None  # a ray.util.queue.Queue of what tasks send, made on first need
         self._nodes: dict[str, str] = {}  # a trial's folder -> the node its task runs on
+        self._received_at = -math.inf  # time.monotonic() of the last look at the inbox
 
     def slots(self) -> int:
         """One trial per GPU of the cluster (each task takes one), or per CPU on a cluster
@@ -171,7 +176,7 @@ class RayExecutor(Executor):
 
     def poll(self, handle: TrialHandle) -> TrialResult | None:
         assert isinstance(handle, RayTrialHandle), "poll() on a handle this executor did not submit"
-        self._receive()
+        self._receive(every=RECEIVE_INTERVAL_S)
         ready, _ = self.ray.wait([handle.ref], timeout=0)
         if not ready:
             if handle.deadline is not None and time.monotonic() > handle.deadline:
@@ -208,14 +213,17 @@ class RayExecutor(Executor):
         if self._owns_ray and self.ray.is_initialized():
             self.ray.shutdown()
 
-    def _receive(self) -> None:
-        """Take in what tasks have sent since the last poll: the node each runs on (sent
+    def _receive(self, every: float = 0.0) -> None:
+        """Take in what tasks have sent since the last look: the node each runs on (sent
         before its trainer starts, so a trial its node's death interrupts still names the
-        node) and the checkpoints of tasks training in scratch."""
-        if self._inbox is None:
+        node) and the checkpoints of tasks training in scratch. ``every``: not when the last
+        look was less than that many seconds ago (a task that ended is always looked for)."""
+        now = time.monotonic()
+        if self._inbox is None or now - self._received_at < every:
             return
-        while not self._inbox.empty():
-            kind, out_dir, content = self._inbox.get_nowait()
+        self._received_at = now
+        waiting = self._inbox.qsize()
+        for kind, out_dir, content in self._inbox.get_nowait_batch(waiting) if waiting else ():
             if kind == NODE_MESSAGE:
                 self._nodes[out_dir] = content
                 files.write_node(Path(out_dir), content)
