@@ -46,9 +46,11 @@ def test_no_gain_is_shown_before_the_noise_floor_is_measured() -> None:
 def test_a_baseline_that_leads_is_no_winner() -> None:
     """A night whose only stable top-rung runs are the baseline's (every search trial was a
     baseline seed) names no winner: the baseline is the answer, not a pick over itself."""
-    stress = TrialRecord(campaign="c", trial_id="s0000", kind="stress", status="complete",
-                         proposer="baseline", parent="p0000", verdict="stable", val_bpb=2.3,
-                         recipe=BASELINE[0].recipe)
-    line = Ledger([*BASELINE[:2], stress]).winner_line()
-    assert line.startswith("no winner: the baseline p0000 leads (evidence: stress at"), line
+    stress = [TrialRecord(campaign="c", trial_id=f"s000{i}", kind="stress", status="complete",
+                          proposer="baseline", parent="p0000", verdict="stable", val_bpb=2.3 + i / 100,
+                          recipe={**BASELINE[0].recipe, "seed": 1000 + i, "steps": 1000})
+              for i in range(4)]
+    line = Ledger([*BASELINE[:2], *stress]).winner_line()
+    # the evidence counts the top rung's 4 seeds, not the 2 of the baseline's proxy trials
+    assert line == "no winner: the baseline p0000 leads (evidence: stress at 1000 steps, 4 seeds)"
     assert "winner (provisional)" not in line

@@ -36,7 +36,7 @@ makes the same decisions and none of them disagree:
   family's (× ½, × 2) by their mean over the seeds all trained (a rate that diverged anywhere
   is out); the **control** (:meth:`Ledger.control`) is the tuned baseline, and each finalist
   competes at its own best rate, so a gain is the recipe's, not a mis-set rate's;
-- **recommendation**, **winner**, **kept baseline**: see :mod:`recipelab.trajectory.verdict`.
+- **verdict**, **winner**, **kept baseline**: see :mod:`recipelab.trajectory.verdict`.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ from recipelab.trajectory.noise import (
 )
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.rung import rung_score
-from recipelab.trajectory.verdict import Control, Counts, Evidence, Recommendation, Rung, Winner
+from recipelab.trajectory.verdict import Control, Counts, Evidence, Rung, TopRungVerdict, Winner
 
 LR_FAMILY_PROPOSER = "lr-family"
 """A rung run of a recipe at a multiple of its rate (``edit["lr_family"]``): the baseline's
@@ -357,7 +357,7 @@ class Ledger:
         base = self.baseline
         return None if base is None else self.tuned(base, steps)
 
-    def recommendation(self) -> Recommendation | None:
+    def verdict(self) -> TopRungVerdict | None:
         """The top rung's verdict (see the module), or None when no top-rung run of a
         finalist pairs with the control's at two or more seeds."""
         steps = max((r.budget_steps for r in self.stress), default=0)
@@ -391,7 +391,7 @@ class Ledger:
                 why = ("the interval includes 0, so the seeds alone could explain it: keep the "
                        f"baseline, or buy more evidence at the top rung (--top-seeds {seeds + 2}) "
                        "or a longer one (--stress-steps)")
-            return Recommendation(
+            return TopRungVerdict(
                 steps, seeds, None, gain, best=best, control=control, tuned=tuned[best.trial_id],
                 reason=(f"the best finalist {best.trial_id} gains {gain.text()} over "
                         f"{control.text()} at the top rung ({steps} steps); {why}"))
@@ -404,14 +404,14 @@ class Ledger:
                 lead = top_interval(shared)
                 if lead.low <= 0.0:
                     fallback = by_id[runner]
-        return Recommendation(steps, seeds, best, gain, fallback=fallback,
+        return TopRungVerdict(steps, seeds, best, gain, fallback=fallback,
                               lead=lead if fallback is not None else None, best=best,
                               control=control, tuned=tuned[best.trial_id])
 
     def winner_line(self) -> str:
         """The one sentence naming the winner (or why there is none) with its evidence, seeds
         and gain: the campaign, ``status``, the report and ``export`` all print it."""
-        top = self.recommendation()
+        top = self.verdict()
         if top is not None:
             return top.line()
         winner = self.winner
@@ -419,7 +419,11 @@ class Ledger:
             return f"no winner: {self.no_winner_reason}"
         gain = self.proxy_gain(winner.record)
         run = {"stress": winner.stress, "rung": winner.rung}.get(winner.evidence) or winner.record
-        seeds = gain.seeds if gain is not None else winner.seeds
+        if run is winner.record:
+            seeds = gain.seeds if gain is not None else winner.seeds
+        else:  # the seeds of the level the evidence comes from, not the proxy's
+            seeds = len({r.recipe.get("seed") for r in self.runs_at(winner.record.trial_id,
+                                                                     run.budget_steps)})
         evidence_text = (f"evidence: {winner.evidence if run is not winner.record else 'proxy'} "
                          f"at {run.budget_steps} steps, {seeds} seed{'s' if seeds != 1 else ''}")
         if winner.record.proposer == BASELINE_PROPOSER:  # nothing trained beside it beat it
@@ -486,7 +490,7 @@ class Ledger:
 
     @property
     def winner(self) -> Winner | None:
-        top = self.recommendation()
+        top = self.verdict()
         if top is not None:
             if top.primary is None:
                 return None
@@ -539,7 +543,7 @@ class Ledger:
     def _kept_because(self) -> str | None:
         """Why the campaign keeps the baseline, or None; read once (it asks for the top
         rung's verdict and the winner, and the ledger's records never change)."""
-        top = self.recommendation()
+        top = self.verdict()
         if top is not None:
             return (None if top.primary is not None else
                     "the top rung named no finalist better than it beyond the noise")
@@ -554,7 +558,7 @@ class Ledger:
     @property
     def no_winner_reason(self) -> str:
         """Why :attr:`winner` is None, in words for the report and the commands."""
-        top = self.recommendation()
+        top = self.verdict()
         if top is not None and top.primary is None:
             return f"no winner beyond noise: {top.reason}"
         if any(self.seed_mean(f) is not None for f in self.finalists):
