@@ -164,7 +164,7 @@ def test_learning_rate_family_runs_rank_nothing() -> None:
 def test_the_winner_is_named_at_the_top_rung_when_its_paired_gain_is_outside_the_interval() -> None:
     records = [*PROXIES, *top({"p0001": (0.20, 0.22, 0.21), "p0002": (0.05, 0.07, 0.06)})]
     ledger = Ledger(records)
-    verdict = ledger.recommendation()
+    verdict = ledger.verdict()
     assert verdict is not None and verdict.primary is not None
     assert verdict.primary.trial_id == "p0001" and verdict.fallback is None
     assert verdict.gain is not None and verdict.gain.value == pytest.approx(0.21)
@@ -187,11 +187,11 @@ def test_the_interval_is_corrected_for_the_finalists_and_the_looks() -> None:
     # Student's t at 2 degrees of freedom: 7.6488 standard errors at 98.33%, 5.3393 at 96.67%
     se = statistics.stdev(gains["p0001"]) / 3 ** 0.5
     for looks, t in ((2, 7.6488), (1, 5.3393)):
-        verdict = Ledger(records, looks=looks).recommendation()
+        verdict = Ledger(records, looks=looks).verdict()
         assert verdict is not None and verdict.gain is not None
         assert verdict.gain.tests == 3 * looks
         assert verdict.gain.low == pytest.approx(0.23 - t * se, abs=1e-4)
-    one = Ledger([*PROXIES, *top({"p0001": gains["p0001"]})], looks=1).recommendation()
+    one = Ledger([*PROXIES, *top({"p0001": gains["p0001"]})], looks=1).verdict()
     assert one is not None and one.gain is not None and one.gain.tests == 1
     assert "Bonferroni" not in one.gain.text() and "(90% paired, 3 seeds)" in one.gain.text()
 
@@ -215,13 +215,13 @@ def test_the_gain_is_over_the_baseline_at_its_best_rate() -> None:
     beaten = Ledger([*records, *family((1.40, 1.50, 1.45))])
     control = beaten.control(1000)
     assert control is not None and control.factor == 0.5 and control.compared == (0.5, 1.0, 2.0)
-    verdict = beaten.recommendation()
+    verdict = beaten.verdict()
     assert verdict is not None and verdict.primary is not None
     assert verdict.gain is not None and verdict.gain.value == pytest.approx(0.11)
     assert "gain over the tuned baseline (0.5× its rate, the best of 0.5/1/2× here)" in (
         beaten.winner_line())
     lost = Ledger([*records, *family((1.20, 1.30, 1.25))])
-    verdict = lost.recommendation()
+    verdict = lost.verdict()
     assert verdict is not None and verdict.primary is None and lost.winner is None
     assert verdict.reason is not None and "no better than lowering the learning rate" in (
         verdict.reason)
@@ -240,7 +240,7 @@ def test_a_rate_that_diverged_anywhere_is_no_control() -> None:
 
 def test_a_lead_inside_the_interval_recommends_both_primary_and_fallback() -> None:
     records = [*PROXIES, *top({"p0001": (0.20, 0.26, 0.23), "p0002": (0.21, 0.23, 0.22)})]
-    verdict = Ledger(records).recommendation()
+    verdict = Ledger(records).verdict()
     assert verdict is not None and verdict.primary is not None and verdict.fallback is not None
     assert Ledger(records).kept_baseline is None
     assert (verdict.primary.trial_id, verdict.fallback.trial_id) == ("p0001", "p0002")
@@ -251,7 +251,7 @@ def test_a_gain_inside_the_paired_interval_names_no_winner_and_says_why() -> Non
     """p0001 gains 0.10 at one seed and loses 0.08 at the other: the seeds explain it."""
     records = [*PROXIES, *top({"p0001": (0.10, -0.08), "p0002": (0.01, -0.05)})]
     ledger = Ledger(records)
-    verdict = ledger.recommendation()
+    verdict = ledger.verdict()
     assert verdict is not None and verdict.primary is None
     assert ledger.winner is None
     line = ledger.winner_line()
@@ -298,7 +298,7 @@ def test_when_every_finalist_diverges_and_the_baseline_does_not_the_campaign_kee
 
 def test_without_a_paired_top_rung_the_winner_line_says_it_is_provisional() -> None:
     ledger = Ledger(PROXIES)
-    assert ledger.recommendation() is None
+    assert ledger.verdict() is None
     assert ledger.kept_baseline is None  # nothing measured against the baseline at length
     line = ledger.winner_line()
     assert line.startswith("winner (provisional): p0001, evidence: proxy at 60 steps")
@@ -321,13 +321,13 @@ STEADY_AND_NOISY = {"p0001": (0.0237, 0.0242), "p0002": (-0.048, -0.142), "p0003
 
 def test_a_positive_gain_whose_interval_includes_0_is_a_close_call() -> None:
     verdict = Ledger([*PROXIES, *top({"p0001": (0.03, -0.01, 0.02), "p0002": (-0.05, -0.1, 0.0)})]
-                     ).recommendation()
+                     ).verdict()
     assert verdict is not None and verdict.primary is None and verdict.close_call
     assert verdict.best is not None and verdict.best.trial_id == "p0001"
     assert verdict.gain is not None and verdict.gain.low < 0 < verdict.gain.value
-    below = Ledger([*PROXIES, *top({"p0001": (-0.29, -0.30)})]).recommendation()
+    below = Ledger([*PROXIES, *top({"p0001": (-0.29, -0.30)})]).verdict()
     assert below is not None and not below.close_call, "a loss is no close call"
-    named = Ledger([*PROXIES, *top({"p0001": (0.20, 0.22, 0.21)})]).recommendation()
+    named = Ledger([*PROXIES, *top({"p0001": (0.20, 0.22, 0.21)})]).verdict()
     assert named is not None and not named.close_call, "nor is a named winner"
 
 
@@ -336,7 +336,7 @@ def test_from_three_paired_seeds_a_gain_has_its_own_interval() -> None:
     spread no longer hides it."""
     records = [*PROXIES, *top(STEADY_AND_NOISY),
                *more_seeds("p0001", {2: 0.0251, 3: 0.0229}, {2: 1.55, 3: 1.58})]
-    verdict = Ledger(records).recommendation()
+    verdict = Ledger(records).verdict()
     assert verdict is not None and verdict.primary is not None
     assert verdict.primary.trial_id == "p0001" and verdict.gain is not None
     assert verdict.gain.seeds == 4 and verdict.gain.value == pytest.approx(0.023975)
@@ -350,5 +350,5 @@ def test_from_three_paired_seeds_a_gain_has_its_own_interval() -> None:
 def test_a_recipe_whose_own_seeds_disagree_stays_inside_the_noise() -> None:
     records = [*PROXIES, *top(STEADY_AND_NOISY),
                *more_seeds("p0001", {2: -0.0300, 3: 0.0650}, {2: 1.55, 3: 1.58})]
-    verdict = Ledger(records).recommendation()
+    verdict = Ledger(records).verdict()
     assert verdict is not None and verdict.primary is None and verdict.close_call

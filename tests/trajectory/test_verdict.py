@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from recipelab.trajectory.ladder import PairedGain
 from recipelab.trajectory.record import TrialRecord
-from recipelab.trajectory.verdict import Control, Counts, Recommendation
+from recipelab.trajectory.verdict import Control, Counts, TopRungVerdict
 
 TUNED = Control(steps=400, factor=0.5, scores={0: 3.0, 1: 3.1}, own={0: 3.2, 1: 3.3},
                 compared=(0.5, 1.0, 2.0))
@@ -29,7 +29,7 @@ def test_the_winner_line_names_the_rung_the_seeds_the_control_the_correction_and
 ) -> None:
     gain = PairedGain(value=0.2, low=0.1, high=0.3, seeds=4, confidence=0.983, tests=6)
     lead = PairedGain(value=0.01, low=-0.02, high=0.04, seeds=4)
-    line = Recommendation(steps=400, seeds=4, primary=proxy("p0009"), gain=gain,
+    line = TopRungVerdict(steps=400, seeds=4, primary=proxy("p0009"), gain=gain,
                           fallback=proxy("p0010"), lead=lead, control=TUNED).line()
     assert line.startswith("winner: p0009, evidence: top rung at 400 steps, 4 seeds, gain over "
                            "the tuned baseline (0.5× its rate")
@@ -39,12 +39,12 @@ def test_the_winner_line_names_the_rung_the_seeds_the_control_the_correction_and
 
 def test_no_winner_says_why_and_a_positive_mean_is_a_close_call() -> None:
     inside = PairedGain(value=0.05, low=-0.02, high=0.12, seeds=4)
-    verdict = Recommendation(steps=400, seeds=4, primary=None, gain=inside,
+    verdict = TopRungVerdict(steps=400, seeds=4, primary=None, gain=inside,
                              reason="the interval includes 0")
     assert verdict.line() == "no winner beyond noise: the interval includes 0"
     assert verdict.close_call
     worse = PairedGain(value=-0.05, low=-0.12, high=0.02, seeds=4)
-    assert not Recommendation(steps=400, seeds=4, primary=None, gain=worse).close_call
+    assert not TopRungVerdict(steps=400, seeds=4, primary=None, gain=worse).close_call
 
 
 def test_the_llms_share_counts_the_turns_the_sampler_took() -> None:

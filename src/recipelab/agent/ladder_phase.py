@@ -11,7 +11,7 @@ rule's learning rate; the top rung, at ``stress_steps``, trains the ``promote`` 
 and the baseline, each with its learning-rate family, at ``top_seeds`` fresh seeds
 (:func:`~recipelab.trajectory.ladder.top_rung_seeds`), so the winner, at its best rate, is
 named only outside its paired interval over the tuned baseline
-(:meth:`~recipelab.trajectory.ledger.Ledger.recommendation`). A close call there (the best
+(:meth:`~recipelab.trajectory.ledger.Ledger.verdict`). A close call there (the best
 finalist's mean gain positive, its interval including 0) buys it and the control
 ``close_call_seeds`` more seeds before the campaign keeps the baseline
 (:func:`~recipelab.trajectory.verdict.close_call_target`: a pure function of the records, so a
@@ -210,7 +210,7 @@ class LadderPhase:
             bought.add(best.trial_id)
             seeds = self._top_seeds(ctx, ctx.settings.ladder.top_seeds + extra)
             seeds = seeds[ctx.settings.ladder.top_seeds:]
-            verdict = ctx.ledger.recommendation()
+            verdict = ctx.ledger.verdict()
             assert verdict is not None and verdict.gain is not None
             ctx.log.info("close_call", trial_id=best.trial_id, steps=steps, seeds=seeds,
                          lr_factor=multiple, control_lr_factor=control,

@@ -38,7 +38,7 @@ class Extrapolation:
 
 
 @dataclass(frozen=True)
-class Recommendation:
+class CloudRunPlan:
     winner: TrialRecord
     chosen_because: str
     recipe: Recipe
@@ -86,7 +86,7 @@ def extrapolate(stress: TrialRecord, first_day_step: int) -> Extrapolation:
         first_day_loss=fit(first_day_step) if fit is not None else None)
 
 
-def recommend(ledger: Ledger, target: Target, rates: CloudRates) -> Recommendation | None:
+def recommend(ledger: Ledger, target: Target, rates: CloudRates) -> CloudRunPlan | None:
     """What the campaign's ``ledger`` recommends (:attr:`Ledger.recommended`) priced at
     ``target``, or None before it recommends anything."""
     chosen = ledger.recommended
@@ -102,7 +102,7 @@ def recommend(ledger: Ledger, target: Target, rates: CloudRates) -> Recommendati
     first_day_tokens = sustained * rates.gpus * SECONDS_PER_DAY / recipe.flops_per_token()
     first_day_step = max(1, min(recipe.steps, int(first_day_tokens // recipe.tokens_per_step)))
     stress = [r for r in ledger.stress if r.curve]
-    return Recommendation(
+    return CloudRunPlan(
         winner=winner, chosen_because=because, recipe=recipe, params=params, tokens=tokens,
         flops=flops, gpu_hours=gpu_hours, days_on_node=run.days_on_node,
         cost_usd=run.usd, first_day_step=first_day_step,

@@ -19,7 +19,7 @@ from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.report import plots
 from recipelab.report.context import LiveStatus, ReportContext
 from recipelab.report.document import Block, Bullets, Document, Image, Paragraph, Section, Table
-from recipelab.report.recommend import SECONDS_PER_DAY, Recommendation, recommend
+from recipelab.report.recommend import SECONDS_PER_DAY, CloudRunPlan, recommend
 from recipelab.report.why import baseline_knobs, why_this_recipe
 from recipelab.text import compact_edit
 from recipelab.trajectory.analysis import knob_importance, scored_proxies, spearman
@@ -460,7 +460,7 @@ def recommendation(ledger: Ledger, ctx: ReportContext) -> Section:
     return Section(title, tuple(blocks))
 
 
-def prediction_blocks(records: Sequence[TrialRecord], rec: Recommendation, ctx: ReportContext,
+def prediction_blocks(records: Sequence[TrialRecord], rec: CloudRunPlan, ctx: ReportContext,
                       exported: Exported, first_day_tokens: int) -> list[Block]:
     """The cloud run's predicted val_bpb (the prediction 'recipelab export' writes and
     'recipelab verify' checks), with its band, what it rests on and how far it reaches."""

@@ -5,7 +5,7 @@ prints is a measured one.
 (the seeds of :func:`~recipelab.trajectory.ladder.top_rung_seeds`, each recipe's learning-rate
 family at each) and runs the campaign's own decisions on them: the close call of
 :func:`~recipelab.trajectory.verdict.close_call_target` and the verdict of
-:meth:`~recipelab.trajectory.ledger.Ledger.recommendation`. Only the val_bpb of each run comes
+:meth:`~recipelab.trajectory.ledger.Ledger.verdict`. Only the val_bpb of each run comes
 from elsewhere: a :data:`Draw`. :func:`noise_model` draws from a model with the truth set by
 hand; ``bench/null_campaigns.py`` also draws from real runs of the baseline. Where every
 finalist equals the control, a named winner is a false one: the **false-winner rate**; where
@@ -93,7 +93,7 @@ def top_rung_campaign(rung: TopRung, draw: Draw, *, proxy_steps: int = 20,
         for seed in seeds:
             records += [top_run(best.trial_id, seed, multiple if multiple != 1.0 else None),
                         top_run(BASELINE_ID, seed, control if control != 1.0 else None)]
-    verdict = rung.ledger(records).recommendation()
+    verdict = rung.ledger(records).verdict()
     return verdict is not None and verdict.primary is not None
 
 

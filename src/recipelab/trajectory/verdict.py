@@ -1,9 +1,9 @@
 """What the ledger answers about a campaign's outcome: the control a gain is measured
-against, the top rung's recommendation, the winner with its evidence, and the counts
+against, the top rung's verdict, the winner with its evidence, and the counts
 ``status`` prints. Plain values: the :class:`~recipelab.trajectory.ledger.Ledger` decides
 them, every surface prints them.
 
-- **recommendation** (:meth:`Ledger.recommendation`): when the top rung holds paired seeds
+- **verdict** (:meth:`Ledger.verdict`): when the top rung holds paired seeds
   for the control and a finalist, the finalist with the largest mean paired gain over the
   control there (each at its best rate) is the winner only when its own interval, at the
   Bonferroni level for the finalists compared and the looks taken
@@ -78,7 +78,7 @@ class Control:
 
 
 @dataclass(frozen=True)
-class Recommendation:
+class TopRungVerdict:
     """The top rung's verdict: a winner (and a fallback when the two are inside the noise of
     each other), or why there is none. ``steps`` and ``seeds`` say where the evidence is."""
 
@@ -135,7 +135,7 @@ class Winner:
     evidence: Evidence = "proxy"
     stress: TrialRecord | None = None  # its stable stress run, when that decided
     rung: TrialRecord | None = None  # its best rung run, when that decided
-    top: Recommendation | None = None  # the top rung's paired verdict, when that decided
+    top: TopRungVerdict | None = None  # the top rung's paired verdict, when that decided
 
     @property
     def because(self) -> str:
@@ -198,7 +198,7 @@ def close_call_target(ledger: Ledger, bought: Collection[str],
     bought its seeds already (``bought``: each finalist looks twice at most, which the
     verdict's Bonferroni count assumes). A pure function of the records, so a resumed
     campaign buys the same runs."""
-    verdict = ledger.recommendation()
+    verdict = ledger.verdict()
     if (not extra or verdict is None or not verdict.close_call or verdict.best is None
             or verdict.control is None or verdict.tuned is None
             or verdict.best.trial_id in bought):

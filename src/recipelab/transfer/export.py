@@ -488,7 +488,7 @@ def _fallback(ledger: Ledger, exported: TrialRecord, trial: str | None
         return None, "an exported --trial is a control arm, not a pick"
     if ledger.kept_baseline is not None:
         return None, "no finalist beat the baseline at the top rung"
-    top = ledger.recommendation()
+    top = ledger.verdict()
     if top is not None and top.fallback is not None:
         return top.fallback, ""
     return pick_runner_up(ledger.records, exported), "no other recipe completed"
