@@ -344,13 +344,18 @@ def main() -> None:
         "rss_growth": round(end_rss / start_rss - 1, 4),
         "longest_orchestrator_s": round(longest.life_s, 1),
         "longest_orchestrator_rss_growth": round(long_end / long_start - 1, 4),
+        # where in its life it grew: its RSS at 0, 25, 50, 75 and 100% of its samples
+        "longest_orchestrator_rss_mib": [
+            round(longest.rss[min(len(longest.rss) - 1, i * len(longest.rss) // 4)][1] / 2**20, 1)
+            for i in range(5)],
         "wall_s": round(wall, 1),
     }
     if cluster is not None:
         figures.update({
             "node_kills": soak.node_kills,
+            # a node's death interrupts with this message; an orchestrator's leaves none
             "node_kills_mid_trial": sum(r["status"] == "interrupted"
-                                        and bool(r["metrics"].get("node"))
+                                        and "lost its Ray worker" in (r.get("message") or "")
                                         for r in books.records),
             "orchestrator_kills": kills - soak.node_kills,
             "re_runs": sum(bool(r["retry_of"]) for r in books.records),
