@@ -11,19 +11,12 @@ intervals have a width, as with a real trainer.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 
-from recipelab.agent.attribution_cost import (
-    attribution_rungs,
-    choose_rung,
-    expected_runs,
-)
 from recipelab.agent.campaign import Campaign, CampaignSummary
 from recipelab.agent.settings import CampaignSettings
-from recipelab.agent.window import TrialTimes, plan_window
 from recipelab.trajectory.attribution import ATTRIBUTION_KIND, RESULT_KIND, variant_key
 
 from .conftest import ScriptedProposer, events, fake_executor, read_jsonl
@@ -108,41 +101,6 @@ def test_turned_off_it_runs_nothing(settings: CampaignSettings, tmp_path: Path) 
     run(settings.model_copy(update={"attribution": False}), tmp_path)
     assert not of_kind(tmp_path, ATTRIBUTION_KIND) and not of_kind(tmp_path, RESULT_KIND)
     assert events(tmp_path, "attribution_skipped")[-1]["reason"].startswith("turned off")
-
-
-def test_the_rung_is_the_highest_the_window_allows() -> None:
-    rungs = [("stress", 1000), ("rung", 245), ("proxy", 60)]
-    times = TrialTimes(fixed_s=1.0, per_step_s=0.1)
-    # 21 runs, 3 at a time: 7 waves of (1 + 0.1 × steps) seconds
-    assert choose_rung(rungs, 21, 3, lambda s: s <= 7 * 101, times) == ("stress", 1000)
-    assert choose_rung(rungs, 21, 3, lambda s: s <= 7 * 30, times) == ("rung", 245)
-    assert choose_rung(rungs, 21, 3, lambda s: s <= 7 * 7, times) == ("proxy", 60)
-    assert choose_rung(rungs, 21, 3, lambda s: s <= 1, times) is None
-    assert choose_rung(rungs, 21, 3, lambda s: False, None) == ("stress", 1000)
-
-
-def test_rungs_follow_the_campaign(settings: CampaignSettings) -> None:
-    assert attribution_rungs(settings, 20) == [("stress", 30), ("proxy", 20)]
-    ladder = settings.model_copy(update={"rung_size": 10, "rung_steps": None,
-                                          "stress_steps": 1000, "eta": 3})  # 180, 540, 1000
-    assert attribution_rungs(ladder, 60) == [("stress", 1000), ("rung", 540), ("rung", 180),
-                                             ("proxy", 60)]
-    assert attribution_rungs(settings.model_copy(update={"promote": 0}), 20) == [("proxy", 20)]
-
-
-def test_the_window_planner_reserves_the_attribution() -> None:
-    from datetime import datetime, timezone
-    deadline = datetime(2026, 1, 1, 8, tzinfo=timezone.utc)
-    times = TrialTimes(fixed_s=0.0, per_step_s=1.0)
-    without = plan_window(deadline, times, proxy_steps=10, stress_steps=100, promote=1,
-                          fidelity=0, noise_seeds=1, parallel=1)
-    runs = expected_runs(4, 3)
-    with_it = plan_window(deadline, times, proxy_steps=10, stress_steps=100, promote=1,
-                          fidelity=0, noise_seeds=1, parallel=1, attribution_steps=100,
-                          attribution_runs=runs)
-    assert runs == 3 * (2 + 4 + 1)
-    assert math.isclose(with_it.phase2_s - without.phase2_s, 1.25 * runs * 100)
-    assert "attribution: up to 21 runs" in with_it.describe()
 
 
 def test_out_of_time_it_says_it_skipped_attribution(

@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.deadline import Deadline
 from recipelab.agent.settings import CampaignSettings, save
-from recipelab.agent.width_cost import planned_seconds
-from recipelab.agent.window import MARGIN, TrialTimes
 from recipelab.cli import app
 from recipelab.recipe import Recipe
 from recipelab.runner.fake import synthetic_outcome
@@ -153,28 +149,6 @@ def test_turned_off_it_trains_nothing_and_says_so(
     run(settings.model_copy(update={"width_rung": False}), tmp_path)
     assert width_runs(tmp_path) == []
     assert events(tmp_path, "width_skipped")[-1]["reason"] == "turned off (--no-width-rung)"
-
-
-def test_the_window_planner_reserves_the_width_rung(settings: CampaignSettings) -> None:
-    """Before the campaign: the baseline on the rung's two models at the top rung's tokens,
-    at the proxy's measured pace scaled by their compute (8× the parameters, a longer
-    context)."""
-    times = TrialTimes(fixed_s=0.0, per_step_s=1.0)
-    reserved = planned_seconds(times, settings)
-    baseline = settings.baseline()
-    proxy_top = times.seconds(settings.ladder.stress_steps)
-    assert reserved > 2 * proxy_top  # the two models cost more than two top-rung proxies
-    assert planned_seconds(times, settings.model_copy(update={"width_rung": False})) == 0.0
-    deadline = Deadline(settings.model_copy(update={"hours": 8}), datetime.now(timezone.utc),
-                        baseline.steps, log=None)
-    plan = deadline.initial_plan([])  # no proxy measured yet: nothing to plan from
-    assert plan is None
-    plan = deadline._plan(times)
-    off = Deadline(settings.model_copy(update={"hours": 8, "width_rung": False}),
-                   deadline.at, baseline.steps, log=None)._plan(times)
-    assert plan.width_s == reserved and off.width_s == 0.0
-    assert math.isclose(plan.phase2_s - off.phase2_s, MARGIN * reserved)
-    assert "the width rung" in plan.describe() and "the width rung" not in off.describe()
 
 
 def test_out_of_time_it_says_it_skipped_the_width_rung(
