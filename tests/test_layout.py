@@ -14,7 +14,7 @@ SRC = Path(recipelab.__file__).parent
 TESTS = Path(__file__).parent
 
 SPECIFIED_ELSEWHERE = {
-    "agent/deadline.py", "agent/ladder_phase.py", "agent/proxy_trials.py", "agent/records.py",
+    "agent/deadline.py", "agent/ladder_phase.py", "agent/proxy_trials.py",
     "agent/search_phase.py", "agent/trials.py", "cli/campaign_start.py", "cli/common.py",
     "cli/handoff.py", "cli/long_run.py", "cli/preflight_view.py", "cli/reference.py",
     "envelope/findings.py", "envelope/measure.py", "envelope/output.py", "envelope/plot.py",
