@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from recipelab.cli import app, reference
+from recipelab.cli import app
 
 ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -131,21 +131,3 @@ def test_every_link_reaches_its_page_and_heading(page: Path) -> None:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_no_page_is_longer_than_a_reader_finishes(page: Path) -> None:
     assert len(page.read_bytes()) <= MAX_PAGE_BYTES, f"{page.name}: split it by topic"
-
-
-def test_the_cli_reference_is_what_the_commands_help_says() -> None:
-    """docs/cli.md and docs/cli-run.md are generated; regenerate them after changing an
-    option: ``python -m recipelab.cli.reference docs``."""
-    stale = [name for name, text in reference.pages().items()
-             if (ROOT / "docs" / name).read_text() != text]
-    assert stale == [], f"run: python -m recipelab.cli.reference docs ({', '.join(stale)})"
-
-
-@pytest.mark.parametrize("argv", [[], ["/no/such/folder"]])
-def test_the_reference_generator_refuses_a_missing_folder_in_one_line(
-        argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr("sys.argv", ["reference", *argv])
-    with pytest.raises(SystemExit) as stopped:
-        reference.main()
-    assert stopped.value.code == 2
-    assert capsys.readouterr().err.count("\n") == 1
