@@ -2,7 +2,9 @@
 
 The campaign runs as a user runs it (``recipelab run --executor ray --ray-address HEAD``,
 records in PostgreSQL) on two nodes ``ray start`` set up; the test SIGKILLs the second
-node's process group while a trial trains there, then starts that node again.
+node's process group while a trial trains there, then starts that node again. A run that
+trains in scratch on the lost node is checked on the executor itself: no CLI option makes a
+node on this machine blind to the campaign directory.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from typing import Any
 
 import pytest
 
-from recipelab.runner.files import read_node
-from recipelab.runner.ray import node_label
+from recipelab.runner.files import latest_step, read_node
+from recipelab.runner.ray import RayExecutor, RayTrialHandle, node_label
+from recipelab.targets import proxy_recipe
+from recipelab.trainer.spec import CorpusSpec, TrialSpec
 from tests.postgres import postgres_database, postgres_server
 
 from .conftest import read_jsonl, wait_for
@@ -156,3 +160,52 @@ def test_an_orchestrator_killed_while_both_nodes_train_reruns_each_trial_once(
     assert len(trained) == 10
     check = recipelab("db", "check", "lost", cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_run_in_scratch_on_the_lost_node_resumes_from_the_checkpoint_that_came_home(
+        tmp_path: Path, two_nodes: TwoNodes, corpus: CorpusSpec) -> None:
+    """A stress run on a node that cannot see the campaign directory trains in scratch and
+    sends each checkpoint home as it is written. Its node dies: the run is ``interrupted`` on
+    that node, the newest checkpoint at home is whole, and the re-run on the survivor resumes
+    from exactly it."""
+    import ray
+
+    assert not ray.is_initialized(), "a Ray instance of another test would take the tasks"
+    worker = two_nodes.worker_label()
+    executor = RayExecutor(address=two_nodes.address, shared_files=False)
+    try:
+        specs = [TrialSpec(trial_id=f"s000{i}", kind="stress", corpus=corpus,
+                           recipe=proxy_recipe("tiny").apply({"steps": 100_000, "seed": i}),
+                           out_dir=str(tmp_path / f"s000{i}"), checkpoint_every=5)
+                 for i in range(2)]  # one task per node: each node has one CPU
+        handles = [executor.submit(spec, timeout_s=CAMPAIGN_TIMEOUT_S) for spec in specs]
+
+        def on_the_worker_with_a_checkpoint_home() -> RayTrialHandle | None:
+            for handle in handles:
+                assert executor.poll(handle) is None, "a run ended before its node was killed"
+            return next((h for h in handles if read_node(Path(h.spec.out_dir)) == worker
+                         and latest_step(h.spec.checkpoint_path) is not None), None)
+
+        wait_for(lambda: on_the_worker_with_a_checkpoint_home() is not None, timeout_s=120)
+        victim = on_the_worker_with_a_checkpoint_home()
+        assert victim is not None
+        for other in handles:
+            if other is not victim:
+                executor.cancel(other)
+                executor.wait(other)  # the survivor's CPU is free for the re-run
+        two_nodes.worker.kill()
+        lost = executor.wait(victim)
+        assert lost.status == "interrupted" and lost.node == worker, lost
+
+        home = victim.spec.checkpoint_path
+        kept = latest_step(home)
+        assert kept is not None and (home / kept / "model.safetensors").exists()
+        step = int(kept.removeprefix("step-"))
+        again = victim.spec.model_copy(update={"recipe": victim.spec.recipe.apply(
+            {"steps": step + 10})})
+        result = executor.wait(executor.submit(again, resume=True, timeout_s=CAMPAIGN_TIMEOUT_S))
+        assert result.status == "complete", result.message
+        assert result.resumed_from_step == step and result.node != worker
+    finally:
+        executor.close()
+        two_nodes.restart_worker()
