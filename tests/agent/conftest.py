@@ -30,7 +30,7 @@ from recipelab.trainer.spec import CorpusSpec
 def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
     """Phase 2 without the middle rung (rung_size 0), attribution or the width rung, and a top
     rung of two seeds without a close call (cheap to train): their specifications turn them on
-    themselves (tests/agent/test_ladder.py, tests/agent/test_attribution_phase.py,
+    themselves (tests/agent/test_ladder_phase.py, tests/agent/test_attribution_phase.py,
     tests/agent/test_width_phase.py)."""
     return CampaignSettings(name="tiny", preset="tiny", corpus=corpus, precision="fp32",
                             window=WindowSettings(iterations=3, trial_timeout_s=120),
