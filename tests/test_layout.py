@@ -14,7 +14,7 @@ SRC = Path(recipelab.__file__).parent
 TESTS = Path(__file__).parent
 
 SPECIFIED_ELSEWHERE = {
-    "agent/deadline.py", "agent/proxy_trials.py", "agent/search_phase.py", "agent/trials.py",
+    "agent/proxy_trials.py", "agent/search_phase.py", "agent/trials.py",
     "cli/campaign_start.py", "cli/handoff.py", "cli/long_run.py", "envelope/findings.py",
     "envelope/measure.py", "envelope/output.py", "envelope/plot.py", "envelope/points.py",
     "envelope/values.py", "guardrails/base.py", "longrun/spike.py", "proposer/base.py",
