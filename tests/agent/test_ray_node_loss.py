@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,15 @@ def two_nodes() -> Iterator[TwoNodes]:
         stop_two_nodes(cluster, port)
 
 
-def run_command(address: str, db: str) -> list[str]:
-    """The campaign both tests run, as a user types it."""
+TOP_RUNG = ("--promote", "1", "--top-seeds", "2", "--stress-steps", "300", "--rung-size", "0",
+            "--close-call-seeds", "0", "--no-attribution", "--no-width-rung")
+"""A short ladder: the finalist and the baseline at 2 seeds and 3 rates, 300 steps each."""
+
+
+def run_command(address: str, db: str, ladder: Sequence[str] = ("--promote", "0")) -> list[str]:
+    """The campaign the tests run, as a user types it: proxy trials only, or ``ladder``."""
     return [sys.executable, "-m", "recipelab", "run", "--name", "lost", "--preset", "tiny",
-            "--iterations", "10", "--promote", "0", "--noise-seeds", "1",
+            "--iterations", "10", *ladder, "--noise-seeds", "1",
             "--proposer", "classical", "--executor", "ray", "--ray-address", address,
             "--parallel", "2", "--store.db", db]
 
@@ -59,8 +64,11 @@ def recipelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "COLUMNS": "200"})
 
 
+@pytest.mark.parametrize("kind", ["proxy", "stress"])
 def test_a_node_killed_mid_trial_loses_nothing_and_comes_back_to_work(
-        tmp_path: Path, two_nodes: TwoNodes, postgres_database: str) -> None:
+        tmp_path: Path, two_nodes: TwoNodes, postgres_database: str, kind: str) -> None:
+    """The node dies under a proxy trial, or under a top-rung run (which resumes from its
+    checkpoint)."""
     worker = two_nodes.worker_label()
     trials = tmp_path / "campaigns" / "lost" / "trials"
     seen: dict[str, object] = {}
@@ -68,9 +76,10 @@ def test_a_node_killed_mid_trial_loses_nothing_and_comes_back_to_work(
     def kill_the_worker_node() -> None:
         def spotted() -> bool:
             found = training_on(trials, worker)
-            if found is not None:
+            if found is not None and found[0].startswith(kind[0]):  # p0003, s0001
                 seen.update(victim=found[0], pids=found[1])
-            return found is not None
+                return True
+            return False
 
         wait_for(spotted, timeout_s=CAMPAIGN_TIMEOUT_S)
         two_nodes.worker.kill()
@@ -81,9 +90,10 @@ def test_a_node_killed_mid_trial_loses_nothing_and_comes_back_to_work(
     killer = threading.Thread(target=kill_the_worker_node, daemon=True)
     killer.start()
     console = tmp_path / "console.log"
+    ladder = TOP_RUNG if kind == "stress" else ("--promote", "0")
     with console.open("w") as out:
-        done = subprocess.run(run_command(two_nodes.address, postgres_database), cwd=tmp_path,
-                              stdout=out, stderr=subprocess.STDOUT,
+        done = subprocess.run(run_command(two_nodes.address, postgres_database, ladder),
+                              cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
                               timeout=CAMPAIGN_TIMEOUT_S, check=False)
     killer.join(timeout=120)
     assert done.returncode == 0, console.read_text()[-4000:]
@@ -93,7 +103,7 @@ def test_a_node_killed_mid_trial_loses_nothing_and_comes_back_to_work(
     by_id = {r["trial_id"]: r for r in lines}
     assert len(by_id) == len(lines), "a trial recorded twice"
     victim = by_id[str(seen["victim"])]
-    assert victim["status"] == "interrupted", victim
+    assert victim["status"] == "interrupted" and victim["kind"] == kind, victim
     assert victim["metrics"]["node"] == worker and worker in victim["message"]
     reruns = [r for r in lines if r["retry_of"] == victim["trial_id"]]
     assert len(reruns) == 1 and reruns[0]["status"] == "complete", reruns
@@ -109,7 +119,7 @@ def test_a_node_killed_mid_trial_loses_nothing_and_comes_back_to_work(
     check = recipelab("db", "check", "lost", cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
     status = recipelab("status", "lost", cwd=tmp_path)
-    assert (f"{victim['trial_id']} (proxy) interrupted on node {worker}: re-run as "
+    assert (f"{victim['trial_id']} ({kind}) interrupted on node {worker}: re-run as "
             f"{reruns[0]['trial_id']}") in status.stdout, status.stdout
     pids = seen["pids"]
     assert isinstance(pids, dict)
