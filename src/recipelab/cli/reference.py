@@ -1,7 +1,7 @@
 """The CLI reference pages, generated from the commands' own help, so they cannot drift from
 it: ``python -m recipelab.cli.reference docs`` writes ``docs/cli.md`` and ``docs/cli-run.md``
-(``run`` and ``check`` share one set of options, on a page of their own); tests/cli/test_reference.py
-fails when a page is not what this module writes."""
+(``run`` and ``check`` share one set of options, on a page of their own);
+tests/cli/test_reference.py fails when a page is not what this module writes."""
 
 from __future__ import annotations
 
