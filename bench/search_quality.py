@@ -224,17 +224,17 @@ def run_campaign(args: argparse.Namespace, seed: int, out: Path) -> CampaignOutc
     # model scales poorly over threads, so two runs side by side finish sooner than two in turn.
     with ThreadPoolExecutor(args.truth_workers) as pool:
         runs = {(c.trial_id, rate): pool.submit(long_run, c, rate)
-                for c in ledger.ranked for rate in TRUTH_RATES}
+                for c in ledger.ranked_at_proxy for rate in TRUTH_RATES}
         truth: dict[str, float] = {}
         rate_of: dict[str, float] = {}
-        for candidate in ledger.ranked:
+        for candidate in ledger.ranked_at_proxy:
             at = {rate: runs[candidate.trial_id, rate].result() for rate in TRUTH_RATES}
             rate_of[candidate.trial_id] = min(at, key=lambda r: at[r])
             truth[candidate.trial_id] = at[rate_of[candidate.trial_id]]
         winner = ledger.winner
         pick = winner.record.trial_id if winner is not None else baseline.trial_id
         best = min(truth, key=lambda i: (truth[i], i))
-        by_id = {r.trial_id: r for r in ledger.ranked}
+        by_id = {r.trial_id: r for r in ledger.ranked_at_proxy}
         seconds = {i: pool.submit(long_run, by_id[i], rate_of[i], 1) for i in {pick, best}}
         second = {i: run.result() for i, run in seconds.items()}
     first_gap, second_gap = truth[pick] - truth[best], second[pick] - second[best]

@@ -99,8 +99,8 @@ def test_the_night_climbs_by_successive_halving_with_the_baseline_at_every_rung(
         "a candidate cut at the proxy's steps climbed anyway")
     # every rung trains at the rule's rate, which lands 0.02 on each rung's best rate
     ledger = Ledger(records, promote=2)
-    assert [lr_of(records, r.trial_id) for r in ledger.level_ranked(60)] == [0.02, 0.007]
-    assert [lr_of(records, r.trial_id) for r in ledger.level_ranked(400)] == [0.02, 0.007]
+    assert [lr_of(records, r.trial_id) for r in ledger.ranked_at(60)] == [0.02, 0.007]
+    assert [lr_of(records, r.trial_id) for r in ledger.ranked_at(400)] == [0.02, 0.007]
     assert summary.winner is not None and summary.winner.record.edit == WINNING_EDIT
     assert summary.winner.evidence == "stress"
     assert ledger.top_rung() == Rung(400, (1000, 1001, 1002), "stress")

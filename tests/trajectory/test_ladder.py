@@ -102,8 +102,8 @@ def test_a_rung_ranks_by_paired_gain_and_decides_who_climbs_to_the_next() -> Non
     records = [*PROXIES, run("r0", "p0000", 180, 3.00), run("r1", "p0001", 180, 2.90),
                run("r2", "p0002", 180, 2.80)]
     ledger = Ledger(records, promote=1, rung_size=10, eta=3)
-    assert [r.trial_id for r in ledger.rung_candidates] == ["p0001", "p0002"], "ceil(6 / 3)"
-    assert [r.trial_id for r in ledger.level_ranked(180)] == ["p0002", "p0001"]
+    assert [r.trial_id for r in ledger.first_climbers] == ["p0001", "p0002"], "ceil(6 / 3)"
+    assert [r.trial_id for r in ledger.ranked_at(180)] == ["p0002", "p0001"]
     assert ledger.gains_at("p0002", 180) == {0: pytest.approx(0.20)}
     assert [r.trial_id for r in ledger.climbing_to(540)] == ["p0002"]
     assert [r.trial_id for r in ledger.climbing_to(1000, top=True)] == ["p0002"]
@@ -125,7 +125,7 @@ def test_the_first_rung_takes_each_candidates_better_of_its_proxy_and_its_probe(
                probe("r4", "p0000", 1.60)]
     ledger = Ledger(records, promote=1, rung_size=10, eta=3)
     assert [r.trial_id for r in ledger.climbing_to(180)] == ["p0005", "p0001"]
-    assert ledger.rung_candidates == ledger.climbing_to(180)
+    assert ledger.first_climbers == ledger.climbing_to(180)
     by_id = {r.trial_id: r for r in records}
     assert ledger.at_proxy_steps(by_id["p0005"]) == (1.85, 2.5)
     assert ledger.at_proxy_steps(by_id["p0001"]) == (1.90, 1.0), "its own rate scored better"
@@ -133,7 +133,7 @@ def test_the_first_rung_takes_each_candidates_better_of_its_proxy_and_its_probe(
     assert ledger.at_proxy_steps(by_id["p0003"]) == (1.92, 1.0), "the probe failed"
     assert [r.trial_id for r in ledger.contenders][:2] == ["p0001", "p0002"], (
         "the proxy's own ranking is unchanged")
-    assert ledger.level_ranked(60) == [], "a probe is no rung of its own"
+    assert ledger.ranked_at(60) == [], "a probe is no rung of its own"
 
 
 def test_a_candidate_tied_with_the_last_climber_at_the_proxy_climbs_too() -> None:
@@ -146,7 +146,7 @@ def test_a_candidate_tied_with_the_last_climber_at_the_proxy_climbs_too() -> Non
     ledger = Ledger(records, promote=1, rung_size=10, eta=3)
     assert ledger.noise is not None and ledger.noise.spread == pytest.approx(0.03)
     assert [r.trial_id for r in ledger.climbing_to(180)] == ["p0001", "p0002", "p0003"]
-    assert ledger.rung_candidates == ledger.climbing_to(180)
+    assert ledger.first_climbers == ledger.climbing_to(180)
     capped = Ledger(records, promote=1, rung_size=2, eta=3)
     assert [r.trial_id for r in capped.climbing_to(180)] == ["p0001", "p0002"]
     unseeded = Ledger([r for r in records if r.trial_id != "p0007"], promote=1, eta=3)
@@ -158,7 +158,7 @@ def test_learning_rate_family_runs_rank_nothing() -> None:
     family = run("r9", "p0003", 180, 1.00).model_copy(update={"proposer": "lr-family"})
     ledger = Ledger([*PROXIES, run("r0", "p0000", 180, 3.00), run("r1", "p0001", 180, 2.9),
                      family], promote=1)
-    assert [r.trial_id for r in ledger.level_ranked(180)] == ["p0001"]
+    assert [r.trial_id for r in ledger.ranked_at(180)] == ["p0001"]
 
 
 def test_the_winner_is_named_at_the_top_rung_when_its_paired_gain_is_outside_the_interval() -> None:

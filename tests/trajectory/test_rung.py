@@ -81,11 +81,11 @@ def test_the_rung_ranking_picks_the_stress_candidates_instead_of_the_proxy_ranki
             rung("r0002", "p0003", 1.75)]
     ledger = Ledger(PROXIES + runs, promote=2, rung_size=3, eta=2)
 
-    assert [r.trial_id for r in ledger.rung_candidates] == ["p0001", "p0002", "p0003"]
+    assert [r.trial_id for r in ledger.first_climbers] == ["p0001", "p0002", "p0003"]
     assert [r.trial_id for r in ledger.rung_runs_of("p0002")] == ["r0001"]
-    assert [r.trial_id for r in ledger.rung_ranked] == ["p0002", "p0003", "p0001"]
-    assert [r.trial_id for r in ledger.stress_candidates] == ["p0002", "p0003"]
-    assert [r.trial_id for r in ledger.finalists] == ["p0001", "p0002"], "unchanged"
+    assert [r.trial_id for r in ledger.ranked_at_highest_rung] == ["p0002", "p0003", "p0001"]
+    assert [r.trial_id for r in ledger.top_rung_climbers] == ["p0002", "p0003"]
+    assert [r.trial_id for r in ledger.proxy_finalists] == ["p0001", "p0002"], "unchanged"
 
 
 def test_a_diverged_rung_run_is_left_out_and_ties_go_to_the_lower_trial_id() -> None:
@@ -94,23 +94,23 @@ def test_a_diverged_rung_run_is_left_out_and_ties_go_to_the_lower_trial_id() -> 
             rung("r0002", "p0003", 1.75)]
     ledger = Ledger(PROXIES + runs, promote=1, rung_size=3)
 
-    assert [r.trial_id for r in ledger.rung_ranked] == ["p0002", "p0003"]
-    assert [r.trial_id for r in ledger.stress_candidates] == ["p0002"]
+    assert [r.trial_id for r in ledger.ranked_at_highest_rung] == ["p0002", "p0003"]
+    assert [r.trial_id for r in ledger.top_rung_climbers] == ["p0002"]
 
 
 def test_without_a_scored_rung_run_the_stress_candidates_are_the_finalists_and_extras() -> None:
     failed = [rung("r0000", "p0001", None, status="failed")]
     for records in (PROXIES, PROXIES + failed):
         ledger = Ledger(records, promote=1, fidelity=1, rung_size=3)
-        assert ledger.rung_ranked == []
-        assert [r.trial_id for r in ledger.stress_candidates] == ["p0001", "p0004"]
+        assert ledger.ranked_at_highest_rung == []
+        assert [r.trial_id for r in ledger.top_rung_climbers] == ["p0001", "p0004"]
 
 
 def test_fidelity_extras_already_chosen_by_the_rung_are_not_run_twice() -> None:
     runs = [rung("r0000", "p0001", 1.80), rung("r0001", "p0004", 1.70)]
     ledger = Ledger(PROXIES + runs, promote=1, fidelity=1, rung_size=4)
     # the rung picks p0004, which is also the middle of the rest of the proxy ranking
-    assert [r.trial_id for r in ledger.stress_candidates] == ["p0004"]
+    assert [r.trial_id for r in ledger.top_rung_climbers] == ["p0004"]
 
 
 def test_the_winner_rests_on_the_rung_until_a_stress_run_stays_stable() -> None:

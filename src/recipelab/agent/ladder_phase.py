@@ -89,7 +89,7 @@ class LadderPhase:
         """Re-run with more seeds the finalists whose lead is within the noise floor, so the
         winner is named by its mean over seeds (see :mod:`recipelab.agent.seeds`)."""
         ledger = ctx.ledger
-        for proposal in rerun_proposals(ledger.finalists, ledger.proxies, ledger.noise):
+        for proposal in rerun_proposals(ledger.proxy_finalists, ledger.proxies, ledger.noise):
             while len(ctx.book.inflight) >= ctx.trials_in_flight:
                 ctx.book.poll(cancel=ctx.stops.cancel)
                 time.sleep(POLL_INTERVAL_S)
@@ -192,7 +192,7 @@ class LadderPhase:
         if top:
             taken = {c.trial_id for c in climbers}
             jobs += [RungJob(c, steps, ctx.settings.seed, factor, kind=kind)
-                     for c in ledger.stress_candidates[len(climbers):] if c.trial_id not in taken]
+                     for c in ledger.top_rung_climbers[len(climbers):] if c.trial_id not in taken]
         self._in_waves(ctx, [*jobs, *family])
 
     def _settle_close_call(self, ctx: CampaignContext, steps: int) -> None:

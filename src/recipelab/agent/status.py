@@ -54,9 +54,9 @@ def ladder_line(ledger: Ledger) -> str | None:
     first = ledger.proxies[0] if ledger.proxies else None
     proxy = (f"{first.budget_steps} steps ({first.tokens:,} tokens)" if first is not None
              else f"{ledger.top_rung().steps} steps")
-    parts = [f"{proxy} ×{len(ledger.ranked)}"]
+    parts = [f"{proxy} ×{len(ledger.ranked_at_proxy)}"]
     for steps in levels:
-        runs = [r for r in (*ledger.climbing, *ledger.stress)
+        runs = [r for r in (*ledger.ranking_runs, *ledger.stress)
                 if r.budget_steps == steps and r.trained]
         recipes = {r.parent for r in runs}
         seeds = {int(r.recipe.get("seed", 0)) for r in runs}
@@ -155,10 +155,10 @@ def campaign_status(settings: CampaignSettings, records: list[TrialRecord],
                         for r in records if r.status == "running") or None
     verdicts = {r.parent: r.verdict for r in ledger.stress if r.parent and r.verdict}
     floor = ledger.noise
-    complete = ledger.ranked  # seed re-runs are evidence about a candidate, not rows of their own
+    complete = ledger.ranked_at_proxy  # seed re-runs are evidence about a candidate, not rows of their own
     marks = {r.trial_id: gain.describe() for r in complete  # the report's label, seeds and all
              if (gain := ledger.proxy_gain(r)) is not None}
     return StatusView(headline=headline, running=running, best=complete[:BEST_SHOWN],
                       stress_verdicts=verdicts, noise=floor, marks=marks, winner=ledger.winner,
-                      window=window, verdict=ledger.winner_line() if ledger.ranked else None,
+                      window=window, verdict=ledger.winner_line() if ledger.ranked_at_proxy else None,
                       ladder=ladder_line(ledger), lost=lost_lines(ledger))

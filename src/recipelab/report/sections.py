@@ -137,7 +137,7 @@ def progress(records: Sequence[TrialRecord], noise: NoiseFloor | None) -> Sectio
 
 def top_trials(ledger: Ledger) -> Section:
     records, noise = ledger.records, ledger.noise
-    scored = ledger.ranked[:TOP_N]  # a seed re-run is its candidate's evidence, not a row
+    scored = ledger.ranked_at_proxy[:TOP_N]  # a seed re-run is its candidate's evidence, not a row
     if not scored:
         return Section("Top 10 proxy trials", (Paragraph("No proxy trial has completed yet."),))
     stress = _stress_of(records)
@@ -172,7 +172,7 @@ def rung_runs(ledger: Ledger, horizon_fits: Sequence[HorizonFit] = ()) -> Sectio
     ranked them (``excluded``: the run did not score)."""
     title = "The ladder of fidelities"
     records = ledger.records
-    levels = sorted({r.budget_steps for r in (*ledger.climbing, *ledger.stress)
+    levels = sorted({r.budget_steps for r in (*ledger.ranking_runs, *ledger.stress)
                      if r.is_terminal})
     if not levels:
         return Section(title, (Paragraph(
@@ -181,10 +181,10 @@ def rung_runs(ledger: Ledger, horizon_fits: Sequence[HorizonFit] = ()) -> Sectio
             "the top rung at --stress-steps."),))
     rows = []
     for steps in levels:
-        ranked = ledger.level_ranked(steps)
+        ranked = ledger.ranked_at(steps)
         rank = {r.trial_id: i for i, r in enumerate(ranked, start=1)}
         base = ledger.baseline
-        climbed = [c for c in ledger.ranked if ledger.runs_at(c.trial_id, steps)]
+        climbed = [c for c in ledger.ranked_at_proxy if ledger.runs_at(c.trial_id, steps)]
         for candidate in climbed:
             scores = ledger.scores_at(candidate.trial_id, steps)
             gains = ledger.gains_at(candidate.trial_id, steps)

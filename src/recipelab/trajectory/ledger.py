@@ -12,26 +12,26 @@ makes the same decisions and none of them disagree:
   like the stress runs); an interrupted trial is not trained, its one re-run is what counts;
 - **extra seeds**: a baseline seed after the first, or a seed re-run: evidence about noise,
   never candidates;
-- **candidates**: complete proxy trials with a finite val_bpb that are not extra seeds,
-  ranked by (val_bpb, trial id); **best** is the first, **finalists** the first ``promote``;
-- **rung candidates**: the first ``rung_size`` candidates, each trained once more for the
-  rung's steps (a **rung run**, kind ``rung``); **rung ranked**: the candidates with a
-  scored rung run (:func:`~recipelab.trajectory.rung.rung_score`: complete, finite, not
-  diverged), by that score then trial id;
-- **stress candidates**: the first ``promote`` of the rung ranking when the rung ran (at
-  least one scored rung run), else the finalists; then ``fidelity`` trials spread over the
-  rest of the proxy ranking, so proxy-to-stress agreement is measured on more than the top
-  few;
+- **candidates**: complete proxy trials with a finite val_bpb that are not extra seeds;
+  **contenders** are the candidates but the baseline. Each ranking's name says where its
+  evidence comes from:
+  - :attr:`Ledger.ranked_at_proxy`: every candidate by its proxy val_bpb at the campaign's
+    seed (**best** is the first; the **proxy finalists**, the first ``promote``, get seed
+    re-runs when their lead is within the noise);
+  - :attr:`Ledger.ranked_for_first_rung`: the contenders by the better of their proxy trial
+    and their *probe*; its best, with their ties, are the **first climbers**;
+  - :meth:`Ledger.ranked_at`: the contenders by their paired gain over the baseline at one
+    rung; :meth:`Ledger.ranked_below` and :attr:`Ledger.ranked_at_highest_rung` read it at
+    the highest rung below a given one, or below the top;
+  - :attr:`Ledger.top_rung_climbers`: the ``promote`` best below the top rung, then
+    ``fidelity`` trials spread over the rest of the proxy ranking, so proxy-to-stress
+    agreement is measured on more than the top few;
 - **retries**: interrupted trials not yet re-run (a candidate is re-run once);
 - **ladder** (see :mod:`recipelab.trajectory.ladder`): rung runs (kind ``rung``) at
   successively longer steps, then the top rung (kind ``stress``, at ``--stress-steps``) at
-  two or more seeds; a rung ranks the candidates it trained by their paired gain over the
-  baseline's run at the same steps and seed (:meth:`Ledger.level_ranked`); the candidates
-  climbing to a rung are the best of the highest rung below it that has scored runs
-  (:meth:`Ledger.ranking_below`); the first rung's climbers are the best by
-  :meth:`Ledger.proxy_ranked`, each candidate's better of its proxy trial and its *probe*
-  (a family run at the proxy's steps at a higher rate); the baseline's learning-rate family
-  runs (proposer ``lr-family``) feed the horizon rule and rank nothing;
+  two or more seeds; the candidates climbing to a rung are the best of the highest rung
+  below it with scored runs (the first climbers when none); the baseline's learning-rate
+  family runs (proposer ``lr-family``) feed the horizon rule and rank nothing;
 - **tuned** (:meth:`Ledger.tuned`): at the top rung, a recipe at the best of its rate and its
   family's (× ½, × 2) by their mean over the seeds all trained (a rate that diverged anywhere
   is out); the **control** (:meth:`Ledger.control`) is the tuned baseline, and each finalist
@@ -137,44 +137,40 @@ class Ledger:
         return [r for r in self.proxies if r.trained and r.proposer != SEED_RERUN_PROPOSER]
 
     @cached_property
-    def ranked(self) -> list[TrialRecord]:
-        """The candidates, best first."""
+    def ranked_at_proxy(self) -> list[TrialRecord]:
+        """Every candidate, the baseline included, by its proxy val_bpb at the campaign's
+        seed, best first."""
         candidates = [r for r in self.proxies if has_score(r) and not is_extra_seed(r)]
         return sorted(candidates, key=lambda r: (r.val_bpb, r.trial_id))
 
     @property
     def best(self) -> TrialRecord | None:
-        return self.ranked[0] if self.ranked else None
+        return self.ranked_at_proxy[0] if self.ranked_at_proxy else None
 
     @property
-    def finalists(self) -> list[TrialRecord]:
-        return self.ranked[:self.promote]
+    def proxy_finalists(self) -> list[TrialRecord]:
+        """The first ``promote`` of :attr:`ranked_at_proxy`: re-run at more seeds when their
+        lead is within the noise, and the evidence of a campaign whose ladder never ran."""
+        return self.ranked_at_proxy[:self.promote]
 
     @cached_property
     def contenders(self) -> list[TrialRecord]:
         """The candidates other than the baseline (the control), best first."""
-        return [r for r in self.ranked if r.proposer != BASELINE_PROPOSER]
+        return [r for r in self.ranked_at_proxy if r.proposer != BASELINE_PROPOSER]
 
     @property
     def baseline(self) -> TrialRecord | None:
         """The baseline's first complete proxy trial: the control that climbs every rung."""
-        return next((r for r in self.ranked if r.proposer == BASELINE_PROPOSER), None)
+        return next((r for r in self.ranked_at_proxy if r.proposer == BASELINE_PROPOSER), None)
 
     @property
-    def rung_candidates(self) -> list[TrialRecord]:
-        """The candidates that climb to the first rung above the proxy: the best
-        :func:`~recipelab.trajectory.ladder.climbers` and their ties, ``rung_size`` at most
-        (the window planner prices the climbers without ties; the deadline still guards
-        each run)."""
-        return self._first_climbers()
-
-    def _first_climbers(self) -> list[TrialRecord]:
-        """The best :func:`~recipelab.trajectory.ladder.climbers` of :attr:`proxy_ranked`, and
+    def first_climbers(self) -> list[TrialRecord]:
+        """The best :func:`~recipelab.trajectory.ladder.climbers` of :attr:`ranked_for_first_rung`, and
         those tied with the last of them: within the proxy's noise floor of its score (the
         floor is measured at the proxy's steps, so only this cut has one), ``rung_size`` at
         most. In ``bench/search_quality.py``'s campaigns, a long run's best lost at this cut
         to a candidate 0.008 val_bpb ahead, a third of the floor."""
-        ranked = self.proxy_ranked
+        ranked = self.ranked_for_first_rung
         n = climbers(len(ranked), self.eta, self.promote, self.rung_size)
         floor = self.noise.paired_spread or self.noise.spread if self.noise is not None else 0.0
         if 0 < n < len(ranked) and floor > 0:
@@ -205,33 +201,33 @@ class Ledger:
         return best
 
     @cached_property
-    def proxy_ranked(self) -> list[TrialRecord]:
+    def ranked_for_first_rung(self) -> list[TrialRecord]:
         """The contenders by their best score at the proxy's steps (:meth:`at_proxy_steps`):
         the ranking the first rung's climbers are taken from."""
         return sorted(self.contenders, key=lambda c: (self.at_proxy_steps(c)[0], c.trial_id))
 
     def climbing_to(self, steps: int, *, top: bool = False) -> list[TrialRecord]:
         """The candidates that train at the rung of ``steps``: the best of the highest rung
-        below it with scored runs (:attr:`proxy_ranked` when none), ``promote`` of them at
+        below it with scored runs (:attr:`ranked_for_first_rung` when none), ``promote`` of them at
         the top rung, else :func:`~recipelab.trajectory.ladder.climbers` of them."""
-        below = self.ranking_below(steps)
+        below = self.ranked_below(steps)
         if top:
             return below[:self.promote]
-        if below is self.proxy_ranked:
-            return self._first_climbers()
+        if below is self.ranked_for_first_rung:
+            return self.first_climbers
         return below[:climbers(len(below), self.eta, self.promote)]
 
     @property
-    def climbing(self) -> list[TrialRecord]:
-        """Rung runs that rank candidates (not learning-rate family runs)."""
+    def ranking_runs(self) -> list[TrialRecord]:
+        """The rung runs that rank candidates (not learning-rate family runs or probes)."""
         return [r for r in self.rung if r.proposer != LR_FAMILY_PROPOSER]
 
     def rung_runs_of(self, proxy_id: str) -> list[TrialRecord]:
-        return [r for r in self.climbing if r.parent == proxy_id]
+        return [r for r in self.ranking_runs if r.parent == proxy_id]
 
     def runs_at(self, proxy_id: str, steps: int) -> list[TrialRecord]:
         """``proxy_id``'s rung or top-rung runs (not family runs) of ``steps``."""
-        return [r for r in (*self.climbing, *self.stress)
+        return [r for r in (*self.ranking_runs, *self.stress)
                 if r.parent == proxy_id and r.budget_steps == steps]
 
     def longest_run(self, record: TrialRecord) -> TrialRecord:
@@ -239,7 +235,7 @@ class Ledger:
         run (the first, by trial id, of those at the most tokens: the top rung trains fresh
         seeds), else the trial itself. Its rate and batch are what the campaign measured at
         the largest scale, where the export anchors its law."""
-        runs = [r for r in (*self.climbing, *self.stress) if r.parent == record.trial_id
+        runs = [r for r in (*self.ranking_runs, *self.stress) if r.parent == record.trial_id
                 and r.status == "complete"]
         return min(runs, key=lambda r: (-r.tokens, r.trial_id), default=record)
 
@@ -272,11 +268,11 @@ class Ledger:
     @cached_property
     def rung_levels(self) -> list[int]:
         """The steps of every rung with a scored run, lowest first (the top rung included)."""
-        steps = {r.budget_steps for r in (*self.climbing, *self.stress)
+        steps = {r.budget_steps for r in (*self.ranking_runs, *self.stress)
                  if rung_score(r) is not None}
         return sorted(steps)
 
-    def level_ranked(self, steps: int) -> list[TrialRecord]:
+    def ranked_at(self, steps: int) -> list[TrialRecord]:
         """The contenders scored at ``steps``, by paired gain over the baseline at the same
         steps (mean over shared seeds), else by mean val_bpb when the baseline has no run
         there; then trial id."""
@@ -288,26 +284,26 @@ class Ledger:
                 keyed.append((key, c.trial_id, c))
         return [c for *_, c in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
-    def ranking_below(self, steps: int) -> list[TrialRecord]:
+    def ranked_below(self, steps: int) -> list[TrialRecord]:
         """The contenders ranked by the highest rung below ``steps`` with scored runs
-        (:attr:`proxy_ranked` when there is none)."""
+        (:attr:`ranked_for_first_rung` when there is none)."""
         for level in reversed(self.rung_levels):
-            if level < steps and (ranked := self.level_ranked(level)):
+            if level < steps and (ranked := self.ranked_at(level)):
                 return ranked
-        return self.proxy_ranked
+        return self.ranked_for_first_rung
 
     @cached_property
-    def rung_ranked(self) -> list[TrialRecord]:
+    def ranked_at_highest_rung(self) -> list[TrialRecord]:
         """The contenders ranked by the highest rung below the top that has scored runs."""
-        levels = {r.budget_steps for r in self.climbing if rung_score(r) is not None}
-        return self.level_ranked(max(levels)) if levels else []
+        levels = {r.budget_steps for r in self.ranking_runs if rung_score(r) is not None}
+        return self.ranked_at(max(levels)) if levels else []
 
     def top_rung(self) -> Rung:
         """The highest rung the ladder reached (scored runs of the baseline or a candidate):
         its steps and seeds; the proxy's when nothing above it has scored."""
         if self.rung_levels:
             steps = self.rung_levels[-1]
-            runs = [r for r in (*self.climbing, *self.stress)
+            runs = [r for r in (*self.ranking_runs, *self.stress)
                     if r.budget_steps == steps and rung_score(r) is not None]
             return Rung(steps, tuple(sorted({int(r.recipe.get("seed", 0)) for r in runs})),
                         runs[0].kind)
@@ -316,7 +312,7 @@ class Ledger:
         return Rung(steps, seeds, "proxy")
 
     @property
-    def stress_candidates(self) -> list[TrialRecord]:
+    def top_rung_climbers(self) -> list[TrialRecord]:
         """The finalists that climb to the top rung (see :meth:`climbing_to`); then the
         ``fidelity`` mid-ranked trials of the proxy ranking not already chosen."""
         top = [r.budget_steps for r in self.stress]
@@ -497,19 +493,19 @@ class Ledger:
             stress = min(self.runs_at(top.primary.trial_id, top.steps), key=lambda r: r.trial_id)
             return dataclasses.replace(self._winner(top.primary, "stress", stress), top=top,
                                        within_noise=False)
-        stable = [(s, f) for f in self.ranked for s in self.stress_runs_of(f.trial_id)
+        stable = [(s, f) for f in self.ranked_at_proxy for s in self.stress_runs_of(f.trial_id)
                   if s.verdict == "stable"]
         if stable:  # a stable run without a val_bpb (an older record) ranks after those with one
             stress, pick = min(stable, key=lambda sf: (
                 sf[0].val_bpb if has_score(sf[0]) else math.inf, sf[1].val_bpb, sf[1].trial_id))
             return self._winner(pick, "stress", stress)
-        standing = [r for r in self.rung_ranked if not self.refuted(r.trial_id)]
+        standing = [r for r in self.ranked_at_highest_rung if not self.refuted(r.trial_id)]
         if standing:
             pick = standing[0]
             best = self.best_rung_run(pick.trial_id)
             assert best is not None
             return self._winner(pick, "rung", None, rung=best[1])
-        scored = [(mean, f) for f in self.finalists
+        scored = [(mean, f) for f in self.proxy_finalists
                   if not self.refuted(f.trial_id) and (mean := self.seed_mean(f)) is not None]
         if not scored:
             return None
@@ -548,7 +544,7 @@ class Ledger:
             return (None if top.primary is not None else
                     "the top rung named no finalist better than it beyond the noise")
         baseline_id = self.baseline_id
-        finalists = [f for f in self.finalists if f.trial_id != baseline_id]
+        finalists = [f for f in self.proxy_finalists if f.trial_id != baseline_id]
         if (self.winner is None and finalists and baseline_id is not None
                 and all(self.refuted(f.trial_id) for f in finalists)
                 and self.stress_runs_of(baseline_id) and not self.refuted(baseline_id)):
@@ -561,7 +557,7 @@ class Ledger:
         top = self.verdict()
         if top is not None and top.primary is None:
             return f"no winner beyond noise: {top.reason}"
-        if any(self.seed_mean(f) is not None for f in self.finalists):
+        if any(self.seed_mean(f) is not None for f in self.proxy_finalists):
             if self.kept_baseline is not None:
                 return ("every finalist's own stress run diverged and the baseline's did not: "
                         "keep the baseline, or search again with a wider --promote or lower "
@@ -569,7 +565,7 @@ class Ledger:
             return ("every finalist's own stress run diverged, so no recipe is recommended: "
                     "see the stress runs, then search again with a wider --promote or lower "
                     "learning rates")
-        if self.promote == 0 and self.ranked:
+        if self.promote == 0 and self.ranked_at_proxy:
             return ("--promote is 0, so no finalist climbed the ladder that names a winner; "
                     "export a proxy trial with --trial pN ('recipelab status' ranks them)")
         return "no proxy trial has completed yet"

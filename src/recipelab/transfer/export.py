@@ -124,7 +124,7 @@ def pick_runner_up(records: Sequence[TrialRecord], winner: TrialRecord) -> Trial
     def unseeded(record: TrialRecord) -> dict[str, object]:
         return {k: v for k, v in record.recipe.items() if k != "seed"}
 
-    return next((r for r in Ledger(records).ranked if unseeded(r) != unseeded(winner)), None)
+    return next((r for r in Ledger(records).ranked_at_proxy if unseeded(r) != unseeded(winner)), None)
 
 
 def target_precision(winner: Recipe, edit: dict[str, object], device: DeviceKind
@@ -357,7 +357,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
     records = ledger.records
     found = recommended_export(ledger, target, options, trial)
     if found is None:
-        run_it = "" if ledger.ranked else " (run it with 'recipelab run')"
+        run_it = "" if ledger.ranked_at_proxy else " (run it with 'recipelab run')"
         raise ValueError(f"campaign {campaign} has nothing to export: "
                          f"{ledger.no_winner_reason}{run_it}")
     winner, because, exported, options = found.winner, found.because, found.exported, found.options
