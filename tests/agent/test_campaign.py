@@ -64,28 +64,6 @@ def test_running_the_same_campaign_again_adds_nothing_when_its_budget_is_spent(
     assert summary.proxy_trials == 2
 
 
-def test_a_rejected_candidate_is_recorded_with_its_reasons_and_costs_no_training(
-        tmp_path: Path, tiny_settings: CampaignSettings) -> None:
-    settings = tiny_settings.model_copy(update={"iterations": 2, "promote": 0})
-    baseline = settings.baseline()
-    proposer = ScriptedProposer(baseline, [
-        {"shape.activation": "gelu"},  # breaks the target's shape invariant
-        {"optimizer.lr": 5.0},  # out of range: a schema rejection
-        {"optimizer.lr": baseline.optimizer.lr / 2},
-    ])
-
-    Campaign(settings, tmp_path, proposer=proposer, executor=fake_executor()).run()
-
-    lines = read_jsonl(tmp_path / "trajectory.jsonl")
-    rejected = [r for r in lines if r["status"] == "rejected"]
-    assert len(rejected) == 2
-    assert any("activation" in reason for reason in rejected[0]["reasons"])
-    assert any("optimizer.lr" in reason for reason in rejected[1]["reasons"])
-    assert not any((tmp_path / r["artifacts"].get("dir", "none")).exists() for r in rejected)
-    assert [r["edit"] for r in lines if r["status"] == "complete"][-1] == {
-        "optimizer.lr": baseline.optimizer.lr / 2}
-
-
 def test_a_recipe_that_blows_up_is_recorded_as_failed_and_the_loop_goes_on(
         tmp_path: Path, tiny_settings: CampaignSettings) -> None:
     settings = tiny_settings.model_copy(update={"iterations": 3, "promote": 0})

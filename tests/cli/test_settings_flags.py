@@ -13,9 +13,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from recipelab.agent.settings import CampaignSettings, ExecutorSettings, WindowSettings, save
+from recipelab.agent.settings import CampaignSettings
 from recipelab.cli import app
-from recipelab.cli.campaign_start import resolve_settings
 from recipelab.cli.night import STRESS_SETTINGS
 from recipelab.cli.settings_flags import (
     Flag,
@@ -206,14 +205,3 @@ def test_a_default_is_shown_as_a_person_reads_it() -> None:
     with pytest.raises(ValueError, match="the setting name has no default"):
         setting_default("name")
 
-
-def test_a_resume_keeps_the_saved_name_and_takes_the_options_given(tmp_path: Path) -> None:
-    """``--dir`` resumes whatever campaign is there: the name option (default ``default``)
-    must not rename it, while an option given changes its field."""
-    save(CampaignSettings(name="overnight", precision="fp32", executor=ExecutorSettings(parallel=1),
-                          window=WindowSettings(iterations=3)), tmp_path)
-    given = given_settings(parsed("run", ["--promote", "0", "--iterations", "5"]))
-    resolved, new = resolve_settings(tmp_path, "default", given)
-    settings = resolved.settings
-    assert not new and settings.name == "overnight"
-    assert (settings.ladder.promote, settings.window.iterations) == (0, 5)

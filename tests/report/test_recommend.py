@@ -83,11 +83,3 @@ def test_each_stress_curve_is_extrapolated_to_the_first_day() -> None:
         assert e.first_day_loss < FALLING[-1]  # a falling curve keeps falling, towards c
         assert e.first_day_loss >= e.fit.c
 
-
-def test_rates_come_from_the_environment_and_bad_values_are_named() -> None:
-    rates = CloudRates.from_environment({"RECIPELAB_GPU_PEAK_TFLOPS": "500", "RECIPELAB_MFU": "0.3",
-                                         "RECIPELAB_COST_GPUS_PER_NODE": "4"})
-    assert rates.gpu_peak_flops == 5e14 and rates.mfu == 0.3 and rates.gpus == 4
-    assert CloudRates.from_environment({}) == CloudRates()
-    with pytest.raises(ValueError, match="RECIPELAB_MFU"):
-        CloudRates.from_environment({"RECIPELAB_MFU": "lots"})

@@ -162,25 +162,3 @@ def test_the_fidelity_option_stress_runs_a_mid_ranked_trial(finished_campaign: P
     assert extra in {r.trial_id for r in ranked[2:]}
     assert json.loads((finished_campaign / "settings.json").read_text())["ladder"]["fidelity"] == 1
 
-
-def test_measured_energy_is_reported_per_trial_with_its_source(
-        finished_campaign: Path, tmp_path: Path) -> None:
-    records = [r.model_copy(update={"metrics": {**r.metrics, "telemetry": {
-        "energy_j": 1800.0, "energy_source": "rapl"}}}) if r.kind == "proxy" and r.status == "complete" else r
-        for r in records_of(finished_campaign)]
-    measured = sum(r.kind == "proxy" and r.status == "complete" for r in records)
-    markdown, _ = write_report(tmp_path, Ledger(records), context())
-    text = markdown.read_text()
-    assert f"{measured * 1800 / 3.6e6:.4f} kWh over {measured} of" in text
-    assert "| rapl |" in text and (tmp_path / "report" / "energy.png").exists()
-    assert "not measured" not in text
-
-
-def test_the_energy_of_a_shared_gpu_is_reported_as_the_gpus(
-        finished_campaign: Path, tmp_path: Path) -> None:
-    records = [r.model_copy(update={"metrics": {**r.metrics, "telemetry": {
-        "energy_j": 1800.0, "energy_source": "nvml-energy-counter", "energy_scope": "device",
-        "gpu_shared_by": 2}}}) if r.kind == "proxy" and r.status == "complete" else r
-        for r in records_of(finished_campaign)]
-    markdown, _ = write_report(tmp_path, Ledger(records), context())
-    assert "| nvml-energy-counter (the GPU's, shared by 2 processes) |" in markdown.read_text()

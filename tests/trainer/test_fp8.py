@@ -118,24 +118,3 @@ def test_the_standin_refuses_what_te_refuses_with_tes_messages(standin: FP8State
     with pytest.raises(RuntimeError, match="Leading dimension requirement on A for FP8 GEMM"):
         out.sum().backward()
     assert qkv(torch.zeros(1, 256, 64)).shape == (1, 256, 128)
-
-
-@pytest.mark.parametrize("with_autocast", [True, False], ids=["te.autocast", "te.fp8_autocast"])
-def test_the_fp8_context_turns_te_on_with_a_delayed_scaling_recipe_in_every_te_version(
-    monkeypatch: pytest.MonkeyPatch, with_autocast: bool,
-) -> None:
-    """TE 2.10 renamed ``fp8_autocast(fp8_recipe=...)`` to ``autocast(recipe=...)``."""
-    state = te_standin.install(monkeypatch, with_autocast=with_autocast)
-    context = autocast("fp8", CPU)
-    with context():
-        assert state.enabled
-        assert torch.is_autocast_enabled("cpu")
-    assert not state.enabled
-    (recipe,) = state.recipes
-    assert isinstance(recipe, te_standin.DelayedScaling)
-    assert recipe.fp8_format is te_standin.Format.HYBRID
-
-
-def test_linear_factory_builds_te_linear_layers_only_for_fp8(standin: FP8State) -> None:
-    assert isinstance(linear_factory("fp8")(16, 32), te_standin.Linear)
-    assert not isinstance(linear_factory("bf16")(16, 32), te_standin.Linear)

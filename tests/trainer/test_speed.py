@@ -1,45 +1,26 @@
-"""Specification of the trainer's speed settings: threads per trial, the optimizer
-implementation per device, the CUDA-only fast paths and the optional torch.compile."""
+"""Specification of the trainer's speed settings end to end: threads per trial, which trials
+are compiled, and the fast model kernels that must equal their textbook forms. The device's
+own settings (threads, fused AdamW, TF32, the allocator, the compile cache) are specified in
+:mod:`tests.trainer.test_device`."""
 
 from __future__ import annotations
 
 import json
-import os
-import platform
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from recipelab import environment
 from recipelab.agent.settings import CampaignSettings, ExecutorSettings, LadderSettings
 from recipelab.cli import app
 from recipelab.targets import proxy_recipe
-from recipelab.trainer.core import build_optimizer
-from recipelab.trainer.device import (
-    compile_cache_dir,
-    configure_device,
-    configure_threads,
-    keep_freed_memory,
-    maybe_compile,
-    optimizer_options,
-    to_device,
-)
 from recipelab.trainer.model import GPT, Block, gelu_tanh, make_norm
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
 
 TINY = proxy_recipe("tiny")
-
-
-@pytest.fixture
-def restore_threads() -> Iterator[None]:
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
 
 
 def test_a_trial_runs_on_the_threads_its_spec_asks_for_whatever_the_environment_says(
@@ -87,95 +68,6 @@ def test_only_stress_runs_are_compiled_and_only_when_asked() -> None:
     spec = CampaignSettings(name="t", ladder=asked, executor=ExecutorSettings(parallel=1)).trial_spec(
         "s0001", "stress", proxy_recipe("tiny"), Path("out"), log_every=10)
     assert spec.compile, "the trial spec carries the ladder's compile rule"
-
-
-def test_configure_threads_sets_torch_and_refuses_zero(restore_threads: None) -> None:
-    assert configure_threads(1) == 1 == torch.get_num_threads()
-    assert configure_threads(None) == 1, "None leaves the count as it is"
-    with pytest.raises(ValueError, match="threads must be >= 1"):
-        configure_threads(0)
-
-
-def test_adamw_is_fused_on_cuda_and_on_the_cpu() -> None:
-    assert optimizer_options(torch.device("cuda")) == {"fused": True}
-    assert optimizer_options(torch.device("cpu")) == {"fused": True}
-    assert optimizer_options(torch.device("meta")) == {}, "no fused kernel elsewhere"
-    optimizer = build_optimizer(GPT(TINY.shape, TINY.seq_len), TINY, torch.device("cpu"))
-    assert optimizer.defaults["fused"] is True
-
-
-def test_a_cpu_batch_is_used_as_it_is_without_a_copy() -> None:
-    batch = torch.zeros(2, 3, dtype=torch.long)
-    assert to_device(batch, torch.device("cpu")) is batch
-
-
-def test_tf32_is_enabled_for_cuda_devices_only() -> None:
-    before = torch.get_float32_matmul_precision()
-    try:
-        torch.set_float32_matmul_precision("highest")
-        configure_device(torch.device("cpu"))
-        assert torch.get_float32_matmul_precision() == "highest"
-        configure_device(torch.device("cuda"))  # sets flags only; needs no GPU
-        assert torch.get_float32_matmul_precision() == "high"
-        assert torch.backends.cuda.matmul.allow_tf32
-    finally:
-        torch.set_float32_matmul_precision(before)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cudnn.benchmark = False
-
-
-TRAINING_STEPS = """
-import resource, torch
-from recipelab.trainer.device import configure_device
-configure_device(torch.device("cpu"))
-torch.set_num_threads(1)
-mlp = torch.nn.Sequential(torch.nn.Linear(192, 768), torch.nn.GELU(), torch.nn.Linear(768, 192))
-x = torch.randn(4096, 192)  # the cpu preset's tokens per step: 12 MiB hidden activations
-for step in range(60):
-    if step == 10:
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    mlp(x).square().mean().backward()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
-"""
-
-
-def page_faults_after_ten_steps(keep_freed_memory: str) -> int:
-    """Minor page faults of steps 11 to 60 of a small MLP's training, in a fresh process: the
-    allocator settings are per process and cannot be undone."""
-    done = subprocess.run([sys.executable, "-c", TRAINING_STEPS], capture_output=True,
-                          text=True, check=True,
-                          env={**os.environ, environment.KEEP_FREED_MEMORY: keep_freed_memory})
-    return int(done.stdout)
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc settings")
-def test_a_cpu_trainer_process_reuses_the_memory_its_steps_free() -> None:
-    # the kernel reclaiming idle pages of a loaded machine adds faults to either run, never
-    # removes any: the fewer of two runs is the allocator's own count
-    kept = min(page_faults_after_ten_steps("1") for _ in range(2))
-    default = page_faults_after_ten_steps("0")
-    # 50 steps of 12 MiB activations: here about 160,000 faults, 16,800 on a CI machine whose
-    # kernel faults larger pages in; either way far more than one page per step.
-    assert default > 5_000, "with glibc's defaults the steps fault their activations in again"
-    assert kept * 10 < default, f"{kept:,} page faults with freed memory kept, {default:,} without"
-
-
-@pytest.mark.parametrize("off", ["0", "off", "False", "no"])
-def test_freed_memory_is_left_to_glibc_when_the_environment_says_so(
-        off: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(environment.KEEP_FREED_MEMORY, off)
-    assert keep_freed_memory() is False
-
-
-def test_compile_is_off_unless_asked_and_caches_under_recipelabs_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    model = GPT(TINY.shape, TINY.seq_len)
-    assert maybe_compile(model, False) is model
-    monkeypatch.setenv("RECIPELAB_CACHE", str(tmp_path))
-    assert compile_cache_dir() == tmp_path / "torch-compile"
-    assert TrialSpec(trial_id="x", recipe=TINY, out_dir=str(tmp_path)).compile is False
 
 
 def _textbook_rope(x: torch.Tensor) -> torch.Tensor:
