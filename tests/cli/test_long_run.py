@@ -16,16 +16,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-import recipelab.longrun.run as longrun_run  # noqa: F401 - imported early: see below
 from recipelab.cli import app
 from recipelab.cli.long_run import parse_knob_settings
 from recipelab.targets import proxy_recipe
 from tests.cli.shell import error_lines
-
-# ``run_pretrain``'s default console is ``sys.stderr`` as it was when recipelab.longrun.run was
-# first imported. Imported inside a CliRunner call (the pretrain command imports it lazily),
-# that is the runner's stream, closed once the call returns, and a later pretrain in this
-# process fails with "I/O operation on closed file"; imported here, it is pytest's stream.
 
 TEXT = "def f(x):\n    return x + 1\n" * 4000  # 108,000 bytes: enough for train and val
 

@@ -58,7 +58,7 @@ def test_a_rate_that_is_not_a_number_names_the_variable_and_what_it_held() -> No
 
 @pytest.mark.parametrize(("variable", "value", "named"), [
     ("RECIPELAB_MFU", "1.5", "mfu"), ("RECIPELAB_MFU", "0", "mfu"),
-    ("RECIPELAB_COST_GPUS_PER_NODE", "0", "gpus"),
+    ("RECIPELAB_COST_GPUS_PER_NODE", "0", "gpus"), ("RECIPELAB_COST_GPUS_PER_NODE", "4.5", "gpus"),
     ("RECIPELAB_COST_H100_USD_PER_HOUR", "-1", "usd_per_gpu_hour"),
     ("RECIPELAB_GPU_PEAK_TFLOPS", "0", "gpu_peak_flops"),
 ])

@@ -94,3 +94,4 @@ def test_a_timed_out_trial_says_its_limit_and_how_it_was_stopped(tmp_path: Path)
 def test_a_sub_second_timeout_does_not_read_as_zero_seconds(tmp_path: Path) -> None:
     assert "its 0.05 s timeout" in str(timed_out(spec_in(tmp_path), 0.05).message)
     assert "its 0.123 s timeout" in str(timed_out(spec_in(tmp_path), 0.1234).message)
+    assert "its 10,000 s timeout" in str(timed_out(spec_in(tmp_path), 1e4).message), "no 1e+04"

@@ -81,8 +81,9 @@ def install_transformer_engine(monkeypatch: pytest.MonkeyPatch, root: Path) -> N
 @no_gpu
 def test_cuda_asked_for_on_a_machine_without_it_is_refused_and_auto_falls_back_to_the_cpu(
 ) -> None:
-    with pytest.raises(UnsupportedPrecision, match="device 'cuda' was requested but no CUDA"):
+    with pytest.raises(UnsupportedPrecision, match="device 'cuda' was requested but no CUDA") as e:
         resolve_device("cuda")
+    assert "use --device auto or cpu" in str(e.value), "it says what to do"
     assert resolve_device("auto") == CPU == resolve_device("cpu")
     assert issubclass(UnsupportedPrecision, RecipelabError)
     assert issubclass(UnsupportedPrecision, RuntimeError)
@@ -238,7 +239,7 @@ def test_linear_factory_builds_te_linear_layers_only_for_fp8(
 def test_configure_threads_sets_torch_and_refuses_zero(restore_threads: None) -> None:
     assert configure_threads(1) == 1 == torch.get_num_threads()
     assert configure_threads(None) == 1, "None leaves the count as it is"
-    with pytest.raises(ValueError, match="threads must be >= 1"):
+    with pytest.raises(RecipelabError, match="threads must be >= 1"):
         configure_threads(0)
 
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from recipelab.cli.campaign_start import given_corpus
 from recipelab.cli.common import app, console, errors, fail, load_recipe
-from recipelab.errors import one_line
+from recipelab.errors import RecipelabError, one_line
 from recipelab.trainer.spec import CorpusSpec
 
 
@@ -150,10 +150,13 @@ def pretrain(
             min_tokens_per_s=min_tokens_per_s, peak_tflops=peak_tflops,
             inject_spike_at_step=inject_spike_at_step, spike_steps=spike_steps, threads=threads,
             mlflow_uri=mlflow_uri, sharding=sharding)
-        result = run_pretrain(config)
     except ValidationError as error:
         fail(f"invalid pretrain settings: {one_line(error)}")
-    except ValueError as error:
+    except ValueError as error:  # an unknown knob or a value the recipe refuses
+        fail(str(error))
+    try:
+        result = run_pretrain(config)
+    except RecipelabError as error:  # a refusal; any other error is a bug, with its traceback
         fail(str(error))
     if os.environ.get("RANK", "0") != "0":
         raise typer.Exit(result.exit_code)

@@ -80,7 +80,8 @@ def describe_fits(report: EnvelopeReport) -> list[str]:
 
 
 def write_outputs(report: EnvelopeReport, out_dir: Path) -> list[Path]:
-    """The table as CSV and JSON (with fits, plateaus and telemetry) and the plot."""
+    """The table as CSV and JSON (with fits, plateaus and telemetry) and the plot; the list
+    names the sweep's telemetry CSV too where the sweep wrote one there."""
     from recipelab.envelope.plot import plot_envelope  # matplotlib only when writing
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -98,4 +99,6 @@ def write_outputs(report: EnvelopeReport, out_dir: Path) -> list[Path]:
                               else "null")
     plot = out_dir / PLOT_PNG
     plot_envelope(report, plot)
-    return [table_csv, table_json, plot, out_dir / TELEMETRY_CSV, telemetry_json]
+    telemetry_csv = out_dir / TELEMETRY_CSV
+    return [table_csv, table_json, plot, *([telemetry_csv] if telemetry_csv.exists() else []),
+            telemetry_json]

@@ -51,7 +51,11 @@ BudgetAction = Literal["continue", "stop_after_checkpoint", "stop_at_once"]
 SpendSource = Literal["sidecar", "estimate", "none"]
 
 
-class BudgetUnknowable(RecipelabError, ValueError):
+class BudgetOptionError(RecipelabError, ValueError):
+    """A budget option that cannot be honoured; the message names the option to fix."""
+
+
+class BudgetUnknowable(BudgetOptionError):
     """A cap or an alert level with no way to know the spend."""
 
 
@@ -89,7 +93,7 @@ def cost_file(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         return Path(unquote(parsed.path) if parsed.scheme else uri)
-    raise ValueError(
+    raise BudgetOptionError(
         f"--budget-curr-cost-uri {uri!r}: only a local file (a path or file:///path) can be "
         "read on every step's period; have the sidecar write to a local path or a mounted one")
 
@@ -159,9 +163,9 @@ class BudgetGuard:
                  clock: Callable[[], float] = time.monotonic,
                  sidecar: SidecarSpend | None = None) -> None:
         if price_per_hour is not None and price_per_hour < 0:
-            raise ValueError(f"--price-per-hour must be >= 0, got {price_per_hour}")
+            raise BudgetOptionError(f"--price-per-hour must be >= 0, got {price_per_hour}")
         if cap_usd is not None and cap_usd <= 0:
-            raise ValueError(f"--budget-cap-usd must be > 0, got {cap_usd}")
+            raise BudgetOptionError(f"--budget-cap-usd must be > 0, got {cap_usd}")
         if (cap_usd is not None or alert_at_usd is not None) and price_per_hour is None \
                 and sidecar is None:
             raise BudgetUnknowable(

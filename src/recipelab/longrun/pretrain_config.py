@@ -73,8 +73,9 @@ class PretrainConfig(StrictModel):
     sharding: ShardingChoice = "auto"
 
     def budget_guard(self, elapsed_before_s: float = 0.0) -> BudgetGuard:
-        """The guard this run's budget options describe; raises a ValueError naming the
-        option to fix (a cap with no way to know the spend among them)."""
+        """The guard this run's budget options describe; raises a
+        :class:`~recipelab.longrun.budget.BudgetOptionError` naming the option to fix (a
+        cap with no way to know the spend among them)."""
         sidecar = (SidecarSpend(cost_file(self.budget_curr_cost_uri), self.budget_poll_s,
                                 self.budget_stale_after_s)
                    if self.budget_curr_cost_uri else None)

@@ -44,6 +44,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from recipelab.cores import usable_cores
+from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text
 from recipelab.longrun import sharding
 from recipelab.longrun.budget import (
@@ -195,7 +196,10 @@ class LongRun:
     """One invocation of a long run (a resume is another invocation of the same run)."""
 
     def __init__(self, config: PretrainConfig, comm: Collectives, device: torch.device,
-                 data: Dataset, console: TextIO = sys.stderr) -> None:
+                 data: Dataset, console: TextIO | None = None) -> None:
+        """``console`` is standard error when None, read at the call (a default argument
+        would keep the stream of the module's import, which a test runner may have closed)."""
+        console = console if console is not None else sys.stderr
         self.config, self.comm, self.world, self.device = config, comm, comm.world, device
         self.data = data
         self.recipe = config.recipe
@@ -520,11 +524,16 @@ def _device(world: World, requested: str) -> torch.device:
     return device
 
 
+class StartRefused(RecipelabError, ValueError):
+    """A long run refused before anything is built; the message says what to change."""
+
+
 def check_start(config: PretrainConfig, world: World) -> None:
-    """Refuse, before anything is built, what would fail or lose work later."""
+    """Refuse, before anything is built, what would fail or lose work later (each refusal a
+    :class:`~recipelab.errors.RecipelabError`, so the CLI tells it from a bug in training)."""
     recipe, out = config.recipe, Path(config.out_dir)
     if recipe.batch_size % world.size:
-        raise ValueError(
+        raise StartRefused(
             f"batch_size {recipe.batch_size} does not split over {world.size} processes: "
             f"use a batch_size that is a multiple of {world.size} (--set batch_size=N)")
     sharding.refuse(config.sharding, recipe, world)
@@ -533,14 +542,14 @@ def check_start(config: PretrainConfig, world: World) -> None:
         try:
             check_tracking_uri(config.mlflow_uri)
         except TrackingUnavailable as error:
-            raise ValueError(str(error)) from None
+            raise StartRefused(str(error)) from None
     if not config.resume_from_latest and not config.dry_run_budget and has_checkpoint(out):
-        raise ValueError(
+        raise StartRefused(
             f"{out} holds checkpoints of an earlier run: add --resume-from-latest to continue "
             "it, or give another --out for a new run")
 
 
-def run_pretrain(config: PretrainConfig, console: TextIO = sys.stderr) -> PretrainResult:
+def run_pretrain(config: PretrainConfig, console: TextIO | None = None) -> PretrainResult:
     """Run ``config`` in this process, as one rank of a ``torchrun`` launch when there is one.
 
     The data is loaded before the process group starts, so tokenizing a large corpus never

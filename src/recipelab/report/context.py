@@ -43,9 +43,7 @@ class CloudRates(StrictModel):
                 except ValueError:
                     raise ValueError(f"{var}={text!r} is not a number") from None
                 given[name] = value * 1e12 if name == "gpu_peak_flops" else value
-        if "gpus" in given:
-            given["gpus"] = int(given["gpus"])
-        return cls.model_validate(given)
+        return cls.model_validate(given)  # a fractional GPU count is refused, not truncated
 
 
 @dataclass(frozen=True)
@@ -71,9 +69,9 @@ class LiveStatus:
 
 @dataclass(frozen=True)
 class ReportContext:
-    """``horizon_fits`` are the calibration campaigns' horizon-rule fits, which the
-    recommended learning rate reads as ``recipelab export`` does. ``live`` is set while the
-    campaign runs: the page then says so and reloads itself."""
+    """``horizon_fits`` are the calibration campaigns' horizon-rule fits, which the ladder's
+    section states the rule with. ``live`` is set while the campaign runs: the page then says
+    so and reloads itself."""
 
     campaign: str
     target: Target

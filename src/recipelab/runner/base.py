@@ -84,6 +84,7 @@ def failed(spec: TrialSpec, reason: FailureReason, message: str) -> TrialResult:
 
 
 def timed_out(spec: TrialSpec, limit_s: float, how: str = "was killed") -> TrialResult:
-    """The result of a trial stopped at its timeout (``limit_s`` shown to 3 figures, so a
-    sub-second limit does not read as "0 s")."""
-    return failed(spec, "timeout", f"the trial ran past its {limit_s:.3g} s timeout and {how}")
+    """The result of a trial stopped at its timeout (``limit_s`` in whole seconds, to 3
+    figures below 10, so a sub-second limit does not read as "0 s" nor 1,800 as "1.8e+03")."""
+    limit = f"{limit_s:,.0f}" if limit_s >= 10 else f"{limit_s:.3g}"
+    return failed(spec, "timeout", f"the trial ran past its {limit} s timeout and {how}")

@@ -24,11 +24,12 @@ from recipelab.recipe import Recipe
 from recipelab.runner import launch
 from recipelab.runner.base import Executor, TrialHandle, failed, timed_out
 from recipelab.trainer.spec import CurvePoint, TrialResult, TrialSpec
+from recipelab.units import GIB
 
 Outcome = Callable[[TrialSpec], TrialResult]
 Duration = Callable[[TrialSpec], float]
 
-CPU = DeviceInfo("cpu", "fake CPU", 16 * 2**30, None, False, native_bf16=False)
+CPU = DeviceInfo("cpu", "fake CPU", 16 * GIB, None, False, native_bf16=False)
 
 
 def synthetic_val_bpb(recipe: Recipe, recipe_noise: float = 0.0) -> float:

@@ -32,12 +32,19 @@ FP8_MIN_CAPABILITY = (8, 9)
 
 
 class UnsupportedPrecision(RecipelabError, RuntimeError):
-    """The recipe asks for a precision this machine cannot run; never train another one."""
+    """The recipe asks for a precision (or a device) this machine cannot run; never train
+    another one."""
 
 
 def resolve_device(requested: str) -> torch.device:
+    """``auto`` is CUDA when a device is visible, else the CPU; ``cuda`` without one is
+    refused with what to do."""
     if requested == "cuda" and not torch.cuda.is_available():
-        raise UnsupportedPrecision("device 'cuda' was requested but no CUDA device is visible")
+        built = "built with CUDA" if torch.version.cuda else "a CPU-only build"
+        raise UnsupportedPrecision(
+            f"device 'cuda' was requested but no CUDA device is visible (torch "
+            f"{torch.__version__}, {built}): use --device auto or cpu, or check the driver "
+            "and CUDA_VISIBLE_DEVICES")
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)
@@ -51,7 +58,8 @@ def configure_threads(threads: int | None) -> int:
     """
     if threads is not None:
         if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}; use None for torch's default")
+            raise RecipelabError(f"threads must be >= 1, got {threads}; use None for torch's "
+                                 "default")
         torch.set_num_threads(threads)
     return torch.get_num_threads()
 

@@ -109,10 +109,11 @@ class CurvePoint(StrictModel):
 
     @classmethod
     def from_log(cls, text: str) -> list[CurvePoint]:
-        """Every point :meth:`log_line` wrote in ``text``; other lines (and a last line
-        cut short mid-write) are skipped."""
+        """Every point :meth:`log_line` wrote in ``text``; other lines are skipped, and so is
+        what follows the last newline: a line still being written, whose number may be cut
+        short anywhere (``lr 1e-05`` cut to ``lr 1`` would read as a rate of 1)."""
         points = []
-        for line in text.splitlines():
+        for line in text.split("\n")[:-1]:
             match = LOG_LINE.fullmatch(line)
             with contextlib.suppress(ValueError):  # a number cut short
                 if match:

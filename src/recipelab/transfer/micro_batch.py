@@ -169,4 +169,4 @@ def _split(recipe: Recipe, gpus: int, memory_bytes: int, device: DeviceKind,
         f"({gib(one.states)} weights, gradients and AdamW states {how} {gpus} GPU(s), "
         f"{gib(one.activations)} activations, {gib(one.logits)} fp32 logits, "
         f"{gib(one.overhead)} CUDA context), more than the {gib(budget)} usable of "
-        f"{memory_bytes / GIB:g} GiB ({MEMORY_MARGIN:.0%} kept free): {'; or '.join(fixes)}")
+        f"{memory_bytes / GIB:.4g} GiB ({MEMORY_MARGIN:.0%} kept free): {'; or '.join(fixes)}")
