@@ -20,7 +20,7 @@ def test_the_context_holds_the_campaigns_target_budget_and_memory_share(
     context = guard_context(settings, settings.baseline(), DEVICE, memory=(None, None))
 
     assert (context.target.name, context.param_budget) == ("toy", 150_000)
-    assert (context.trials_in_flight, context.memory_reserve_bytes) == (2, GIB)
+    assert (context.parallel_on_one_device, context.memory_reserve_bytes) == (2, GIB)
     assert context.timeout_s == settings.window.trial_timeout_s
 
 
@@ -31,4 +31,4 @@ def test_the_context_holds_the_campaigns_target_budget_and_memory_share(
 ])
 def test_trials_share_a_devices_memory_only_when_local(
         tiny_settings: CampaignSettings, update: dict[str, object], sharing: int) -> None:
-    assert tiny_settings.model_copy(update=update).executor.trials_sharing_memory == sharing
+    assert tiny_settings.model_copy(update=update).executor.parallel_on_one_device == sharing

@@ -20,7 +20,7 @@ def test_a_new_campaign_asks_for_auto_trials_in_flight_and_auto_precision() -> N
     settings = CampaignSettings(name="n")
     assert (settings.executor.parallel, settings.precision) == ("auto", "auto")
     with pytest.raises(SettingsError, match="--parallel auto has not been resolved"):
-        _ = settings.executor.trials_in_flight
+        _ = settings.executor.resolved_parallel
 
 
 def test_on_a_cpu_auto_runs_one_trial_per_core_with_one_thread_each() -> None:
@@ -28,7 +28,7 @@ def test_on_a_cpu_auto_runs_one_trial_per_core_with_one_thread_each() -> None:
     assert trials == 8
     assert "one 1-thread trial per core on 8 core(s)" in why
     resolved, _ = resolve_auto(CampaignSettings(name="n"), CPU, cores=8, peak_bytes=PEAK)
-    assert resolved.executor.trials_in_flight == 8
+    assert resolved.executor.resolved_parallel == 8
     assert resolved.executor.trial_threads(cores=8) == 1
 
 

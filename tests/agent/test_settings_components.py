@@ -39,8 +39,8 @@ def test_the_ladder_plans_its_rungs_from_its_own_fields() -> None:
 
 def test_trials_in_flight_are_unknown_until_auto_is_resolved() -> None:
     with pytest.raises(SettingsError, match="--parallel auto has not been resolved"):
-        _ = ExecutorSettings().trials_in_flight
-    assert ExecutorSettings(parallel=4).trials_in_flight == 4
+        _ = ExecutorSettings().resolved_parallel
+    assert ExecutorSettings(parallel=4).resolved_parallel == 4
 
 
 def test_flat_keys_beside_a_component_win_over_its_values() -> None:

@@ -30,7 +30,7 @@ def test_a_gib_is_two_to_the_thirty_bytes_not_a_billion() -> None:
 def test_a_context_given_only_the_campaigns_essentials_is_a_fresh_night_of_one_trial() -> None:
     ctx = GuardContext(target=TARGET, baseline=BASELINE, device=CPU, param_budget=BUDGET)
     assert ctx.searchable == frozenset() and ctx.seen == frozenset()  # no shape edits, no repeats
-    assert ctx.memory_reserve_bytes == 0 and ctx.trials_in_flight == 1  # the device is all its own
+    assert ctx.memory_reserve_bytes == 0 and ctx.parallel_on_one_device == 1  # the device is all its own
     assert ctx.timeout_s is None and ctx.measurements == ()
     assert ctx.memory_model is None and ctx.memory_model_problem is None  # analytic memory only
 
@@ -40,6 +40,6 @@ def test_devices_contexts_and_verdicts_are_values_a_check_cannot_change() -> Non
     (a campaign makes a new context with ``dataclasses.replace`` instead)."""
     ctx = GuardContext(target=TARGET, baseline=BASELINE, device=CPU, param_budget=BUDGET)
     verdict = Verdict(accepted=True, recipe=BASELINE, reasons=(), checks=())
-    for value, field in ((CPU, "memory_bytes"), (ctx, "trials_in_flight"), (verdict, "accepted")):
+    for value, field in ((CPU, "memory_bytes"), (ctx, "parallel_on_one_device"), (verdict, "accepted")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(value, field, 0)

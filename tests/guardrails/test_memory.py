@@ -89,9 +89,9 @@ def test_trials_in_flight_share_the_memory_left_after_the_reserve() -> None:
     """Two trials at once can both reach their peak: each gets half of what is left."""
     peak = predict_peak_bytes(BIG, CPU)
     reserve = CPU.memory_bytes - 2 * peak  # room for exactly two peaks
-    assert check_memory(BIG, context(memory_reserve_bytes=reserve, trials_in_flight=2)) == []
+    assert check_memory(BIG, context(memory_reserve_bytes=reserve, parallel_on_one_device=2)) == []
     (reason,) = check_memory(BIG, context(memory_reserve_bytes=reserve + 2,
-                                          trials_in_flight=2))
+                                          parallel_on_one_device=2))
     assert "shared by 2 trials in flight" in reason
     assert "run fewer trials at once (--parallel)" in reason
     assert check_memory(BIG, context(memory_reserve_bytes=reserve + 2)) == []

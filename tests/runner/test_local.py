@@ -98,12 +98,12 @@ def spawned_environ(pid: int, timeout_s: float = 10.0) -> list[bytes]:
 
 def test_trials_sharing_the_gpu_are_told_how_many_share_it() -> None:
     """--parallel 2 on one machine: each trainer's telemetry divides the GPU's power by 2."""
-    executor = LocalExecutor(gpu_sharers=2)
+    executor = LocalExecutor(parallel=2)
     executor.prestart()
     try:
         assert executor._spare is not None
         environ = spawned_environ(executor._spare.pid)
     finally:
         executor.close()
-    assert b"RECIPELAB_GPU_SHARERS=2" in environ
-    assert LocalExecutor(gpu_sharers=1).env is None
+    assert b"RECIPELAB_PARALLEL_ON_DEVICE=2" in environ
+    assert LocalExecutor(parallel=1).env is None

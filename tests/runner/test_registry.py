@@ -17,4 +17,4 @@ def test_the_registry_holds_every_executor_the_settings_accept() -> None:
 def test_local_is_built_from_the_registry_with_its_gpu_sharers() -> None:
     executor = build_executor("local", parallel=3)
     assert isinstance(executor, LocalExecutor)
-    assert executor.env == {environment.GPU_SHARERS: "3"}
+    assert executor.env == {environment.PARALLEL_ON_DEVICE: "3"}

@@ -270,7 +270,7 @@ def sampled(monkeypatch: pytest.MonkeyPatch, visible: str | None,
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    monkeypatch.delenv("RECIPELAB_GPU_SHARERS", raising=False)
+    monkeypatch.delenv("RECIPELAB_PARALLEL_ON_DEVICE", raising=False)
     sampler = DeviceSampler(60.0)
     with sampler:
         pass
@@ -328,13 +328,13 @@ def test_the_executors_count_of_sharers_counts_when_nvml_cannot_list_processes(
     del module.nvmlDeviceGetComputeRunningProcesses  # as on a device without the query
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setenv("RECIPELAB_GPU_SHARERS", "3")
+    monkeypatch.setenv("RECIPELAB_PARALLEL_ON_DEVICE", "3")
     sampler = DeviceSampler(60.0)
     with sampler:
         pass
     summary = sampler.summary()
     assert (summary.gpu_shared_by, summary.energy_scope) == (3, "device")
-    monkeypatch.delenv("RECIPELAB_GPU_SHARERS")
+    monkeypatch.delenv("RECIPELAB_PARALLEL_ON_DEVICE")
     with (sampler := DeviceSampler(60.0)):
         pass
     unknown = sampler.summary()

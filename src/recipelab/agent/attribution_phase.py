@@ -184,7 +184,7 @@ class AttributionPhase:
     def _rung(self, ctx: CampaignContext, groups: int, seeds: int) -> Rung | None:
         times = measured_times(ctx.ledger.proxies) if ctx.deadline.at is not None else None
         return choose_rung(attribution_rungs(ctx.settings, ctx.baseline.steps),
-                           expected_runs(groups, seeds), ctx.trials_in_flight,
+                           expected_runs(groups, seeds), ctx.parallel,
                            lambda seconds: ctx.deadline.fits_seconds(seconds), times)
 
     def _measure(self, ctx: CampaignContext, winner: Winner, groups: dict[str, dict[str, object]],
@@ -209,7 +209,7 @@ class AttributionPhase:
             assert isinstance(decision, Pending)
             stopping = ctx.stops.stop
             for key, seed in decision.runs:
-                if stopping or len(ctx.book.inflight) >= ctx.trials_in_flight:
+                if stopping or len(ctx.book.inflight) >= ctx.parallel:
                     break
                 if (key, seed) in running.values():
                     continue

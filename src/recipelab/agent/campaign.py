@@ -96,7 +96,7 @@ class Campaign:
         self.target = self.settings.target_spec()
         self.executor = executor or build_executor(
             self.settings.executor.kind, ray_address=self.settings.executor.ray_address,
-            parallel=self.settings.executor.trials_in_flight)
+            parallel=self.settings.executor.resolved_parallel)
         self.space = default_space(self.baseline, self.settings.searchable, precisions=supported_precisions(
             self.baseline, self.target, self.device))
         self.priors = load_priors(self.settings.search.calibrate_from, self.space)
@@ -199,7 +199,7 @@ class Campaign:
                      deadline=ctx.deadline.at.isoformat() if ctx.deadline.at else None,
                      window=plan.describe() if plan else None,
                      device=f"{self.device.kind}:{self.device.name}",
-                     executor=self.executor.name, parallel=self.settings.executor.trials_in_flight,
+                     executor=self.executor.name, parallel=self.settings.executor.resolved_parallel,
                      precision=self.baseline.precision, db=ctx.store.index_name)
         for note in self.auto_notes:
             ctx.log.info("auto_resolved", what=note)

@@ -59,9 +59,9 @@ class CampaignContext:
         return self.book.ledger
 
     @property
-    def trials_in_flight(self) -> int:
+    def parallel(self) -> int:
         """How many trials may run at once."""
-        return self.settings.executor.trials_in_flight
+        return self.settings.executor.resolved_parallel
 
     @property
     def checks(self) -> list[str]:

@@ -56,7 +56,7 @@ class Deadline:
         return plan_window(self.at, times, proxy_steps=self.proxy_steps,
                            stress_steps=s.ladder.stress_steps, promote=s.ladder.promote,
                            fidelity=s.ladder.fidelity,
-                           noise_seeds=s.search.noise_seeds, parallel=s.executor.trials_in_flight,
+                           noise_seeds=s.search.noise_seeds, parallel=s.executor.resolved_parallel,
                            rungs=s.ladder.planned_ladder(self.proxy_steps, self.candidates),
                            attribution_steps=attribution,
                            attribution_runs=expected_runs(EXPECTED_GROUPS, s.search.noise_seeds)
@@ -76,7 +76,7 @@ class Deadline:
             return
         plan = self._plan(preset_floor(s.preset, self.proxy_steps))
         now = _now()
-        baseline_s = s.search.noise_seeds * plan.proxy_s / s.executor.trials_in_flight
+        baseline_s = s.search.noise_seeds * plan.proxy_s / s.executor.resolved_parallel
         if not plan.fits(now, baseline_s + plan.stress_s):
             self._too_short(plan, now, estimated=True)
 

@@ -29,6 +29,6 @@ def guard_context(settings: CampaignSettings, baseline: Recipe, device: DeviceIn
         param_budget=settings.param_budget, searchable=frozenset(settings.searchable),
         seen=frozenset(seen), measurements=tuple(measurements),
         memory_reserve_bytes=int(settings.executor.memory_reserve_gib * GIB),
-        trials_in_flight=settings.executor.trials_sharing_memory,
+        parallel_on_one_device=settings.executor.parallel_on_one_device,
         timeout_s=settings.window.trial_timeout_s, memory_model=model,
         memory_model_problem=problem)

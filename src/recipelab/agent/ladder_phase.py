@@ -90,7 +90,7 @@ class LadderPhase:
         winner is named by its mean over seeds (see :mod:`recipelab.agent.seeds`)."""
         ledger = ctx.ledger
         for proposal in rerun_proposals(ledger.proxy_finalists, ledger.proxies, ledger.noise):
-            while len(ctx.book.inflight) >= ctx.trials_in_flight:
+            while len(ctx.book.inflight) >= ctx.parallel:
                 ctx.book.poll(cancel=ctx.stops.cancel)
                 time.sleep(POLL_INTERVAL_S)
             if ctx.stops.stop or not ctx.deadline.fits(ctx.ledger.proxies):
@@ -250,7 +250,7 @@ class LadderPhase:
             for record in ctx.book.poll(cancel=ctx.stops.cancel):
                 if record.status == "interrupted" and not ctx.stops.cancel:
                     queue += [j for j in jobs if j.made(record)]
-            in_flight = ctx.trials_in_flight
+            in_flight = ctx.parallel
             while queue and not ctx.stops.stop and len(ctx.book.inflight) < in_flight:
                 self._run_job(ctx, queue.pop(0))
             if not ctx.book.inflight and (not queue or ctx.stops.stop):

@@ -336,9 +336,9 @@ def check_memory(settings: CampaignSettings, baseline: Recipe,
     unified = is_unified_memory(device, psutil.virtual_memory().total)
     what = (f"baseline peak predicted {gib(predicted)} by {model}; {gib(device.memory_bytes)} on "
             f"{device.name}, {gib(reserve)} of it kept free for an LLM server")
-    if context.trials_in_flight > 1:
-        what += (f"; {context.trials_in_flight} trials in flight need "
-                 f"{gib(predicted * context.trials_in_flight)} together")
+    if context.parallel_on_one_device > 1:
+        what += (f"; {context.parallel_on_one_device} trials in flight need "
+                 f"{gib(predicted * context.parallel_on_one_device)} together")
     if unified:
         what += (f" (unified memory: the default reserve is {UNIFIED_MEMORY_RESERVE_GIB:g} GiB, "
                  "an 8B model in bf16 with 32k tokens of KV cache)")

@@ -35,7 +35,7 @@ class SearchPhase:
             for record in ctx.book.poll(cancel=ctx.stops.cancel):
                 ctx.failures.note(record)
             if (launching and not ctx.stops.stop
-                    and len(ctx.book.inflight) < ctx.trials_in_flight
+                    and len(ctx.book.inflight) < ctx.parallel
                     and self._budget_left(ctx)):
                 launching = self._launch_next(ctx)
                 continue
@@ -56,7 +56,7 @@ class SearchPhase:
 
     def _launchable(self, ctx: CampaignContext) -> int:
         """How many more proxy trials may start now: free slots, within ``iterations``."""
-        free = ctx.trials_in_flight - len(ctx.book.inflight)
+        free = ctx.parallel - len(ctx.book.inflight)
         iterations = ctx.settings.window.iterations
         if iterations is None:
             return free

@@ -316,7 +316,7 @@ class ExecutorSettings(StrictModel):
                                            "such as a GB10"})
 
     @property
-    def trials_sharing_memory(self) -> int:
+    def parallel_on_one_device(self) -> int:
         """Trials sharing one device's memory at once: ``parallel`` for local trials (1 while
         it is still ``auto``), 1 for Ray tasks, which each have a device of their own."""
         if self.kind == "ray" or isinstance(self.parallel, str):
@@ -324,7 +324,7 @@ class ExecutorSettings(StrictModel):
         return self.parallel
 
     @property
-    def trials_in_flight(self) -> int:
+    def resolved_parallel(self) -> int:
         """``parallel`` once resolved. Raises SettingsError while it is still ``auto``."""
         if isinstance(self.parallel, str):
             raise SettingsError(
@@ -339,7 +339,7 @@ class ExecutorSettings(StrictModel):
         trials that all use every core spin against each other; for Ray, the task's own."""
         if self.threads is not None or self.kind == "ray":
             return self.threads
-        return max(1, (cores or usable_cores()) // self.trials_in_flight)
+        return max(1, (cores or usable_cores()) // self.resolved_parallel)
 
 
 class StoreSettings(StrictModel):

@@ -171,7 +171,7 @@ class WidthPhase:
             for record in ctx.book.poll(cancel=ctx.stops.cancel):
                 running.discard(record.trial_id)
             for job in jobs:
-                if ctx.stops.stop or len(ctx.book.inflight) >= ctx.trials_in_flight:
+                if ctx.stops.stop or len(ctx.book.inflight) >= ctx.parallel:
                     break
                 runs = [r for r in ctx.ledger.of_kind(WIDTH_KIND)
                         if r.parent == job.parent and r.edit == job.edit]

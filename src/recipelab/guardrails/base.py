@@ -63,7 +63,7 @@ class GuardContext:
     memory_reserve_bytes: int = 0  # kept free for an LLM server sharing the device
     # trials the campaign keeps in flight at once on this device: each gets its share of
     # the memory left after the reserve (a Ray task has a device of its own: 1)
-    trials_in_flight: int = 1
+    parallel_on_one_device: int = 1
     timeout_s: float | None = None  # per-trial timeout
     measurements: tuple[Measurement, ...] = ()
     # The fitted memory lines (guardrails.memory_fit), read by the caller; None: the analytic

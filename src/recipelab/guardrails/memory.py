@@ -149,14 +149,14 @@ def check_memory(recipe: Recipe, ctx: GuardContext) -> list[str]:
     if predicted <= available:
         return []
     room = f"the {gib(available)} available on {device.name}"
-    if ctx.memory_reserve_bytes or ctx.trials_in_flight > 1:
+    if ctx.memory_reserve_bytes or ctx.parallel_on_one_device > 1:
         room += f" ({gib(device.memory_bytes)}"
         if ctx.memory_reserve_bytes:
             room += f" minus {gib(ctx.memory_reserve_bytes)} kept free for the LLM server"
-        if ctx.trials_in_flight > 1:
-            room += f", shared by {ctx.trials_in_flight} trials in flight"
+        if ctx.parallel_on_one_device > 1:
+            room += f", shared by {ctx.parallel_on_one_device} trials in flight"
         room += ")"
-    fewer = " or run fewer trials at once (--parallel)" if ctx.trials_in_flight > 1 else ""
+    fewer = " or run fewer trials at once (--parallel)" if ctx.parallel_on_one_device > 1 else ""
     return [
         f"predicted peak memory {gib(predicted)} for batch_size {recipe.batch_size} x seq_len "
         f"{recipe.seq_len} exceeds {room}; lower batch_size or seq_len (raise grad_accum to "
@@ -167,4 +167,4 @@ def check_memory(recipe: Recipe, ctx: GuardContext) -> list[str]:
 def trial_memory_bytes(ctx: GuardContext) -> int:
     """The memory one trial may use: the device's, less the reserve, shared equally by the
     trials in flight (they can all reach their peak at once)."""
-    return (ctx.device.memory_bytes - ctx.memory_reserve_bytes) // max(1, ctx.trials_in_flight)
+    return (ctx.device.memory_bytes - ctx.memory_reserve_bytes) // max(1, ctx.parallel_on_one_device)

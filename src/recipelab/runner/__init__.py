@@ -22,7 +22,7 @@ ExecutorKind = Literal["local", "ray"]
 
 
 def _local(ray_address: str | None, parallel: int) -> Executor:
-    return LocalExecutor(gpu_sharers=parallel)
+    return LocalExecutor(parallel=parallel)
 
 
 def _ray(ray_address: str | None, parallel: int) -> Executor:

@@ -31,18 +31,18 @@ class LocalExecutor(Executor):
     too large for the cap fails as ``oom`` inside the trial rather than taking the machine
     down; ``file_size_limit_bytes`` caps each file a trial writes (``RLIMIT_FSIZE``), so a
     runaway trial fails as ``disk_full`` rather than filling the disk the trajectory is on.
-    ``warm`` keeps one pre-started worker ready for the next submission. ``gpu_sharers``
+    ``warm`` keeps one pre-started worker ready for the next submission. ``parallel``
     is how many trials run at once on this machine's one GPU: each trainer is told
-    (``RECIPELAB_GPU_SHARERS``), so its telemetry divides the GPU's power among them.
+    (``RECIPELAB_PARALLEL_ON_DEVICE``), so its telemetry divides the GPU's power among them.
     """
 
     name = "local"
 
     def __init__(self, *, warm: bool = True, memory_limit_bytes: int | None = None,
                  file_size_limit_bytes: int | None = None, python: str | None = None,
-                 kill_grace_s: float = launch.KILL_GRACE_S, gpu_sharers: int = 1) -> None:
+                 kill_grace_s: float = launch.KILL_GRACE_S, parallel: int = 1) -> None:
         self.warm = warm
-        self.env = {environment.GPU_SHARERS: str(gpu_sharers)} if gpu_sharers > 1 else None
+        self.env = {environment.PARALLEL_ON_DEVICE: str(parallel)} if parallel > 1 else None
         self.command = launch.trainer_command(python, memory_limit_bytes=memory_limit_bytes,
                                               file_size_limit_bytes=file_size_limit_bytes)
         self.kill_grace_s = kill_grace_s

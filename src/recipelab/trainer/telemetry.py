@@ -16,7 +16,7 @@ shorter than the interval has a mean and a peak.
 - Everything NVML reports (power, energy, utilization, memory) is the device's, not a
   process's. When other processes use the GPU at the same time (parallel trials, the LLM
   server on the same GPU), the summary says so: ``gpu_shared_by`` is the most processes seen
-  on it at once (or the executor's count of trials sharing it, ``RECIPELAB_GPU_SHARERS``,
+  on it at once (or the executor's count of trials sharing it, ``RECIPELAB_PARALLEL_ON_DEVICE``,
   when larger), and ``energy_scope`` is ``device`` rather than ``trial``. The energy is not
   divided by a guess: it is the device's energy over the trial's time, named as such.
 - Always, through psutil: CPU utilization and resident memory of this process and its
@@ -53,7 +53,7 @@ POWERCAP = Path("/sys/class/powercap")
 CSV_COLUMNS = ("t_s", "cpu_util", "rss_bytes", "gpu_util", "gpu_power_w", "gpu_memory_bytes",
                "gpu_temp_c", "gpu_energy_mj", "gpu_processes", "rapl_energy_uj")
 VISIBLE_DEVICES_ENV = environment.VISIBLE_DEVICES
-GPU_SHARERS_ENV = environment.GPU_SHARERS
+PARALLEL_ON_DEVICE_ENV = environment.PARALLEL_ON_DEVICE
 EnergyScope = Literal["trial", "device"]
 
 
@@ -197,10 +197,10 @@ def load_nvml(env: Mapping[str, str] | None = None) -> tuple[ModuleType | None, 
         return None, None, f"NVML is unavailable: {type(error).__name__}: {error}"
 
 
-def gpu_sharers(env: Mapping[str, str]) -> int | None:
-    """The executor's count of trials sharing this GPU (``RECIPELAB_GPU_SHARERS``), if any."""
+def parallel_on_one_device(env: Mapping[str, str]) -> int | None:
+    """The executor's count of trials sharing this GPU (``RECIPELAB_PARALLEL_ON_DEVICE``), if any."""
     try:
-        value = int(env.get(GPU_SHARERS_ENV, ""))
+        value = int(env.get(PARALLEL_ON_DEVICE_ENV, ""))
     except ValueError:
         return None
     return value if value >= 1 else None
@@ -423,7 +423,7 @@ class DeviceSampler:
         if self._nvml is None:
             return None
         seen = [s.gpu_processes for s in self.samples if s.gpu_processes is not None]
-        known = [n for n in (max(seen, default=None), gpu_sharers(self.env)) if n is not None]
+        known = [n for n in (max(seen, default=None), parallel_on_one_device(self.env)) if n is not None]
         return max(known) if known else None
 
     def _energy(self) -> tuple[float | None, str | None]:
