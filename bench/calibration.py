@@ -34,7 +34,7 @@ from pathlib import Path
 from rich.console import Console
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import (
+from recipelab.agent.setup.settings import (
     CampaignSettings,
     LadderSettings,
     ProposerSettings,

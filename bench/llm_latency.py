@@ -27,7 +27,7 @@ from pathlib import Path
 from rich.console import Console
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, LadderSettings, WindowSettings
+from recipelab.agent.setup.settings import CampaignSettings, LadderSettings, WindowSettings
 from timing import Iteration, iterations
 
 # The OpenAI-protocol server the tests use, with its scripted (here: slow) replies.

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, LadderSettings, WindowSettings
+from recipelab.agent.setup.settings import CampaignSettings, LadderSettings, WindowSettings
 from timing import iterations
 
 TARGET_SHARE = 0.03

@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fidelity
-from recipelab.agent.settings_components import LadderSettings
+from recipelab.agent.setup.settings_components import LadderSettings
 from recipelab.targets import PROXY_PRESETS, proxy_recipe
 from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory.ladder import LR_FAMILY

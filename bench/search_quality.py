@@ -65,8 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fidelity
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, save
-from recipelab.agent.settings_components import ProposerSettings
+from recipelab.agent.setup.settings import CampaignSettings, save
+from recipelab.agent.setup.settings_components import ProposerSettings
 from recipelab.cli.watch import read_campaign
 from recipelab.guardrails import GuardContext, detect_device, judge
 from recipelab.proposer import ClassicalProposer, Observation, Proposer, default_space

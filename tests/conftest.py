@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import (
+from recipelab.agent.setup.settings import (
     CampaignSettings,
     ExecutorSettings,
     LadderSettings,
@@ -81,7 +81,7 @@ def attributed_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: Corpus
     """A finished campaign on the in-memory fake executor whose winner's edit has a real part
     (the learning rate, 1e-2 to the fake's optimum 3e-3) and a planted neutral part
     (``optimizer.eps``, which the fake ignores), attributed at three seeds: the records the
-    report, the export and the calibration read (see tests/agent/test_attribution_phase.py)."""
+    report, the export and the calibration read (see tests/agent/phases/test_attribution_phase.py)."""
     from recipelab.proposer import Observation, Proposal, Proposer
     from recipelab.runner import FakeExecutor
 
@@ -132,7 +132,7 @@ def finished_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: CorpusSp
     """Two baseline seeds and five scripted edits (one rejected), seed re-runs of close
     finalists, then the top two and one mid-ranked trial (``fidelity=1``) stress-run; not
     attributed (``attributed_campaign`` is, for tests/report/test_why.py), and no width rung
-    (its prediction is Kaplan's; tests/agent/test_width_phase.py has the measured one)."""
+    (its prediction is Kaplan's; tests/agent/phases/test_width_phase.py has the measured one)."""
     directory = tmp_path_factory.mktemp("campaigns") / "nightly"
     directory.mkdir()
     settings = CampaignSettings(name="nightly", preset="tiny", corpus=corpus, precision="fp32",

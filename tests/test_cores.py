@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from recipelab import cores
-from recipelab.agent.settings_components import ExecutorSettings
+from recipelab.agent.setup.settings_components import ExecutorSettings
 
 
 def machine(monkeypatch: pytest.MonkeyPatch, *, allowed: int, cpus: int, physical: int) -> None:

@@ -34,7 +34,7 @@ def test_every_exception_recipelab_defines_derives_from_the_root() -> None:
 
 
 def test_bad_input_errors_are_still_value_errors() -> None:
-    from recipelab.agent.settings import SettingsError
+    from recipelab.agent.setup.settings import SettingsError
     from recipelab.trainer.data import DataError
 
     assert issubclass(DataError, ValueError) and issubclass(SettingsError, ValueError)

@@ -125,10 +125,10 @@ def test_the_agents_modules_form_no_import_circle() -> None:
     mean a phase reaching back into what runs it."""
     agent = PACKAGE / "agent"
     graph: dict[str, set[str]] = {}
-    for path in sorted(agent.glob("*.py")):
+    for path in sorted(agent.rglob("*.py")):
         if path.stem == "__init__":
             continue
-        graph[path.stem] = {
+        graph[".".join(path.relative_to(agent).with_suffix("").parts)] = {
             node.module.removeprefix("recipelab.agent.")
             for node in ast.walk(ast.parse(path.read_text(), str(path)))
             if isinstance(node, ast.ImportFrom) and node.module

@@ -1,6 +1,6 @@
 """Structured events, one pipeline for the campaign and the long run: JSON lines in
 ``events.jsonl`` and console lines: every field as ``key=value`` by default; a campaign's
-console may pass short lines for a person (:mod:`recipelab.agent.console_lines`) or JSON.
+console may pass short lines for a person (:mod:`recipelab.agent.watch.console_lines`) or JSON.
 
 Every event carries ``campaign`` and, where there is one, ``trial_id`` (a long run: ``run``).
 Secrets (API keys taken from the environment, URL credentials) are scrubbed from every value
@@ -26,7 +26,7 @@ EVENTS_FILE = "events.jsonl"
 LogFormat = Literal["lines", "events", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("lines", "events", "json")
 """How a campaign's console shows events: short lines for a person
-(:mod:`recipelab.agent.console_lines`), every field as ``key=value``, or JSON."""
+(:mod:`recipelab.agent.watch.console_lines`), every field as ``key=value``, or JSON."""
 
 EventDict = MutableMapping[str, Any]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from recipelab.agent.settings import (
+from recipelab.agent.setup.settings import (
     CampaignSettings,
     ExecutorSettings,
     LadderSettings,
@@ -30,8 +30,8 @@ from recipelab.trainer.spec import CorpusSpec
 def tiny_settings(corpus: CorpusSpec) -> CampaignSettings:
     """Phase 2 without the middle rung (rung_size 0), attribution or the width rung, and a top
     rung of two seeds without a close call (cheap to train): their specifications turn them on
-    themselves (tests/agent/test_ladder_phase.py, tests/agent/test_attribution_phase.py,
-    tests/agent/test_width_phase.py)."""
+    themselves (tests/agent/phases/test_ladder_phase.py, tests/agent/phases/test_attribution_phase.py,
+    tests/agent/phases/test_width_phase.py)."""
     return CampaignSettings(name="tiny", preset="tiny", corpus=corpus, precision="fp32",
                             window=WindowSettings(iterations=3, trial_timeout_s=120),
                             ladder=LadderSettings(promote=1, stress_steps=30, stress_log_every=10,

@@ -12,7 +12,7 @@ import torch
 
 from recipelab.agent import campaign as campaign_module
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, SettingsError
+from recipelab.agent.setup.settings import CampaignSettings, SettingsError
 from recipelab.guardrails.hardware import resolve_device
 from recipelab.trajectory import TrajectoryStore
 

@@ -18,8 +18,8 @@ from rich.console import Console
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.campaign_context import CampaignContext, Phase, open_context
 from recipelab.agent.campaign_lock import CampaignLock
-from recipelab.agent.proposer_choice import GuardedProposer
-from recipelab.agent.settings import CampaignSettings, save
+from recipelab.agent.setup.proposer_choice import GuardedProposer
+from recipelab.agent.setup.settings import CampaignSettings, save
 from recipelab.runner.fake import FakeExecutor
 
 from .conftest import ScriptedProposer, fake_executor

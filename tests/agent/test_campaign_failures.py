@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, save
+from recipelab.agent.setup.settings import CampaignSettings, save
 from recipelab.cli import app
 from recipelab.proposer import Observation, Proposal, Proposer
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.trajectory import TrajectoryStore
 
 from .conftest import ScriptedProposer, events, fake_executor, read_jsonl, run_cli, wait_for

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.runner.ray import WORKER_FILE
 from recipelab.trajectory import TrajectoryStore
 

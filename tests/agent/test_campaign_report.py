@@ -7,7 +7,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, save
+from recipelab.agent.setup.settings import CampaignSettings, save
 from recipelab.cli import app
 
 from .conftest import ScriptedProposer, events, fake_executor

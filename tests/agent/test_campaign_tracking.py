@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.campaign_tracking import PARENT_TAG, TRIAL_ID_TAG, logged_settings
-from recipelab.agent.settings import CampaignSettings, save
+from recipelab.agent.setup.settings import CampaignSettings, save
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.tracking import RUN_URI_FILE, MlflowRun, read_run_id
 from recipelab.trainer.spec import TrialResult, TrialSpec

@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
-from recipelab.agent.status import campaign_status, latest_window
+from recipelab.agent.setup.settings import CampaignSettings
+from recipelab.agent.watch.status import campaign_status, latest_window
 
 from .conftest import events, fake_executor, read_jsonl
 

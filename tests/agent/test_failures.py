@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from recipelab.agent.failures import FailureStreak
-from recipelab.agent.settings import WindowSettings
+from recipelab.agent.setup.settings import WindowSettings
 from recipelab.trajectory.record import TrialRecord
 
 

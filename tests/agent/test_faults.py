@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.runner import LocalExecutor
 from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialSpec

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from recipelab.agent.guard_context import guard_context
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.guardrails import DeviceInfo
 from recipelab.units import GIB
 

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import (
+from recipelab.agent.setup.settings import (
     CampaignSettings,
     ExecutorSettings,
     LadderSettings,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from tests import llm_server
 
 from .conftest import events, read_jsonl

@@ -9,7 +9,7 @@ import pytest
 
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.memory_updates import learn_peak
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.guardrails.memory_fit import (
     MemoryModel,
     MemoryModelError,

@@ -14,7 +14,7 @@ import pytest
 
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.campaign_lock import CampaignLock
-from recipelab.agent.settings import CampaignSettings, save
+from recipelab.agent.setup.settings import CampaignSettings, save
 from recipelab.trajectory import TrajectoryStore
 
 from .conftest import events, fake_executor, read_jsonl, run_cli, wait_for

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings
-from recipelab.agent.status import campaign_status
+from recipelab.agent.setup.settings import CampaignSettings
+from recipelab.agent.watch.status import campaign_status
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.record import TrialRecord

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.agent.trials import TRIALS_DIR, GuardrailMemory, TrialBook, trial_folder
 from recipelab.eventlog import campaign_logger
 from recipelab.guardrails.memory_fit import load_memory_model

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.agent.campaign_lock import CampaignLock
-from recipelab.agent.settings import CampaignSettings, ExecutorSettings, WindowSettings, save
+from recipelab.agent.setup.settings import CampaignSettings, ExecutorSettings, WindowSettings, save
 from recipelab.cli import app
 from recipelab.cli.campaign_start import given_corpus, resolve_settings
 from recipelab.targets import get_target

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from recipelab.agent.settings import CampaignSettings, save
+from recipelab.agent.setup.settings import CampaignSettings, save
 from recipelab.cli import app
 from recipelab.recipe import Recipe
 from recipelab.trajectory import TrajectoryStore

@@ -205,7 +205,7 @@ def test_one_run_resolves_auto_once_and_saves_what_ran(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The command resolves ``auto`` once, before its preflight; the preflight, the campaign
     and settings.json read that one answer (they used to resolve it again, each their way)."""
-    from recipelab.agent import machine
+    from recipelab.agent.setup import machine
 
     calls: list[str] = []
 

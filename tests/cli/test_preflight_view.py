@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from recipelab.agent.preflight import CheckResult, Preflight
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.preflight import CheckResult, Preflight
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.cli.preflight_view import log_preflight, print_preflight
 
 REPORT = Preflight([

@@ -13,7 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.cli import app
 from recipelab.cli.night import STRESS_SETTINGS
 from recipelab.cli.settings_flags import (

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, LadderSettings, WindowSettings, save
+from recipelab.agent.setup.settings import CampaignSettings, LadderSettings, WindowSettings, save
 from recipelab.cli import app
 from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import CampaignSettings, ProposerSettings, SearchSettings, WindowSettings
+from recipelab.agent.setup.settings import CampaignSettings, ProposerSettings, SearchSettings, WindowSettings
 from recipelab.proposer import ClassicalProposer, HybridProposer, LLMProposer, Observation, default_space
 from recipelab.proposer.prompt import PROMPT_BUDGET_CHARS, build_messages
 from recipelab.targets import proxy_recipe

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from recipelab.agent.settings import CampaignSettings, save
+from recipelab.agent.setup.settings import CampaignSettings, save
 from recipelab.cli import app
 from recipelab.report.cost import CostInputs, compute_cost
 from recipelab.targets import proxy_recipe

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import get_args
 
 from recipelab import environment
-from recipelab.agent.settings import ExecutorSettings
+from recipelab.agent.setup.settings import ExecutorSettings
 from recipelab.runner import EXECUTORS, LocalExecutor, build_executor
 
 

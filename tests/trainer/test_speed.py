@@ -14,7 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from recipelab.agent.settings import CampaignSettings, ExecutorSettings, LadderSettings
+from recipelab.agent.setup.settings import CampaignSettings, ExecutorSettings, LadderSettings
 from recipelab.cli import app
 from recipelab.targets import proxy_recipe
 from recipelab.trainer.model import GPT, Block, gelu_tanh, make_norm

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.agent.campaign import Campaign
-from recipelab.agent.settings import (
+from recipelab.agent.setup.settings import (
     CampaignSettings,
     ExecutorSettings,
     LadderSettings,

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from recipelab.agent.settings_components import LadderSettings
+from recipelab.agent.setup.settings_components import LadderSettings
 from recipelab.trajectory.null_campaigns import (
     TopRung,
     noise_model,

@@ -199,7 +199,7 @@ def test_the_prediction_is_in_val_bpb_anchored_at_the_winners_measured_value(
 
 
 def test_export_of_a_campaign_without_a_completed_trial_says_what_to_do(tmp_path: Path) -> None:
-    from recipelab.agent.settings import CampaignSettings, save
+    from recipelab.agent.setup.settings import CampaignSettings, save
 
     directory = tmp_path / "empty"
     directory.mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from recipelab.agent.settings import load
+from recipelab.agent.setup.settings import load
 from recipelab.cli import app
 from recipelab.longrun.pretrain_config import PretrainConfig
 from recipelab.longrun.run import run_pretrain

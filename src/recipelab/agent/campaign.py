@@ -6,10 +6,10 @@ the priors, the proposer), then :meth:`Campaign.run` opens the campaign once
  book, the deadline) and walks its phases over that context, each reading everything it
  decides from the records:
 
-1. :class:`~recipelab.agent.search_phase.SearchPhase`: proxy trials until the budget is spent;
-2. :class:`~recipelab.agent.ladder_phase.LadderPhase`: seed re-runs settle close finalists,
+1. :class:`~recipelab.agent.phases.search_phase.SearchPhase`: proxy trials until the budget is spent;
+2. :class:`~recipelab.agent.phases.ladder_phase.LadderPhase`: seed re-runs settle close finalists,
    then successive halving climbs to the top rung, where the winner is named;
-3. :class:`~recipelab.agent.attribution_phase.AttributionPhase`: which parts of the winner's
+3. :class:`~recipelab.agent.phases.attribution_phase.AttributionPhase`: which parts of the winner's
    edit carry its gain.
 
 A stop signal, or a run of identical failures, ends the walk. The campaign is the only writer
@@ -26,22 +26,22 @@ from pathlib import Path
 
 from rich.console import Console
 
-from recipelab.agent.attribution_phase import AttributionPhase
 from recipelab.agent.campaign_context import CampaignContext, Phase, open_context
 from recipelab.agent.campaign_lock import CampaignLock
 from recipelab.agent.campaign_tracking import CampaignTracking
-from recipelab.agent.display import CampaignProgress
-from recipelab.agent.ladder_phase import LadderPhase
-from recipelab.agent.live_report import LiveReport
-from recipelab.agent.machine import Resolved, resolve
-from recipelab.agent.priors import load_priors, log_priors
-from recipelab.agent.proposer_choice import GuardedProposer, build_proposer
-from recipelab.agent.proxy_trials import ProxyTrials
-from recipelab.agent.search_phase import SearchPhase, history
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.phases.attribution_phase import AttributionPhase
+from recipelab.agent.phases.ladder_phase import LadderPhase
+from recipelab.agent.phases.proxy_trials import ProxyTrials
+from recipelab.agent.phases.search_phase import SearchPhase, history
+from recipelab.agent.phases.width_phase import WidthPhase
+from recipelab.agent.setup.machine import Resolved, resolve
+from recipelab.agent.setup.priors import load_priors, log_priors
+from recipelab.agent.setup.proposer_choice import GuardedProposer, build_proposer
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.agent.signals import StopRequests
 from recipelab.agent.trials import GuardrailMemory
-from recipelab.agent.width_phase import WidthPhase
+from recipelab.agent.watch.display import CampaignProgress
+from recipelab.agent.watch.live_report import LiveReport
 from recipelab.eventlog import LogFormat
 from recipelab.guardrails import DeviceInfo
 from recipelab.guardrails.hardware import supported_precisions
@@ -79,7 +79,7 @@ class Campaign:
                  executor: Executor | None = None, proposer: Proposer | None = None,
                  device: DeviceInfo | None = None, console: Console | None = None,
                  log_format: LogFormat = "events") -> None:
-        """``settings`` as :func:`~recipelab.agent.machine.resolve` left them (``recipelab
+        """``settings`` as :func:`~recipelab.agent.setup.machine.resolve` left them (``recipelab
         run`` resolves them before its preflight), or raw settings, resolved here for
         ``executor`` (``device``: the one trials run on, when the caller knows it)."""
         if isinstance(settings, Resolved):

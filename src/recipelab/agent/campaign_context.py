@@ -16,14 +16,14 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
-from recipelab.agent.console_lines import console_output
 from recipelab.agent.deadline import Deadline
 from recipelab.agent.failures import FailureStreak
 from recipelab.agent.guard_context import guard_context
 from recipelab.agent.records import as_measurement
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.agent.signals import StopRequests
 from recipelab.agent.trials import GuardrailMemory, TrialBook, trial_folder
+from recipelab.agent.watch.console_lines import console_output
 from recipelab.eventlog import LogFormat, campaign_logger
 from recipelab.guardrails import CHECKS, DeviceInfo, GuardContext
 from recipelab.recipe import Recipe

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from recipelab.agent.settings import FLAT_KEYS, CampaignSettings
+from recipelab.agent.setup.settings import FLAT_KEYS, CampaignSettings
 from recipelab.redaction import redact_url
 from recipelab.tracking import (
     MlflowRun,

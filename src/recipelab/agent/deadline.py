@@ -1,6 +1,6 @@
 """The campaign's deadline, kept: when the search must stop so Phase 2 still fits.
 
-:mod:`recipelab.agent.window` plans a window from measured trial times (pure functions);
+:mod:`recipelab.agent.setup.window` plans a window from measured trial times (pure functions);
 :class:`Deadline` holds the campaign's current plan, re-plans it as trials are measured, and
 says so in the log: ``window_planned`` when the split moves by a minute or more,
 ``window_too_short`` once when not even one stress run fits, ``search_window_spent`` when
@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from recipelab.agent.attribution_cost import EXPECTED_GROUPS, attribution_rungs, expected_runs
-from recipelab.agent.settings import CampaignSettings
-from recipelab.agent.width_cost import planned_seconds as width_rung_seconds
-from recipelab.agent.window import (
+from recipelab.agent.phases.attribution_cost import EXPECTED_GROUPS, attribution_rungs, expected_runs
+from recipelab.agent.phases.width_cost import planned_seconds as width_rung_seconds
+from recipelab.agent.setup.settings import CampaignSettings
+from recipelab.agent.setup.window import (
     TrialTimes,
     WindowPlan,
     measured_times,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recipelab.agent.settings import WindowSettings
+from recipelab.agent.setup.settings import WindowSettings
 from recipelab.agent.trials import trial_folder
 from recipelab.trajectory.record import TrialRecord
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from recipelab.agent.settings import CampaignSettings
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.guardrails import DeviceInfo, GuardContext, Measurement
 from recipelab.guardrails.memory_fit import MemoryModel, memory_model_path, read_for_guardrail
 from recipelab.recipe import Recipe

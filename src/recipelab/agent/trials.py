@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from recipelab.agent.memory_updates import learn_peak
+from recipelab.agent.phases.seeds import noise_marks
+from recipelab.agent.phases.stress import judge_stress
 from recipelab.agent.records import agent_provenance, result_fields
-from recipelab.agent.seeds import noise_marks
-from recipelab.agent.settings import CampaignSettings
-from recipelab.agent.stress import judge_stress
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.guardrails import DeviceInfo
 from recipelab.guardrails.memory_fit import MemoryModel, memory_model_path, read_for_guardrail
 from recipelab.recipe import BASELINE_PROPOSER, Recipe

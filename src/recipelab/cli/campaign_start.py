@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.markup import escape
 
-from recipelab.agent import settings as settings_store
-from recipelab.agent.build import build, tracking_uri
 from recipelab.agent.campaign_lock import CampaignLock, CampaignLocked
-from recipelab.agent.settings import default_campaign_dir
+from recipelab.agent.setup import settings as settings_store
+from recipelab.agent.setup.build import build, tracking_uri
+from recipelab.agent.setup.settings import default_campaign_dir
 from recipelab.cli.common import console, errors, fail
 from recipelab.cli.preflight_view import log_preflight, print_preflight
 from recipelab.cli.settings_flags import corpus_source
@@ -21,14 +21,14 @@ from recipelab.fsutil import is_disk_full
 from recipelab.targets import TARGETS
 
 if TYPE_CHECKING:
-    from recipelab.agent.machine import Resolved
-    from recipelab.agent.preflight import Preflight
+    from recipelab.agent.setup.machine import Resolved
+    from recipelab.agent.setup.preflight import Preflight
     from recipelab.eventlog import LogFormat
 
 
 def resolve_settings(directory: Path, name: str, given: dict[str, Any], *,
                      check_only: bool = False) -> tuple[Resolved, bool]:
-    """The settings :func:`~recipelab.agent.build.build` makes of the saved ones and the
+    """The settings :func:`~recipelab.agent.setup.build.build` makes of the saved ones and the
     options given, resolved for where trials run, and whether they are new; what it decided
     is said one line each (on the console for ``check``), an error in one line with its fix."""
     try:
@@ -69,8 +69,8 @@ def launch(name: str, directory: Path | None, given: dict[str, Any], *, check_on
     """``run`` and ``check``: validate what was typed (``given``: the settings set on the
     command line, nested by path), resolve the settings, run the preflight, then (for ``run``)
     the campaign. Nothing is written before the input is valid and the preflight passed."""
-    from recipelab.agent.input_check import InputError, check_input
-    from recipelab.agent.preflight import Preflight, run_preflight
+    from recipelab.agent.setup.input_check import InputError, check_input
+    from recipelab.agent.setup.preflight import Preflight, run_preflight
     from recipelab.trajectory.index_db import server_url
 
     chosen_format = log_format_of(log_format)

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from recipelab.agent.settings import default_campaign_dir
+from recipelab.agent.setup.settings import default_campaign_dir
 from recipelab.errors import RecipelabError
 from recipelab.recipe import Recipe
 

@@ -185,7 +185,7 @@ def gpu_check(
     """Proxy trials in bf16 (and fp8 where it runs), then pretrain on every local GPU under
     torchrun, killed after its first checkpoint and resumed; one table and gpu-check.json to
     send back. Exit status 0 when every check passed, 1 otherwise."""
-    from recipelab.agent.preflight import BUILTIN_CORPORA
+    from recipelab.agent.setup.preflight import BUILTIN_CORPORA
     from recipelab.envelope.gpu_check import REPORT_FILE, Launcher, render_table, run_gpu_check
 
     if device not in ("auto", "cuda", "cpu"):

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from recipelab.agent import settings as settings_store
+from recipelab.agent.setup import settings as settings_store
 from recipelab.cli.campaign_start import launch, log_format_of, resolve_settings, start_campaign
 from recipelab.cli.common import app, campaign_dir, fail
 from recipelab.cli.settings_flags import given_settings, with_settings_flags

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from recipelab.agent.preflight import CheckResult, Preflight
-    from recipelab.agent.settings import CampaignSettings
+    from recipelab.agent.setup.preflight import CheckResult, Preflight
+    from recipelab.agent.setup.settings import CampaignSettings
 
 
 STATUS_STYLES = {"ok": "green", "warning": "yellow", "error": "bold red"}

@@ -11,7 +11,7 @@ commands of seventeen and lose the console's help panels.)
 The nested name is the canonical spelling (``--ladder.promote``), the one ``--help`` shows
 under its component's panel. Each option also keeps the flat spelling users typed before
 (``--promote``) as a hidden alias: flat keys are unique by construction
-(:data:`~recipelab.agent.settings_components.FLAT_KEYS` refuses two fields spelt alike), so
+(:data:`~recipelab.agent.setup.settings_components.FLAT_KEYS` refuses two fields spelt alike), so
 an alias can never become ambiguous. The CLI reference lists every alias.
 """
 
@@ -30,8 +30,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from rich.markup import escape
 
-from recipelab.agent.settings import COMPONENTS, CampaignSettings, SettingsError
-from recipelab.agent.settings_components import flat_key, parse_edit
+from recipelab.agent.setup.settings import COMPONENTS, CampaignSettings, SettingsError
+from recipelab.agent.setup.settings_components import flat_key, parse_edit
 from recipelab.cli.common import fail
 
 BUILT_IN_CORPORA = ("python-docs", "python-source")

@@ -87,7 +87,7 @@ def train(
     from recipelab.runner import LocalExecutor
 
     recipe = resolve_recipe(preset, recipe_file, target, budget, steps, seed)
-    from recipelab.agent.preflight import BUILTIN_CORPORA
+    from recipelab.agent.setup.preflight import BUILTIN_CORPORA
 
     if corpus not in BUILTIN_CORPORA and not Path(corpus).exists():
         fail(f"--corpus {corpus!r} does not exist: give a text file, a directory of .txt/.md "

@@ -9,10 +9,10 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from recipelab.agent import settings as settings_store
 from recipelab.agent.campaign_lock import CampaignLock, CampaignLocked
-from recipelab.agent.settings import CampaignSettings
-from recipelab.agent.status import campaign_status, latest_window
+from recipelab.agent.setup import settings as settings_store
+from recipelab.agent.setup.settings import CampaignSettings
+from recipelab.agent.watch.status import campaign_status, latest_window
 from recipelab.cli.common import _cost_option, app, campaign_dir, console, fail
 from recipelab.eventlog import EVENTS_FILE, read_events, render_event
 from recipelab.recipe import BASELINE_PROPOSER, flatten

@@ -33,7 +33,7 @@ keeps the winner's gain within noise; when it does not, the full edit stays the 
 
 Everything here is a pure function of measurements keyed by the groups a variant keeps, so
 the campaign can resume after a crash and decide exactly as it would have (the agent's
-:mod:`recipelab.agent.attribution_phase` phase runs what :func:`attribute` asks for).
+:mod:`recipelab.agent.phases.attribution_phase` phase runs what :func:`attribute` asks for).
 """
 
 from __future__ import annotations

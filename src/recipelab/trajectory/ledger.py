@@ -3,7 +3,7 @@
 Every question the campaign, ``status``, the report and the hand-off ask of a trajectory is
 answered here, once, from the records and the campaign's ladder rules (``promote``,
 ``fidelity``, ``rung_size``, ``eta``; each command builds its ledger with
-:meth:`~recipelab.agent.settings_components.LadderSettings.ledger`), so a resumed campaign
+:meth:`~recipelab.agent.setup.settings_components.LadderSettings.ledger`), so a resumed campaign
 makes the same decisions and none of them disagree:
 
 - **trained**: a trial that reached ``complete`` or ``failed`` (:attr:`TrialRecord.trained`);

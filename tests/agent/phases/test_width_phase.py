@@ -1,0 +1,210 @@
+"""The width rung on the in-memory fake executor: after the ladder, the recommendation (the
+winner's, or the baseline a campaign without one keeps) trains at the proxy's width and at
+twice it by the export's rules, once each, beside a winner the baseline once at twice the
+width, and ``recipelab export`` predicts the target with the gap they measured and says
+whether the gain held one size up.
+
+The fake's val_bpb (recipelab.runner.fake.synthetic_val_bpb) knows no model size, so the
+outcome here takes :data:`SIZE_BONUS` off per doubling of ``d_model``: a wider model
+scores lower, as a real one does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from recipelab.agent.campaign import Campaign
+from recipelab.agent.setup.settings import CampaignSettings, save
+from recipelab.cli import app
+from recipelab.recipe import Recipe
+from recipelab.runner.fake import synthetic_outcome
+from recipelab.targets import get_target
+from recipelab.trainer.spec import TrialResult, TrialSpec
+from recipelab.trajectory.noise import noise_floor
+from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.store import TrajectoryStore
+from recipelab.transfer.steplaw import law_learning_rate, non_embedding_params
+from recipelab.transfer.width import MAX_CONTEXT, WIDTH_KIND, is_control, measured_gap
+
+from ..conftest import ScriptedProposer, events, fake_executor, read_jsonl
+
+SIZE_BONUS = 0.4
+PROXY_WIDTH = 64
+
+
+def sized_outcome(spec: TrialSpec) -> TrialResult:
+    result = synthetic_outcome(spec)
+    assert result.val_bpb is not None
+    doublings = math.log2(spec.recipe.shape.d_model / PROXY_WIDTH)
+    return result.model_copy(update={"val_bpb": result.val_bpb - SIZE_BONUS * doublings})
+
+
+@pytest.fixture
+def settings(tiny_settings: CampaignSettings) -> CampaignSettings:
+    return tiny_settings.model_copy(update={"iterations": 3, "noise_seeds": 2,
+                                            "width_rung": True})
+
+
+def run(settings: CampaignSettings, directory: Path, **executor: object) -> None:
+    save(settings, directory)  # what 'recipelab export' reads the campaign's name from
+    proposer = ScriptedProposer(settings.baseline(), [{"optimizer.lr": 3e-3}])
+    Campaign(settings, directory, proposer=proposer,
+             executor=fake_executor(outcome=sized_outcome, **executor)).run()
+
+
+def width_runs(directory: Path, control: bool = False) -> list[TrialRecord]:
+    return [record for r in read_jsonl(directory / "trajectory.jsonl") if r["kind"] == WIDTH_KIND
+            if is_control(record := TrialRecord.model_validate(r)) == control]
+
+
+def test_the_winner_trains_at_two_widths_by_the_exports_rules(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings, tmp_path)
+    narrow, wide = width_runs(tmp_path)
+    assert (narrow.parent, wide.parent) == ("p0002", "p0002")  # the winner
+    assert (narrow.edit, wide.edit) == ({"width_multiple": 1}, {"width_multiple": 2})
+    a, b = Recipe.model_validate(narrow.recipe), Recipe.model_validate(wide.recipe)
+    proxy = settings.baseline()
+    assert a.shape == proxy.shape and b.shape.d_model == 2 * proxy.shape.d_model
+    assert a.seq_len == b.seq_len == min(get_target("toy").context, MAX_CONTEXT)  # the target's
+    assert a.seed == b.seed == settings.seed
+    tokens = settings.ladder.stress_steps * proxy.tokens_per_step  # the top rung's
+    assert abs(a.tokens - tokens) <= a.tokens_per_step and abs(b.tokens - tokens) <= b.tokens_per_step
+    # Step Law moves the rate with the size at equal tokens, as the export does
+    law = law_learning_rate(non_embedding_params(b.shape), tokens) / law_learning_rate(
+        non_embedding_params(a.shape), tokens)
+    assert b.optimizer.lr == pytest.approx(a.optimizer.lr * law, rel=1e-4)
+    measured = events(tmp_path, "width_measured")[-1]
+    assert measured["narrow"] == narrow.val_bpb and measured["wide"] == wide.val_bpb
+    assert measured["slope"] > 0 and measured["target_lowering"] > 0
+
+
+def test_the_baseline_trains_at_twice_the_width_beside_it_as_the_control(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    """The baseline moved by the same export rules onto the wider model (its own rate, the
+    winner's lr edit not carried), at the same tokens and seed; its score less the
+    recommendation's is the gain one size up, in the event, the export and the report."""
+    run(settings, tmp_path)
+    _, wide = width_runs(tmp_path)
+    (control,) = width_runs(tmp_path, control=True)
+    assert control.parent == "p0000" and control.edit == {"width_multiple": 2, "arm": "baseline"}
+    ours, theirs = Recipe.model_validate(wide.recipe), Recipe.model_validate(control.recipe)
+    assert ours.shape == theirs.shape and ours.seed == theirs.seed and ours.steps == theirs.steps
+    proxy = settings.baseline()
+    assert theirs.optimizer.lr / ours.optimizer.lr == pytest.approx(
+        proxy.optimizer.lr / 3e-3, rel=1e-4), "each keeps its own rate, moved by the same law"
+    assert control.val_bpb is not None and wide.val_bpb is not None
+    gain = control.val_bpb - wide.val_bpb
+    assert events(tmp_path, "width_measured")[-1]["gain_at_twice_width"] == pytest.approx(gain)
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
+                                      "cpu"])
+    assert result.exit_code == 0, result.output
+    check = json.loads((out / "manifest.json").read_text())["width_check"]
+    with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
+        floor = noise_floor(store.records())
+    assert floor is not None and check["floor"] == (floor.paired_spread or floor.spread) > 0
+    assert check["gain"] == pytest.approx(gain) and check["held"] == (gain > check["floor"])
+    assert check["recommended"]["trial"] == wide.trial_id
+    assert check["baseline"]["trial"] == control.trial_id
+    assert "One size up: at twice the proxy's width" in (out / "transfer.md").read_text()
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"gain {gain:+.4f}" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_the_export_predicts_the_target_with_the_measured_gap(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings, tmp_path)
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
+                                      "cpu"])
+    assert result.exit_code == 0, result.output
+    prediction = json.loads((out / "prediction.json").read_text())
+    with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
+        gap = measured_gap(store.records())
+    assert gap is not None and prediction["measured_size"] == json.loads(json.dumps(gap.to_json()))
+    assert "from the width rung" in (out / "transfer.md").read_text()
+
+
+def test_a_lost_width_run_resumes_and_nothing_trains_twice(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings, tmp_path, lose_midway={"w0000"})
+    runs = width_runs(tmp_path)
+    assert [r.status for r in runs] == ["interrupted", "complete", "complete"]
+    assert [r.status for r in width_runs(tmp_path, control=True)] == ["complete"]
+    assert runs[1].retry_of == "w0000" and runs[1].artifacts["dir"] == runs[0].artifacts["dir"]
+    before = read_jsonl(tmp_path / "trajectory.jsonl")
+    run(settings, tmp_path)  # resumed after the end: nothing is run or written twice
+    assert read_jsonl(tmp_path / "trajectory.jsonl") == before
+
+
+def test_turned_off_it_trains_nothing_and_says_so(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    run(settings.model_copy(update={"width_rung": False}), tmp_path)
+    assert width_runs(tmp_path) == []
+    assert events(tmp_path, "width_skipped")[-1]["reason"] == "turned off (--no-width-rung)"
+
+
+def test_out_of_time_it_says_it_skipped_the_width_rung(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    # a 25-second window: the search and the top rung fit, but the top rung's four runs take
+    # 3 s each where the planner expected the proxy's pace, so what is left after them is
+    # the report's reserve: the width rung's two runs do not fit
+    settings = settings.model_copy(update={"hours": 25 / 3600})
+    run(settings, tmp_path, duration=lambda spec: 3.0 if spec.kind == "stress" else 0.05)
+    skipped = events(tmp_path, "width_skipped")
+    assert skipped and skipped[-1]["reason"].startswith("out of time")
+    assert width_runs(tmp_path) == []
+
+
+def test_without_a_winner_it_measures_the_baseline_the_campaign_keeps(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    """A top rung that names no finalist better than the baseline beyond the noise concludes
+    "keep the baseline": the rung measures the baseline's own size term, with no control, and
+    ``recipelab export`` hands off the baseline predicted with it."""
+    save(settings, tmp_path)
+    proposer = ScriptedProposer(settings.baseline(), [{"optimizer.lr": 3e-5}])  # far worse
+    Campaign(settings, tmp_path, proposer=proposer,
+             executor=fake_executor(outcome=sized_outcome)).run()
+    assert "keep the baseline" in events(tmp_path, "campaign_finished")[-1]["winner_line"]
+    narrow, wide = width_runs(tmp_path)
+    assert (narrow.parent, wide.parent) == ("p0000", "p0000")
+    assert width_runs(tmp_path, control=True) == []  # the baseline is no control for itself
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
+                                      "cpu"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["winner"] == "p0000"
+    assert manifest["chosen_because"].startswith("the baseline the campaign keeps")
+    assert manifest["width_check"] is None
+    assert not (out / "fallback-recipe.json").exists()  # no finalist beat it: nothing to fall back on
+    assert "Fallback: none (no finalist beat the baseline at the top rung)." in (
+        out / "transfer.md").read_text()
+    prediction = json.loads((out / "prediction.json").read_text())
+    with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
+        gap = measured_gap(store.records())
+    assert gap is not None and gap.runs == (narrow.trial_id, wide.trial_id)
+    assert prediction["measured_size"] == json.loads(json.dumps(gap.to_json()))
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "recommended: p0000" in report and "The baseline moved onto the target" in report
+
+
+def test_a_night_without_a_candidate_skips_it_and_says_why(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    """A search that trained only the baseline's seeds (the bare two-iteration run) has
+    nothing to hand off: the rung's wide run, most of such a night's time, is skipped."""
+    save(settings, tmp_path)
+    proposer = ScriptedProposer(settings.baseline(), [])
+    Campaign(settings.model_copy(update={"iterations": 2}), tmp_path, proposer=proposer,
+             executor=fake_executor(outcome=sized_outcome)).run()
+    assert width_runs(tmp_path) == []
+    assert events(tmp_path, "width_skipped")[-1]["reason"].startswith("no candidate beside")
