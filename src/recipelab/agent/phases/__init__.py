@@ -1,11 +1,12 @@
 """The phases a campaign walks, in order, each deciding from the records alone.
 
 - :mod:`~recipelab.agent.phases.search_phase`: proxy trials until ``--iterations`` or the
-  window's deadline, through :mod:`~recipelab.agent.phases.proxy_trials` (the guardrails,
-  then the executor); a person's ``--edit`` s first (:mod:`~recipelab.agent.phases.person_edits`);
-- :mod:`~recipelab.agent.phases.ladder_phase`: seed re-runs (:mod:`~recipelab.agent.phases.seeds`),
-  the rungs, the top rung and its close call; :mod:`~recipelab.agent.phases.stress` judges a
-  long run's health;
+  window's deadline, a person's own edits (``--edit``,
+  :mod:`~recipelab.agent.phases.person_edits`) first, each through
+  :mod:`~recipelab.agent.phases.proxy_trials` (the guardrails, then the executor);
+- :mod:`~recipelab.agent.phases.ladder_phase`: seed re-runs
+  (:mod:`~recipelab.agent.phases.seeds`), the rungs, the top rung and its close call;
+  :mod:`~recipelab.agent.phases.stress` judges a long run's health;
 - :mod:`~recipelab.agent.phases.attribution_phase`: which parts of the winner's edit carry
   the gain (its price: :mod:`~recipelab.agent.phases.attribution_cost`);
 - :mod:`~recipelab.agent.phases.width_phase`: the recommendation at two widths, for the
