@@ -17,6 +17,7 @@ LLM_BASE_URL = "RECIPELAB_LLM_BASE_URL"  # an OpenAI-compatible endpoint turns t
 LLM_MODEL = "RECIPELAB_LLM_MODEL"
 LLM_API_KEYS = ("RECIPELAB_LLM_API_KEY", "OPENAI_API_KEY")  # the first that is set
 SECRETS = (*LLM_API_KEYS, "NGC_API_KEY", "PGPASSWORD")  # scrubbed from every log line
+LAUNCHER_PID = "RECIPELAB_LAUNCHER_PID"  # the process a trainer must die with
 PARALLEL_ON_DEVICE = "RECIPELAB_PARALLEL_ON_DEVICE"  # trials an executor runs on one GPU at once
 KEEP_FREED_MEMORY = "RECIPELAB_KEEP_FREED_MEMORY"  # 0 or off: leave glibc's malloc at its defaults
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"

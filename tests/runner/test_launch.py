@@ -4,10 +4,15 @@ trainer that died without a result is a failure that says how it ended and what 
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from pathlib import Path
 
-from recipelab.runner.launch import SPEC_FILE, outcome, prepare
+import pytest
+
+from recipelab import environment
+from recipelab.runner.launch import SPEC_FILE, outcome, prepare, start_trainer, trainer_command
 from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import LOG_FILE, CorpusSpec, TrialResult, TrialSpec
 
@@ -48,3 +53,20 @@ def test_a_result_is_read_only_when_it_is_this_trials(tmp_path: Path, corpus: Co
     spec.result_path.write_text(TrialResult(trial_id="p0007", status="complete").model_dump_json())
     other = outcome(spec, 0)
     assert other.status == "failed" and other.message == "the result file names trial p0007"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_trainer_is_told_which_process_launched_it() -> None:
+    """So a trainer whose launcher died before it could ask to die with it knows (see
+    ``tests/trainer/test_entry_point.py``)."""
+    process = start_trainer(trainer_command(None), env={"RECIPELAB_EXTRA": "1"})
+    try:
+        told = dict(line.split("=", 1) for line in Path(f"/proc/{process.pid}/environ")
+                    .read_text(errors="replace").split("\0") if "=" in line)
+        assert told[environment.LAUNCHER_PID] == str(os.getpid())
+        assert told["RECIPELAB_EXTRA"] == "1", "the caller's variables are added"
+    finally:
+        assert process.stdin is not None
+        process.stdin.write(b"\n")  # an empty spec line: the worker exits
+        process.stdin.close()
+        process.wait(timeout=120)

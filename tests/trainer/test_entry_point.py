@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from recipelab import environment
 from recipelab.recipe import Recipe
 from recipelab.targets import proxy_recipe
 from recipelab.trainer.spec import CorpusSpec, TrialResult, TrialSpec
@@ -46,6 +49,22 @@ def test_a_worker_reads_its_spec_path_from_stdin_and_writes_result_and_log_in_ou
     assert f"val_bpb {result.val_bpb:.4f}" in log
     assert sorted(p.name for p in out.iterdir()) == ["result.json", "trial.log"], (
         "the atomic write leaves no temporary file behind")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_whose_launcher_died_before_it_could_die_with_it_exits_reading_no_spec(
+    tmp_path: Path, corpus: CorpusSpec, trainer_env: dict[str, str],
+) -> None:
+    """A Ray task cancelled as it starts its trainer dies before the trainer asks Linux to
+    end it with its launcher; the trainer, reparented, must not train the spec left in its
+    pipe (one ran on for an hour this way under a loaded test suite)."""
+    launcher = subprocess.Popen([sys.executable, "-c", "pass"])
+    launcher.wait()  # its pid now names a launcher that is gone
+    path, spec = write_spec(tmp_path, corpus)
+    done = trainer(["--spec", "-"], {**trainer_env, environment.LAUNCHER_PID: str(launcher.pid)},
+                   stdin=f"{path}\n")
+    assert done.returncode == 1
+    assert not Path(spec.out_dir).exists(), "it trained nothing"
 
 
 def test_a_worker_given_an_empty_line_exits_with_code_2(trainer_env: dict[str, str]) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from recipelab import environment
 from recipelab.fsutil import atomic_write_text
 from recipelab.runner.base import failed
 from recipelab.trainer.spec import EXIT_DISK_FULL, LOG_FILE, TrialResult, TrialSpec
@@ -59,10 +60,13 @@ def trainer_command(python: str | None = None, *, memory_limit_bytes: int | None
 def start_trainer(command: list[str], env: dict[str, str] | None = None
                   ) -> subprocess.Popen[bytes]:
     """A trainer waiting on standard input for its spec, in its own process group so that
-    a stop reaches its children too; ``env`` is added to this process's environment."""
+    a stop reaches its children too; ``env`` is added to this process's environment. The
+    trainer is told this process's pid, so it can tell whether its launcher died before it
+    asked Linux to end it with its launcher."""
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, **env} if env else None)
+                            env={**os.environ, environment.LAUNCHER_PID: str(os.getpid()),
+                                 **(env or {})})
 
 
 def send_spec(process: subprocess.Popen[bytes], spec_path: Path, *, resume: bool) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from recipelab import environment
 from recipelab.errors import RecipelabError
 from recipelab.fsutil import atomic_write_text, is_disk_full
 from recipelab.trainer.spec import EXIT_BAD_SPEC, EXIT_DISK_FULL, LOG_FILE, TrialResult, TrialSpec
@@ -52,11 +53,15 @@ def die_with_parent() -> None:
     """Ask Linux to SIGKILL this worker when its launcher dies, even by kill -9.
 
     An orphaned trial would go on writing into a campaign whose orchestrator has restarted
-    and re-run it; the launcher's death must end the trial. Elsewhere this is a no-op.
+    and re-run it; the launcher's death must end the trial. A launcher that died before
+    this ran (a Ray task cancelled as it started) is caught by its pid, which the launcher
+    names in ``RECIPELAB_LAUNCHER_PID``: the parent read here would already be its heir.
+    Elsewhere this is a no-op.
     """
     if not sys.platform.startswith("linux"):
         return
-    parent = os.getppid()
+    launcher = environment.read(environment.LAUNCHER_PID)
+    parent = int(launcher) if launcher is not None else os.getppid()
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the launcher died before prctl took effect
