@@ -19,8 +19,7 @@ from recipelab.agent.setup.settings import CampaignSettings, ExecutorSettings, W
 from recipelab.cli import app
 from recipelab.cli.campaign_start import given_corpus, resolve_settings
 from recipelab.targets import get_target
-from recipelab.trajectory import TrajectoryStore
-from recipelab.trajectory.record import TrialRecord
+from tests.cli.campaigns import stored_baseline_campaign
 from tests.cli.shell import error_lines
 
 runner = CliRunner()
@@ -34,15 +33,7 @@ def finished_campaign(directory: Path, **settings: object) -> Path:
         "name": "done", "preset": "tiny", "precision": "fp32", "window": {"iterations": 1},
         "ladder": {"promote": 0, "attribution": False, "width_rung": False},
         "search": {"noise_seeds": 1}, "executor": {"parallel": 1}, **settings})
-    directory.mkdir(parents=True)
-    save(chosen, directory)
-    recipe = chosen.baseline()
-    with TrajectoryStore(directory, "done") as store:
-        store.append(TrialRecord(campaign="done", trial_id="p0000", kind="proxy",
-                                 status="complete", proposer="baseline", val_bpb=2.5,
-                                 recipe=recipe.model_dump(mode="json"),
-                                 fingerprint=recipe.fingerprint()))
-    return directory
+    return stored_baseline_campaign(directory, chosen)
 
 
 def stored_trials(campaign: Path) -> list[str]:

@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from recipelab.agent.setup.settings import CampaignSettings, save
+from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.cli import app
 from recipelab.recipe import Recipe
-from recipelab.trajectory import TrajectoryStore
-from recipelab.trajectory.record import TrialRecord
+from tests.cli.campaigns import stored_baseline_campaign
 from tests.cli.shell import error_lines
 
 METRICS_HEADER = "step,tokens,bytes_seen,train_loss,val_loss,val_bpb\n"
@@ -37,15 +36,7 @@ def one_trial_campaign(directory: Path) -> Path:
     settings = CampaignSettings.model_validate({
         "name": "done", "preset": "tiny", "precision": "fp32", "window": {"iterations": 1},
         "ladder": {"promote": 0}})
-    directory.mkdir(parents=True)
-    save(settings, directory)
-    recipe = settings.baseline()
-    with TrajectoryStore(directory, "done") as store:
-        store.append(TrialRecord(campaign="done", trial_id="p0000", kind="proxy",
-                                 status="complete", proposer="baseline", val_bpb=2.5,
-                                 recipe=recipe.model_dump(mode="json"),
-                                 fingerprint=recipe.fingerprint()))
-    return directory
+    return stored_baseline_campaign(directory, settings)
 
 
 @pytest.fixture(scope="module")
