@@ -49,7 +49,9 @@ def test_a_recipe_file_that_is_not_a_recipe_names_the_file(
     bad.write_text('{"optimizer": {"lr": "hot"}}')
     with pytest.raises(typer.Exit):
         common.load_recipe(bad)
-    assert f"recipe file {bad} is invalid" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert f"recipe file {bad} is invalid" in said and "optimizer.lr" in said
+    assert len(said.strip().splitlines()) == 1, "one line"
     with pytest.raises(typer.Exit):
         common.load_recipe(tmp_path / "missing.json")
     assert "cannot read recipe file" in capsys.readouterr().err

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from recipelab.agent.setup.settings import default_campaign_dir
-from recipelab.errors import RecipelabError
+from recipelab.errors import RecipelabError, one_line
 from recipelab.recipe import Recipe
 
 # The campaign, its preflight and the executors import torch (and the proposers Optuna), so
@@ -44,7 +44,8 @@ def load_recipe(path: Path) -> Recipe:
     except OSError as error:
         fail(f"cannot read recipe file {path}: {error.strerror}")
     except ValidationError as error:
-        fail(f"recipe file {path} is invalid (fix these knobs):\n{error}")
+        fail(f"recipe file {path} is invalid: {one_line(error)}; fix it, or export it again "
+             "with 'recipelab export'")
 
 
 def campaign_dir(campaign: str) -> Path:
