@@ -9,7 +9,7 @@ Bonferroni verdict over the tuned control). Only each run's val_bpb comes from e
   hand (:func:`~recipelab.trajectory.null_campaigns.noise_model`): every finalist equal to the
   control, or one better by 1 or 2 σ of a paired gain (power).
 - **(b) from real runs** (``--pool N``): the preset's baseline trained at ``N`` seeds at the
-  proxy's steps and at the top rung at × ½, × 1 and × 2 its rate (real trainer subprocesses,
+  proxy's steps and at the top rung at × ¼ to × 4 its rate (real trainer subprocesses,
   cached in ``--out``). Each campaign gives every (recipe, seed) its own pool seed, drawn
   without replacement, so real tails and the real spread of seeds go through the same code;
   finalists draw from the rate with the best mean, so they equal the tuned control.
@@ -22,6 +22,7 @@ Each row prints its false-winner rate with a 95% Wilson interval, beside the bar
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import sys
@@ -85,7 +86,7 @@ def train_pool(preset: str, corpus: str, seeds: int, top_steps: int, out: Path,
                workers: int) -> Pool:
     base = proxy_recipe(preset)
     spec = CorpusSpec(source=corpus)
-    factors = (1.0, *LR_FAMILY)
+    factors = (1.0, *LR_FAMILY, *(m * m for m in LR_FAMILY))  # one step beyond each edge
 
     def run(steps: int, factor: float, seed: int) -> float:
         recipe = base.apply({"seed": 1000 + seed,
@@ -104,7 +105,8 @@ def train_pool(preset: str, corpus: str, seeds: int, top_steps: int, out: Path,
 
 def pool_draw(pool: Pool, rng: random.Random) -> Draw:
     """Each (recipe, seed) of one campaign gets its own pool seed, none used twice; every run
-    draws from the rate it trains at (a finalist's: the one the campaign's control chose). A
+    draws from the rate it trains at (a finalist's: the one the campaign's control chose;
+    beyond the pool's rates, none). A
     finalist's proxy run and its top-rung run at the proxy's seed share a pool seed, so real
     luck carries across rungs as it does in a campaign."""
     order = list(range(len(pool.proxy)))
@@ -121,7 +123,8 @@ def pool_draw(pool: Pool, rng: random.Random) -> Draw:
         if seed == CAMPAIGN_SEED and factor == 1.0 and (who, -1) not in assigned:
             assigned[(who, -1)] = index
             return pool.proxy[index]
-        return pool.top[factor][index]
+        # a rate the pool did not train counts as failed: the family follows no further
+        return pool.top[factor][index] if factor in pool.top else math.nan
     return draw
 
 

@@ -9,9 +9,11 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from recipelab.trajectory.ladder import (
+    FAMILY_REACH,
     RungPlan,
     climbers,
     describe_ladder,
+    next_family_rate,
     plan_ladder,
     probed,
     rung_steps,
@@ -236,6 +238,33 @@ def test_a_rate_that_diverged_anywhere_is_no_control() -> None:
              if r.trial_id == "rf0.5-2" else r for r in records]
     control = Ledger(blown).control(1000)
     assert control is not None and control.factor == 1.0 and control.compared == (1.0, 2.0)
+
+
+def test_a_family_best_at_its_edge_trains_one_step_beyond_it_up_to_its_reach() -> None:
+    assert next_family_rate(0.5, [0.5, 2.0]) == 0.25, "the lowest rate is best: one lower"
+    assert next_family_rate(2.0, [0.5, 2.0]) == 4.0, "the highest is best: one higher"
+    assert next_family_rate(1.0, [0.5, 2.0]) is None, "a best inside the family is placed"
+    assert next_family_rate(0.5, [0.5]) is None, "two rates are no family yet"
+    assert next_family_rate(0.5, [0.25, 0.5, 2.0]) is None, (
+        "a rate beyond the best was tried (a diverged one too): nothing more to learn there")
+    low = 1 / FAMILY_REACH
+    assert next_family_rate(low, [low, 0.5, 2.0]) is None, "the reach ends it"
+    assert next_family_rate(FAMILY_REACH, [0.5, 2.0, FAMILY_REACH]) is None
+
+
+def test_the_control_names_every_rate_it_tried_and_the_next_beyond_its_edge() -> None:
+    records = [*PROXIES, *top({"p0001": (0.20, 0.22, 0.21)}), *family((1.40, 1.50, 1.45))]
+    control = Ledger(records).control(1000)
+    assert control is not None and control.factor == 0.5 and control.tried == (0.5, 1.0, 2.0)
+    assert control.next_rate() == 0.25
+    blown = [r.model_copy(update={"val_bpb": None, "status": "failed", "reason": "diverged"})
+             if r.trial_id == "rf0.5-2" else r for r in records]
+    control = Ledger(blown).control(1000)
+    assert control is not None and control.compared == (1.0, 2.0)
+    assert control.tried == (0.5, 1.0, 2.0) and control.next_rate() is None, (
+        "× ½ diverged at a seed: the family does not go lower")
+    alone = Ledger([*PROXIES, *top({"p0001": (0.20,)})]).control(1000)
+    assert alone is not None and alone.next_rate() is None, "no family, nothing to follow"
 
 
 def test_a_lead_inside_the_interval_recommends_both_primary_and_fallback() -> None:

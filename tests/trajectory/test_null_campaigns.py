@@ -4,6 +4,7 @@ finalist that is truly better."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -66,6 +67,20 @@ def test_a_campaign_reads_the_seeds_it_drew() -> None:
     assert {s for w, s in seen if w != "base" or s} >= {1000, 1001, 1002}
     assert not top_rung_campaign(TopRung(2, 3, 2), lambda who, seed, factor:
                                  3.0 if who == "f0" else 2.0 + 0.01 * (seed % 7))
+
+
+def test_a_simulated_family_follows_its_best_rate_as_the_campaign_does() -> None:
+    """Every recipe's best rate is an eighth of its own: each family goes one step below
+    × ½, to its reach, and the verdict reads those runs."""
+    asked: set[tuple[str, float]] = set()
+
+    def lower_is_better(who: str, seed: int, factor: float) -> float:
+        asked.add((who, factor))
+        return 2.0 + abs(math.log2(factor / 0.125)) + 0.01 * (seed % 5)
+
+    top_rung_campaign(TopRung(2, 3, 0), lower_is_better)
+    for who in ("base", "f0", "f1"):
+        assert {m for w, m in asked if w == who} == {0.25, 0.5, 1.0, 2.0}
 
 
 def test_the_wilson_interval_holds_its_rate() -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from recipelab.trajectory.noise import CONFIDENCE
@@ -128,6 +128,27 @@ LR_FAMILY = (0.5, 2.0)
 """The learning-rate family (times the rule's rate): the baseline's at every budget, each
 finalist's at the top rung. With its own run, three rates, what a quadratic in log lr needs to
 place the best one."""
+FAMILY_REACH = 4.0
+"""How far a top-rung family follows its best rate: from × ¼ to × 4 the rule's rate, one step
+beyond × ½ and × 2 (each step costs ``--top-seeds`` runs of the recipe)."""
+
+
+def next_family_rate(best: float, tried: Collection[float]) -> float | None:
+    """The rate (a multiple of the rule's) a top-rung family trains next: one step beyond
+    ``best`` (× ½ or × 2) when ``best`` is the lowest or highest of the rates ``tried``
+    (the rule's own, 1, counts as tried); None when it lies inside them, when fewer than three
+    were tried, or beyond :data:`FAMILY_REACH`. A control whose best rate is the edge of its
+    family is tuned only as far as the family reaches: on ``python-docs`` the rule's rate at
+    the top rung was 3× the best, and × ½ did not reach it (``bench/rate_by_rung.py``).
+
+    >>> next_family_rate(0.5, [0.5, 2.0]), next_family_rate(1.0, [0.5, 2.0])
+    (0.25, None)
+    """
+    rates = sorted({1.0, *tried})
+    if len(rates) < 3 or best not in (rates[0], rates[-1]):
+        return None
+    step = best / 2 if best == rates[0] else best * 2
+    return step if 1 / FAMILY_REACH <= step <= FAMILY_REACH else None
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ makes the same decisions and none of them disagree:
   two or more seeds; the candidates climbing to a rung are the best of the highest rung
   below it with scored runs (the first climbers when none); the baseline's learning-rate
   family runs (proposer ``lr-family``) feed the horizon rule and rank nothing;
-- **tuned** (:meth:`Ledger.tuned`): at the top rung, a recipe at the best of its rate and its
-  family's (× ½, × 2) by their mean over the seeds all trained (a rate that diverged anywhere
-  is out); the **control** (:meth:`Ledger.control`) is the tuned baseline, and each finalist
-  competes at its own best rate, so a gain is the recipe's, not a mis-set rate's;
+- **tuned** (:meth:`Ledger.tuned`): at the top rung, a recipe at the best of its family's
+  rates (× ½, 1, × 2, and beyond while the best is an edge) by their mean over the seeds all
+  trained (a rate that diverged anywhere is out); the **control** is the tuned baseline, and
+  each finalist competes at its own best rate, so a gain is the recipe's, not its rate's;
 - **verdict**, **winner**, **kept baseline**: see :mod:`recipelab.trajectory.verdict`.
 """
 
@@ -345,11 +345,11 @@ class Ledger:
             factor = min(compared, key=lambda m: (statistics.fmean(compared[m][s]
                                                                    for s in shared), m))
         compared_rates = tuple(sorted(compared)) if len(shared) >= 2 else (1.0,)
-        return Control(steps, factor, rates[factor], rates[1.0], compared_rates)
+        tried = tuple(sorted({*rates, *failed}))
+        return Control(steps, factor, rates[factor], rates[1.0], compared_rates, tried)
 
     def control(self, steps: int) -> Control | None:
-        """The tuned baseline at ``steps`` (see the module): :meth:`tuned` for the baseline;
-        None without one."""
+        """The tuned baseline at ``steps`` (:meth:`tuned`, the control); None without one."""
         base = self.baseline
         return None if base is None else self.tuned(base, steps)
 

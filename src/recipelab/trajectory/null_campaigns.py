@@ -3,7 +3,8 @@ prints is a measured one.
 
 :func:`top_rung_campaign` builds one campaign's top rung from real :class:`TrialRecord` objects
 (the seeds of :func:`~recipelab.trajectory.ladder.top_rung_seeds`, each recipe's learning-rate
-family at each) and runs the campaign's own decisions on them: the close call of
+family at each, followed beyond its edge as the campaign follows it) and runs the campaign's
+own decisions on them: the close call of
 :func:`~recipelab.trajectory.verdict.close_call_target` and the verdict of
 :meth:`~recipelab.trajectory.ledger.Ledger.verdict`. Only the val_bpb of each run comes
 from elsewhere: a :data:`Draw`. :func:`noise_model` draws from a model with the truth set by
@@ -80,9 +81,14 @@ def top_rung_campaign(rung: TopRung, draw: Draw, *, proxy_steps: int = 20,
         return run_record(f"s{next(ids):04d}", kind, proposer, draw(who, seed, family or 1.0),
                           parent=parent, steps=top_steps, seed=seed, family=family)
 
-    for seed in top_rung_seeds(CAMPAIGN_SEED, (CAMPAIGN_SEED,), rung.top_seeds):
+    seeds = top_rung_seeds(CAMPAIGN_SEED, (CAMPAIGN_SEED,), rung.top_seeds)
+    for seed in seeds:
         for parent in (BASELINE_ID, *finalists):
             records += [top_run(parent, seed), *(top_run(parent, seed, m) for m in LR_FAMILY)]
+    proxies = records[:1 + rung.promote]
+    while wanted := [(p.trial_id, m) for p in proxies
+                     if (m := rung.ledger(records).tuned(p, top_steps).next_rate()) is not None]:
+        records += [top_run(parent, seed, m) for parent, m in wanted for seed in seeds]
     bought: set[str] = set()
     while (target := close_call_target(rung.ledger(records), bought,
                                        rung.close_call_seeds)) is not None:

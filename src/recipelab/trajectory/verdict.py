@@ -29,9 +29,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from recipelab.trajectory.ladder import (
-    PairedGain,
-)
+from recipelab.trajectory.ladder import PairedGain, next_family_rate
 from recipelab.trajectory.record import TrialRecord
 
 if TYPE_CHECKING:
@@ -52,6 +50,7 @@ class Control:
     scores: Mapping[int, float]
     own: Mapping[int, float]
     compared: tuple[float, ...] = (1.0,)  # the rates it was chosen among
+    tried: tuple[float, ...] = (1.0,)  # every rate its family trained, diverged ones too
 
     @property
     def tuned(self) -> bool:
@@ -63,6 +62,12 @@ class Control:
         baseline at its own rate)."""
         at = self.own if untuned else self.scores
         return {seed: at[seed] - value for seed, value in scores.items() if seed in at}
+
+    def next_rate(self) -> float | None:
+        """The family's next rate while its best is at an edge
+        (:func:`~recipelab.trajectory.ladder.next_family_rate`); None before it was compared
+        at two seeds or more."""
+        return next_family_rate(self.factor, self.tried) if len(self.compared) > 1 else None
 
     def text(self) -> str:
         """``the tuned baseline (0.5× its rate, the best of 0.5/1/2× here)``, or the

@@ -134,7 +134,8 @@ def test_each_rung_trains_at_the_rule_rate_and_the_baseline_also_at_half_and_twi
             assert r.recipe["optimizer"]["lr"] == pytest.approx(
                 lr_of(records, r.parent) * started[60]["lr_factor"]), "a probe's climber too"
     family = sorted((r.budget_steps, r.recipe["optimizer"]["lr"]) for r in records
-                    if r.proposer == "lr-family" and r.parent == "p0000")
+                    if r.proposer == "lr-family" and r.parent == "p0000"
+                    and r.edit["lr_family"] in (0.5, 2.0))  # the top rung may follow beyond
     factors = {20: 1.0, **{steps: e["lr_factor"] for steps, e in started.items()}}
     seeds = {400: ladder_settings.ladder.top_seeds}  # the top rung's family is its control
     expected = sorted((steps, 0.01 * factor * m) for steps, factor in factors.items()
@@ -157,20 +158,31 @@ def slower_edit(spec: TrialSpec) -> TrialResult:
     return synthetic_outcome(spec).model_copy(update={"val_bpb": value})
 
 
-def test_each_finalist_competes_at_its_best_rate_of_the_top_rung(
+def test_each_finalist_competes_at_its_best_rate_of_the_top_rung_followed_past_its_edge(
         tmp_path: Path, ladder_settings: CampaignSettings) -> None:
-    """Every finalist trains its own family at the top rung, as the baseline does: the edit
-    that wants a lower rate there wins at × ½ and the winner line says so."""
+    """Every finalist trains its own family at the top rung, as the baseline does. The edit
+    that wants a third of the rule's rate there is best at × ½, the family's edge, so it
+    trains × ¼ (better) at every top seed, once; it wins at × ¼ and the winner line says
+    so."""
     summary, records = run(ladder_settings, tmp_path, slower_edit)
 
     [top] = [e for e in events(tmp_path, "rung_started") if e["top"]]
     family = sorted((r.parent, r.edit["lr_family"], int(r.recipe["seed"])) for r in records
                     if r.proposer == "lr-family" and r.budget_steps == 400)
-    assert family == sorted((p, m, s) for p in ("p0000", *top["climbers"]) for m in (0.5, 2.0)
-                            for s in (1000, 1001, 1002))
+    seeds = (1000, 1001, 1002)
+    for parent in ("p0000", *top["climbers"]):
+        assert {(m, s) for p, m, s in family if p == parent} >= {
+            (m, s) for m in (0.5, 2.0) for s in seeds}
+    assert [(m, s) for p, m, s in family if p == "p0003"] == [
+        (m, s) for m in (0.25, 0.5, 2.0) for s in seeds]
+    assert len(family) == len(set(family)), "each rate of a family trains once per seed"
+    extended = [(t, m) for e in events(tmp_path, "lr_family_extended")
+                for t, m in e["rates"].items()]
+    assert ("p0003", 0.25) in extended
+    assert len(extended) == len(set(extended))
     assert summary.winner is not None and summary.winner.record.trial_id == "p0003"
-    assert ("3 seeds, at 0.5× its rate, the best of 0.5/1/2× here, gain over the tuned "
-            "baseline (") in summary.winner_line
+    assert ("3 seeds, at 0.25× its rate, the best of 0.25/0.5/1/2× here, gain over the "
+            "tuned baseline (") in summary.winner_line
 
 
 def test_a_candidate_whose_rate_suits_the_long_run_climbs_by_its_probe(

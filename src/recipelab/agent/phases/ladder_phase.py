@@ -194,6 +194,27 @@ class LadderPhase:
             jobs += [RungJob(c, steps, ctx.settings.seed, factor, kind=kind)
                      for c in ledger.top_rung_climbers[len(climbers):] if c.trial_id not in taken]
         self._in_waves(ctx, [*jobs, *family])
+        if top and family:
+            self._follow_best_rates(ctx, steps, factor, seeds, [*controls, *climbers])
+
+    def _follow_best_rates(self, ctx: CampaignContext, steps: int, factor: float,
+                           seeds: Sequence[int], recipes: Sequence[TrialRecord]) -> None:
+        """Each recipe whose top-rung family is best at its lowest or highest rate trains the
+        next rate beyond it (:meth:`~recipelab.trajectory.verdict.Control.next_rate`) at
+        the top seeds, until every best lies inside its family or at its reach: a control
+        tuned only as far as its family reaches is not tuned. Each rate is asked for once."""
+        asked: set[tuple[str, float]] = set()
+        while not ctx.stops.stop:
+            wanted = [(r, m) for r in recipes
+                      if (m := ctx.ledger.tuned(r, steps).next_rate()) is not None
+                      and (r.trial_id, m) not in asked]
+            if not wanted:
+                return
+            asked.update((r.trial_id, m) for r, m in wanted)
+            ctx.log.info("lr_family_extended", steps=steps,
+                         rates={r.trial_id: m for r, m in wanted})
+            self._in_waves(ctx, [RungJob(r, steps, seed, factor * m, family=m)
+                                 for r, m in wanted for seed in seeds])
 
     def _settle_close_call(self, ctx: CampaignContext, steps: int) -> None:
         """While :func:`~recipelab.trajectory.verdict.close_call_target` names a finalist,
