@@ -41,7 +41,8 @@ resumes, and an export rule changed since is re-measured.
 beyond it.
 
     python bench/transfer.py [--campaigns 3] [--seeds 2] [--horizon 5] [--stress-steps 200]
-                             [--iterations 8] [--both-at 2] [--parallel 2] [--out DIR] [--ship]
+                             [--iterations 8] [--both-at 2] [--parallel 2] [--device cpu|cuda]
+                             [--out DIR] [--ship]
 """
 
 from __future__ import annotations
@@ -62,10 +63,17 @@ from typing import Any
 
 from recipelab.recipe import Recipe
 from recipelab.targets import load_target_file, proxy_recipe
-from recipelab.trajectory.horizon import best_log_lr
+from recipelab.trajectory.horizon import best_log_lr, best_rate, families
+from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.distance import VERIFIED_PATH, Distance, Verified
 from recipelab.transfer.prediction import Prediction
-from recipelab.transfer.steplaw import law_batch_tokens, law_learning_rate, non_embedding_params
+from recipelab.transfer.steplaw import (
+    LR_PARAMS_EXPONENT,
+    LR_TOKENS_EXPONENT,
+    law_batch_tokens,
+    law_learning_rate,
+    non_embedding_params,
+)
 from recipelab.transfer.verify import read_evaluations, verify
 from recipelab.transfer.width import WIDTH_ALPHA, width_targets
 
@@ -173,8 +181,9 @@ def law_recipe(out: Path, baseline: Path, tokens: int) -> Path:
     return path
 
 
-def pretrain(arm: Arm, runs: Path) -> Path:
-    """``arm`` trained at the target; cached while its recipe and overrides are unchanged."""
+def pretrain(arm: Arm, runs: Path, device: str = "cpu") -> Path:
+    """``arm`` trained at the target on ``device``; cached while its recipe and overrides are
+    unchanged. On ``cpu`` each arm has one thread, so ``--parallel`` arms share the cores."""
     where = runs / arm.run_name
     recipe = json.loads(arm.recipe.read_text())
     lr = recipe["optimizer"]["lr"] * arm.lr_factor
@@ -187,7 +196,8 @@ def pretrain(arm: Arm, runs: Path) -> Path:
     for stale in where.glob("metrics.csv"):
         stale.unlink()
     call(cli("pretrain", "--recipe", str(arm.recipe), "--out", str(where), "--corpus", CORPUS,
-             "--device", "cpu", "--threads", "1", "--no-compile", "--checkpoint-every", "0",
+             "--device", device, *(("--threads", "1") if device == "cpu" else ()),
+             "--no-compile", "--checkpoint-every", "0",
              "--eval-every", str(every), "--set", f"seed={arm.seed}",
              "--set", f"optimizer.lr={lr!r}"), where / "pretrain.log")
     marker.write_text(json.dumps(spec) + "\n")
@@ -226,6 +236,47 @@ def rate_sweep(runs: Path, base: str, prefix: str, factors: Sequence[float]
     best = best_log_lr(sweep)
     best_lr = math.exp(best) if best is not None else min(sweep, key=lambda p: p[1])[0]
     return sweep, sweep[0][0], best_lr
+
+
+def proxy_best_anchor(campaign_dir: Path, manifest: dict[str, Any], best_lr: float
+                      ) -> dict[str, Any]:
+    """What anchoring the export at the proxy's best rate would give, read from the
+    campaign's own top-rung families (no run is trained for it): the winner's and the
+    baseline's best there (the quadratic's vertex in log rate, ``edge`` when the best is the
+    family's lowest or highest rate), the winner's exported rate moved by its best ÷ the rate
+    it was measured at, that rate ÷ the target's best, and the size exponent that would
+    carry the winner's best to the target's exactly (with Step Law's token exponent)."""
+    records = [TrialRecord.model_validate_json(line) for line in
+               (campaign_dir / "trajectory.jsonl").read_text().splitlines() if line.strip()]
+    law = manifest["law"]
+    top = max(r.budget_steps for r in records if r.kind == "stress")
+    found = families(records)
+    best: dict[str, dict[str, Any]] = {}
+    for who in (manifest["winner"], "p0000"):
+        placed = best_rate(found.get(who, {}).get(top, []))
+        if placed is not None:
+            best[who] = {"lr": placed[0], "edge": placed[1]}
+    row: dict[str, Any] = {"top_steps": top, "best": best}
+    winner = best.get(manifest["winner"])
+    if winner is not None:
+        moved = law["target"]["lr"] * winner["lr"] / law["proxy"]["measured_lr"]
+        n = law["target"]["params"] / law["proxy"]["params"]
+        d = law["target"]["tokens"] / law["proxy"]["tokens"]
+        row.update(anchored_lr=moved, anchored_factor=moved / best_lr, implied_exponent=(
+            math.log(best_lr / winner["lr"]) - LR_TOKENS_EXPONENT * math.log(d)) / math.log(n))
+    return row
+
+
+def anchor_text(row: dict[str, Any], winner: str) -> str:
+    best = "; ".join(f"{who} {b['lr']:.3g}{' (the family edge)' if b['edge'] else ''}"
+                     for who, b in row["best"].items())
+    text = f"the proxy's best rates at its top rung ({row['top_steps']} steps): {best or 'none'}"
+    if "anchored_lr" not in row:
+        return text + f"; {winner} has no family there, so no anchor at its best"
+    return (text + f"; anchored at {winner}'s best the export would be {row['anchored_lr']:.3g} "
+            f"= {row['anchored_factor']:.2f}× the target's best; the size exponent that "
+            f"carries it to the target's best: {row['implied_exponent']:.3f} "
+            f"(Step Law {LR_PARAMS_EXPONENT})")
 
 
 def both_moved(runs: Path, factor: float, seeds: int) -> dict[str, Any]:
@@ -309,6 +360,9 @@ def main() -> None:
                         help="rate factors at which the recommendation and the baseline both "
                              "train every seed")
     parser.add_argument("--parallel", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the arms train; the campaigns run where 'recipelab run' "
+                             "picks")
     parser.add_argument("--out", type=Path, default=Path("bench-transfer"))
     parser.add_argument("--ship", action="store_true",
                         help="write the distance every campaign reached, with the bars, to the "
@@ -356,7 +410,7 @@ def main() -> None:
                      for s in range(args.seeds)]
     jobs.sort(key=lambda job: job[0].seed)  # every campaign's seed 0 first
     with ThreadPoolExecutor(args.parallel) as pool:
-        list(pool.map(lambda job: pretrain(*job), jobs))
+        list(pool.map(lambda job: pretrain(job[0], job[1], args.device), jobs))
 
     law_runs = [final(out / "runs" / f"law-s{s}") for s in range(args.seeds)]
     summary = {"target": target.name, "params": params, "tokens": tokens,
@@ -397,6 +451,7 @@ def main() -> None:
                "baseline_verdict": b_verdict,
                "baseline_prediction_error": abs(b_predicted - b_measured) / b_measured,
                "width_ladder": ladder, "both_at": both_at,
+               "proxy_best": proxy_best_anchor(c, manifest, best_lr),
                "distance": manifest["distance"], "code_version": manifest["code_version"]}
         summary["campaigns"].append(row)
         print(f"\n{c.name} (winner {manifest['winner']}, {manifest['recommended']}):")
@@ -412,6 +467,7 @@ def main() -> None:
                   f"{statistics.mean(both['baseline']):.4f}; gain per seed "
                   + ", ".join(f"{g:+.4f}" for g in both["gain"])
                   + (" (beyond the seed spread)" if both["beats"] else " (within the seed spread)"))
+        print("  " + anchor_text(row["proxy_best"], manifest["winner"]))
         print(f"  at twice the proxy's width ({widths[1].stem}): best {middle_best:.3g} = "
               f"{middle_best / middle_lr:.2f}× the exported {middle_lr:.3g}")
         print(f"  prediction: recommended {predicted:.4f} vs {measured:.4f} measured "

@@ -17,6 +17,7 @@ from recipelab.trajectory.horizon import (
     PRIOR_RULE,
     HorizonFit,
     best_log_lr,
+    best_rate,
     fit_alpha,
     horizon_rule,
 )
@@ -72,6 +73,15 @@ def test_no_best_learning_rate_from_two_rates_or_a_curve_without_a_minimum() -> 
 
 def test_the_best_learning_rate_stays_within_the_rates_measured() -> None:
     assert best_log_lr([(lr, bowl(lr, 1.0)) for lr in LRS]) == pytest.approx(math.log(max(LRS)))
+
+
+def test_a_familys_best_rate_says_whether_it_is_the_edge() -> None:
+    """What the transfer bench anchors at: inside the family, the quadratic's minimum; at
+    its lowest rate with no minimum, that rate, flagged as the edge."""
+    inside = best_rate([(0.5, 2.1), (1.0, 2.0), (2.0, 2.1)])
+    assert inside is not None and inside[0] == pytest.approx(1.0) and not inside[1]
+    assert best_rate([(0.5, 1.9), (1.0, 2.0), (2.0, 2.05)]) == (pytest.approx(0.5), True)
+    assert best_rate([(0.5, 1.9), (1.0, 2.0)]) is None
 
 
 def test_alpha_is_the_fall_of_one_recipes_best_log_lr_per_log_budget() -> None:

@@ -130,6 +130,13 @@ def best_log_lr(points: Sequence[tuple[float, float]]) -> float | None:
     return placed.log_lr if placed is not None and placed.minimum else None
 
 
+def best_rate(points: Sequence[tuple[float, float]]) -> tuple[float, bool] | None:
+    """A family's best learning rate and whether it is at the family's edge (the lowest or
+    highest rate, or the quadratic's minimum beyond them); None with fewer than 3 rates."""
+    placed = _vertex(points)
+    return None if placed is None else (math.exp(placed.log_lr), bool(placed.edge))
+
+
 @dataclass(frozen=True)
 class _Placed:
     """Where a family places its best log lr: ``edge`` when the best rate lies at or beyond
