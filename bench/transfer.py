@@ -65,7 +65,7 @@ from recipelab.recipe import Recipe
 from recipelab.targets import load_target_file, proxy_recipe
 from recipelab.trajectory.horizon import best_log_lr, best_rate, families
 from recipelab.trajectory.record import TrialRecord
-from recipelab.transfer.distance import VERIFIED_PATH, Distance, Verified
+from recipelab.transfer.distance import PREDICTION_BAR, VERIFIED_PATH, Distance, Verified
 from recipelab.transfer.prediction import Prediction
 from recipelab.transfer.steplaw import (
     LR_PARAMS_EXPONENT,
@@ -83,8 +83,6 @@ PRESET = "tiny"
 CORPUS = "python-source"
 EVALUATIONS = 8
 EVAL_BYTES = 65_536
-PREDICTION_BAR = 0.05
-"""A cloud run is judged within this fraction of its prediction."""
 RATE_BAR = 2.0
 """The exported rate should lie within this factor of the target's best."""
 

@@ -4,6 +4,7 @@ verification."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,8 +20,8 @@ BENCH = Distance(params=63.0, tokens=5.0, context=1.0)  # what a bench run of 63
 
 def verified(reach: Distance = BENCH) -> Verified:
     return Verified(distance=reach, campaigns=3, seeds=2, held=2,
-                    prediction_errors=[0.056, 0.0, 0.013],
-                    baseline_prediction_errors=[0.10, 0.18, 0.12], rate_factors=[0.54, 0.79, 0.7],
+                    prediction_errors=[0.036, 0.0, 0.013],
+                    baseline_prediction_errors=[0.04, 0.02, 0.01], rate_factors=[0.54, 0.79, 0.7],
                     code_version="abc1234", date="2026-11-29")
 
 
@@ -52,7 +53,12 @@ def test_within_the_verified_distance_there_is_no_warning_and_beyond_it_one_nami
     assert shipped == verified()
     within = distance_lines(BENCH, shipped, (2.0, 2.4))
     assert len(within) == 2 and within[1].startswith("Verified: bench/transfer.py verified 63×")
-    assert "in 2 of 3" in within[1] and "5.6%/0.0%/1.3%" in within[1]
+    assert "in 2 of 3" in within[1] and "3.6%/0.0%/1.3%" in within[1]
+    missed = dataclasses.replace(verified(), baseline_prediction_errors=[0.02, 0.599, 0.03])
+    warned = distance_lines(BENCH, missed, (2.0, 2.4))
+    assert warned[-1].startswith("Warning: where it was verified the prediction missed by up "
+                                 "to 60%, beyond the 5% a cloud run is held to"), (
+        "inside the verified distance, a verification that missed its bar still warns")
     far = distance_lines(Distance(13_000.0, 241_000.0, 8.0), shipped, (2.0, 2.4))
     assert far[-1] == ("Warning: beyond the verified distance in parameters, tokens, context: "
                        "the predicted band 2.000–2.400 is the fit's, unmeasured this far.")
