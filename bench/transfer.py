@@ -27,6 +27,9 @@ the user's commands. For each of ``--campaigns`` campaign seeds it runs
 
 4. the recommendation's and the baseline's last evaluation against their exported
    prediction (``recipelab verify`` reads the same ``prediction.json``).
+5. the winner's and the baseline's best rates in their top-rung families (read from the
+   campaign, nothing trained): what the export anchored at the winner's best would give, and
+   the size exponent that would carry that best to the target's.
 
 It prints each arm's mean val_bpb and seed spread, the recommendation's gain over the baseline
 and the law with the paired per-seed gains, the prediction error |predicted − measured| /
