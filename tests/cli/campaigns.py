@@ -9,9 +9,10 @@ from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.record import TrialRecord
 
 
-def stored_baseline_campaign(directory: Path, settings: CampaignSettings) -> Path:
+def stored_baseline_campaign(directory: Path, settings: CampaignSettings,
+                             curve: list[dict[str, float]] | None = None) -> Path:
     """``settings`` saved in ``directory`` with its baseline stored as one complete proxy
-    trial (val_bpb 2.5): what a campaign of one trial leaves behind."""
+    trial (val_bpb 2.5, training loss ``curve``): what a campaign of one trial leaves behind."""
     directory.mkdir(parents=True)
     save(settings, directory)
     recipe = settings.baseline()
@@ -19,5 +20,5 @@ def stored_baseline_campaign(directory: Path, settings: CampaignSettings) -> Pat
         store.append(TrialRecord(campaign=settings.name, trial_id="p0000", kind="proxy",
                                  status="complete", proposer="baseline", val_bpb=2.5,
                                  recipe=recipe.model_dump(mode="json"),
-                                 fingerprint=recipe.fingerprint()))
+                                 fingerprint=recipe.fingerprint(), curve=curve or []))
     return directory

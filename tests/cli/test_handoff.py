@@ -91,6 +91,28 @@ def test_export_says_the_distance_on_stdout_and_its_warnings_on_stderr(
     assert "Warning:" not in result.stdout
 
 
+def test_export_warns_when_its_curve_has_not_bent_toward_a_floor(tmp_path: Path) -> None:
+    """A trial whose curve fits best with a floor below 0 val_bpb: the export holds the
+    floor at 0, warns on stderr, and writes the reason into prediction.json."""
+    settings = CampaignSettings.model_validate({
+        "name": "unbent", "preset": "tiny", "precision": "fp32", "window": {"iterations": 1},
+        "ladder": {"promote": 0}})
+    per_step = settings.baseline().tokens_per_step
+    curve = [{"step": step, "loss": 33.5 * (step * per_step) ** -0.137 - 3.83}
+             for step in range(10, 210, 10)]
+    campaign = stored_baseline_campaign(tmp_path / "unbent", settings, curve)
+    out = tmp_path / "cloud"
+    result = recipelab("export", str(campaign), "--out", str(out), "--trial", "p0000",
+                       "--device", "cpu", "--gpus", "1")
+
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if "not physical" in line]
+    assert warned and "floor below 0" in warned[0]
+    written = json.loads((out / "prediction.json").read_text())
+    assert written["fit"]["bounded"] and written["fit"]["c"] == 0.0
+    assert min(p["low"] for p in written["planned"]) > 0
+
+
 def test_a_recipe_that_does_not_fit_the_gpus_is_written_with_a_warning_naming_them(
         campaign: Path, tmp_path: Path) -> None:
     out = tmp_path / "cloud"

@@ -14,6 +14,7 @@ from recipelab.recipe import Recipe
 from recipelab.targets import get_target
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import Ledger
+from recipelab.transfer.powerlaw import PowerLaw
 from recipelab.transfer.prediction import Prediction, SizeTerm, predict, size_law_loss
 from recipelab.transfer.steplaw import non_embedding_params
 from recipelab.transfer.width import SizeGap
@@ -78,3 +79,32 @@ def test_a_width_rung_replaces_the_laws_ratio_by_its_measured_gap() -> None:
                                                             ("w0000", "w0001")))
     assert unmeasured.center(1e5) == by_law.center(1e5)
     assert "measured no gap" in unmeasured.describe_size()
+
+
+def test_a_fit_held_at_a_floor_of_zero_says_so_and_its_band_reaches_the_flat_curve() -> None:
+    """Beyond the fitted range a fit without a physical floor is no better than the curve
+    stopping where it was measured: the band spans both, and the prediction says why."""
+    common: dict[str, Any] = dict(source_trial="s0002", last_bytes=1e5, last_val_bpb=3.0,
+                                  band_base=0.05, noise_spread=0.05, fit_rmse_bpb=0.01,
+                                  rank_agreement=None, rank_pairs=0,
+                                  size=SizeTerm(92_416, 5_804_032))
+    held = Prediction(**common, fit=PowerLaw(a=30.0, b=0.2, c=0.0, rmse=0.01, points=20,
+                                             bounded=True))
+    floored = Prediction(**common, fit=PowerLaw(a=30.0, b=0.2, c=0.0, rmse=0.01, points=20))
+    far = 1e8
+    fitted, flat = floored.center(far), held.held(far)
+    assert fitted < flat
+    assert held.center(far) == pytest.approx((fitted + flat) / 2)
+    assert held.center(far) - held.half_width(far) == pytest.approx(fitted)
+    assert held.center(far) + held.half_width(far) == pytest.approx(flat)
+    assert floored.half_width(far) < held.half_width(far)
+    for inside in (5e4, 1e5):  # within the curve nothing changes
+        assert held.center(inside) == floored.center(inside)
+        assert held.half_width(inside) == floored.half_width(inside)
+    assert held.unphysical and "floor below 0" in held.unphysical
+    assert floored.unphysical is None
+    assert any(a.startswith("not physical:") for a in held.assumptions())
+    again = Prediction.from_json(json.loads(json.dumps(held.to_json())))
+    assert again.half_width(far) == pytest.approx(held.half_width(far))
+    level = Prediction(**common, fit=PowerLaw(a=0.0, b=0.5, c=3.0, rmse=0.01, points=20))
+    assert level.unphysical and "does not fall" in level.unphysical

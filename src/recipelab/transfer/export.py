@@ -323,12 +323,16 @@ def _write_json(path: Path, data: object) -> None:
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
-def export_distance(exported: Exported, points: Sequence[dict[str, float | int]]) -> list[str]:
+def export_distance(exported: Exported, prediction: Prediction,
+                    points: Sequence[dict[str, float | int]]) -> list[str]:
     """The export's distance, what ``bench/transfer.py`` verified, and a warning beyond it,
-    with the band at the end of the run."""
+    with the band at the end of the run; a warning too when the prediction's fit is not
+    physical."""
     end = points[-1]
-    return distance_lines(exported.distance, load_verified(),
-                          (float(end["low"]), float(end["high"])))
+    lines = distance_lines(exported.distance, load_verified(),
+                           (float(end["low"]), float(end["high"])))
+    why = prediction.unphysical
+    return [*lines, f"Warning: the prediction is not physical: {why}."] if why else lines
 
 
 def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, float | int]]:
@@ -390,7 +394,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
         (out / torchtitan.FILE).write_text(torchtitan.render(config,
                                                              torchtitan.unexpressed(exported.recipe)))
         written.append(out / torchtitan.FILE)
-    distance = export_distance(exported, points)  # the verified file read once
+    distance = export_distance(exported, prediction, points)  # the verified file read once
     manifest = {
         "campaign": campaign, "target": target.name, "winner": winner.trial_id,
         "chosen_because": because, "winner_val_bpb": winner.val_bpb,

@@ -24,7 +24,10 @@ parameter both models are data-limited and the term is near 1; with data to spar
 toward the ratio of the models' own limits. The band around the curve is the larger of
 the noise floor (seed-to-seed spread of the baseline) and the fit's residual, widened by one
 band per decade read beyond the fitted range, with a floor of :data:`MIN_BAND_FRACTION` of the
-value so that a run of three trials never claims more certainty than it has.
+value so that a run of three trials never claims more certainty than it has. A fit that is
+not physical (:attr:`Prediction.unphysical`: a floor below 0, a curve that does not fall) says
+so beside the prediction; beyond a curve whose floor was held at 0 the band spans the fit and
+the curve held flat at its last measurement.
 """
 
 from __future__ import annotations
@@ -116,15 +119,31 @@ class Prediction:
         return self.fit(bytes_seen)
 
     def center(self, bytes_seen: float) -> float:
-        """The predicted val_bpb of the target: the proxy's curve less the gap the width
-        rung measured (:mod:`recipelab.transfer.width`), else × the law's size term (also when
-        the wider run scored no better)."""
+        """The predicted val_bpb of the target: the proxy's curve moved by the size term
+        (:meth:`moved`); beyond the fitted range of a fit whose floor was held at 0
+        (:attr:`unphysical`), halfway between that and the curve held flat (:meth:`held`)."""
+        fitted = self.moved(self.proxy_center(bytes_seen), bytes_seen)
+        if not self._held_at_zero(bytes_seen):
+            return fitted
+        return (fitted + self.held(bytes_seen)) / 2
+
+    def held(self, bytes_seen: float) -> float:
+        """The target's val_bpb were the proxy's curve to stop at its last measurement."""
+        return self.moved(self.last_val_bpb, bytes_seen)
+
+    def moved(self, proxy_value: float, bytes_seen: float) -> float:
+        """A proxy val_bpb at ``bytes_seen`` moved to the target: less the gap the width rung
+        measured (:mod:`recipelab.transfer.width`), else × the law's size term (also when the
+        wider run scored no better)."""
         if self.size is None:
-            return self.proxy_center(bytes_seen)
+            return proxy_value
         if self.measured_size is not None and self.measured_size.measured:
-            return self.proxy_center(bytes_seen) - self.measured_size.lowering(
-                self.size.proxy_params, self.size.target_params)
-        return self.proxy_center(bytes_seen) * self.size.factor(bytes_seen)
+            return proxy_value - self.measured_size.lowering(self.size.proxy_params,
+                                                             self.size.target_params)
+        return proxy_value * self.size.factor(bytes_seen)
+
+    def _held_at_zero(self, bytes_seen: float) -> bool:
+        return self.fit is not None and self.fit.bounded and bytes_seen > self.last_bytes
 
     def describe_size(self) -> str:
         """The size term in words: the width rung's, the law's, or none."""
@@ -142,10 +161,30 @@ class Prediction:
                 f"below the proxy's {self.size.proxy_params:,} at every point")
 
     def half_width(self, bytes_seen: float) -> float:
-        """The band: ``band_base`` widened by one band per decade beyond the fitted range."""
+        """The band: ``band_base`` widened by one band per decade beyond the fitted range;
+        beyond it, from a fit whose floor was held at 0, at least wide enough to span the fit
+        and the curve held flat at its last measurement."""
         beyond = max(0.0, math.log10(bytes_seen / self.last_bytes)) if bytes_seen > 0 else 0.0
         floor = MIN_BAND_FRACTION * self.center(bytes_seen)
-        return max(self.band_base, floor) * (1.0 + beyond)
+        half = max(self.band_base, floor) * (1.0 + beyond)
+        if self._held_at_zero(bytes_seen):
+            fitted = self.moved(self.proxy_center(bytes_seen), bytes_seen)
+            half = max(half, abs(self.held(bytes_seen) - fitted) / 2)
+        return half
+
+    @property
+    def unphysical(self) -> str | None:
+        """Why the curve's fit says nothing physical beyond the fitted range, or None."""
+        if self.fit is not None and self.fit.bounded:
+            return (f"the proxy's curve has not bent toward its floor within "
+                    f"{self.last_bytes:,.0f} bytes: its best fit put the floor below 0 val_bpb, "
+                    "so the fit holds it at 0, and beyond the curve the prediction is halfway "
+                    "between that fit and the curve held flat at its last measurement, its band "
+                    "spanning both")
+        if self.fit is not None and self.fit.a == 0:
+            return ("the proxy's curve does not fall over the fitted range: the prediction is its "
+                    "level held flat, and a larger model trained longer may land far below it")
+        return None
 
     def assumptions(self) -> list[str]:
         """What the prediction rests on, in words shown beside it."""
@@ -165,6 +204,8 @@ class Prediction:
             f"band: ±max(noise floor, fit rmse {self.fit_rmse_bpb or 0:.4f}, "
             f"{MIN_BAND_FRACTION:.0%} of the value), +1 band per decade beyond the fitted range",
         ]
+        if self.unphysical:
+            items.append(f"not physical: {self.unphysical}")
         return items
 
     def to_json(self) -> dict[str, object]:
@@ -172,7 +213,9 @@ class Prediction:
             "units": "val_bpb against bytes of training text seen",
             "source_trial": self.source_trial,
             "fit": None if self.fit is None else {"a": self.fit.a, "b": self.fit.b, "c": self.fit.c,
-                                                  "rmse": self.fit.rmse, "points": self.fit.points},
+                                                  "rmse": self.fit.rmse, "points": self.fit.points,
+                                                  "bounded": self.fit.bounded},
+            "unphysical": self.unphysical,
             "last_bytes": self.last_bytes, "last_val_bpb": self.last_val_bpb,
             "band_base": self.band_base, "noise_spread": self.noise_spread,
             "fit_rmse_bpb": self.fit_rmse_bpb, "rank_agreement": self.rank_agreement,
@@ -190,7 +233,8 @@ class Prediction:
         return cls(source_trial=str(data["source_trial"]),
                    fit=None if fit is None else PowerLaw(
                        a=float(fit["a"]), b=float(fit["b"]), c=float(fit["c"]),
-                       rmse=float(fit["rmse"]), points=int(fit["points"])),
+                       rmse=float(fit["rmse"]), points=int(fit["points"]),
+                       bounded=bool(fit.get("bounded", False))),
                    last_bytes=float(data["last_bytes"]), last_val_bpb=float(data["last_val_bpb"]),
                    band_base=float(data["band_base"]), noise_spread=data.get("noise_spread"),
                    fit_rmse_bpb=data.get("fit_rmse_bpb"), rank_agreement=data.get("rank_agreement"),
