@@ -123,6 +123,14 @@ def probe_multiple(proxy_steps: int, stress_steps: int) -> float:
     return round(1 / PRIOR_RULE.factor(proxy_steps, stress_steps), 2)
 
 
+def probe_multiples(proxy_steps: int, stress_steps: int) -> tuple[float, float]:
+    """The rates, as multiples of a candidate's, its two probes train at: below it by
+    :func:`probe_multiple` and above it by as much. A candidate whose rate is too hot already
+    at the proxy's steps ranks by the lower, one meant for the long run by the higher."""
+    multiple = probe_multiple(proxy_steps, stress_steps)
+    return round(1 / multiple, 2), multiple
+
+
 def best_log_lr(points: Sequence[tuple[float, float]]) -> float | None:
     """The log learning rate at the minimum of a quadratic fitted to (log lr, val_bpb), kept
     within the measured range; None with fewer than 3 distinct rates or no minimum."""

@@ -130,10 +130,16 @@ def test_each_rung_trains_at_the_rule_rate_and_the_baseline_also_at_half_and_twi
     assert started[60]["rule_source"] == "prior", "one budget's family fits nothing"
     assert started[60]["lr_factor"] == pytest.approx((60 / 20) ** -PRIOR_ALPHA)
     assert started[180]["rule_source"] == "fitted", "the proxy's and the first rung's families"
-    for r in records:
-        if r.kind == "rung" and r.proposer != "lr-family" and r.budget_steps == 60:
-            assert r.recipe["optimizer"]["lr"] == pytest.approx(
-                lr_of(records, r.parent) * started[60]["lr_factor"]), "a probe's climber too"
+    carried = started[60]["carried"]
+    by_lr = {lr_of(records, r.parent): r.parent for r in records if r.kind == "rung"}
+    assert carried == {by_lr[0.007]: probe_multiple(20, 400)}, (
+        "0.007 ranked by its probe (at 0.018, near the best): it climbs at the probe's multiple")
+    for steps in (60, 180):
+        for r in records:
+            if r.kind == "rung" and r.proposer != "lr-family" and r.budget_steps == steps:
+                assert r.recipe["optimizer"]["lr"] == pytest.approx(
+                    lr_of(records, r.parent) * started[steps]["lr_factor"]
+                    * carried.get(r.parent, 1.0))
     family = sorted((r.budget_steps, r.recipe["optimizer"]["lr"]) for r in records
                     if r.proposer == "lr-family" and r.parent == "p0000"
                     and r.edit["lr_family"] in (0.5, 2.0))  # the top rung may follow beyond

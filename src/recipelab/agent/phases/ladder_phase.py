@@ -31,7 +31,7 @@ from recipelab.agent.phases.proxy_trials import ProxyTrials
 from recipelab.agent.phases.seeds import noise_marks, rerun_proposals
 from recipelab.agent.trials import TRIALS_DIR
 from recipelab.recipe import Recipe
-from recipelab.trajectory.horizon import HorizonFit, HorizonRule, horizon_rule, probe_multiple
+from recipelab.trajectory.horizon import HorizonFit, HorizonRule, horizon_rule, probe_multiples
 from recipelab.trajectory.ladder import LR_FAMILY, describe_ladder, probed, top_rung_seeds
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER
 from recipelab.trajectory.record import TrialRecord
@@ -162,16 +162,17 @@ class LadderPhase:
             return []
         pool = ctx.ledger.contenders
         n = probed(len(pool), ladder.eta, ladder.promote, ladder.rung_size)
-        multiple = probe_multiple(proxy_steps, ladder.stress_steps)
+        multiples = probe_multiples(proxy_steps, ladder.stress_steps)
         if n:
-            ctx.log.info("probes_started", steps=proxy_steps, lr_multiple=multiple,
-                         candidates=[c.trial_id for c in pool[:n]])
-        return [RungJob(c, proxy_steps, int(c.recipe.get("seed", ctx.settings.seed)), multiple,
-                        family=multiple) for c in pool[:n]]
+            ctx.log.info("probes_started", steps=proxy_steps, lr_multiple=multiples[-1],
+                         lr_multiples=list(multiples), candidates=[c.trial_id for c in pool[:n]])
+        return [RungJob(c, proxy_steps, int(c.recipe.get("seed", ctx.settings.seed)), m,
+                        family=m) for c in pool[:n] for m in multiples]
 
     def _climb(self, ctx: CampaignContext, steps: int, *, top: bool) -> None:
         """Train one rung: its climbers and the baseline at the rule's learning rate for
-        ``steps`` of the baseline's tokens, and the baseline's learning-rate family."""
+        ``steps`` of the baseline's tokens (a climber that ranked by its probe at the probe's
+        multiple of it, :meth:`_carried`), and the baseline's learning-rate family."""
         ledger, baseline = ctx.ledger, ctx.ledger.baseline
         climbers = ledger.climbing_to(steps, top=top)
         rule = self._rule(ctx)
@@ -180,22 +181,35 @@ class LadderPhase:
         kind = "stress" if top else "rung"
         family = self._family(ctx, steps, factor, rule, seeds if top else None)
         if top:  # each finalist competes at its best rate, as the control does
-            family += [RungJob(c, steps, seed, factor * m, family=m)
+            family += [RungJob(c, steps, seed, factor * self._carried(ctx, c) * m, family=m)
                        for c in climbers for seed in seeds for m in LR_FAMILY]
         ctx.log.info("rung_started", steps=steps, tokens=steps * ctx.baseline.tokens_per_step,
                      top=top, seeds=seeds, climbers=[c.trial_id for c in climbers],
                      lr_factor=factor, rule=rule.describe(), rule_source=rule.source,
-                     lr_family=bool(family))
+                     lr_family=bool(family),
+                     carried={c.trial_id: m for c in climbers if (m := self._carried(ctx, c)) != 1})
         controls = [baseline] if baseline is not None else []
-        jobs = [RungJob(c, steps, seed, factor, kind=kind)
+        jobs = [RungJob(c, steps, seed, factor * self._carried(ctx, c), kind=kind)
                 for c in [*controls, *climbers] for seed in seeds]
         if top:
             taken = {c.trial_id for c in climbers}
-            jobs += [RungJob(c, steps, ctx.settings.seed, factor, kind=kind)
+            jobs += [RungJob(c, steps, ctx.settings.seed, factor * self._carried(ctx, c),
+                             kind=kind)
                      for c in ledger.top_rung_climbers[len(climbers):] if c.trial_id not in taken]
         self._in_waves(ctx, [*jobs, *family])
         if top and family:
             self._follow_best_rates(ctx, steps, factor, seeds, [*controls, *climbers])
+
+    @staticmethod
+    def _carried(ctx: CampaignContext, candidate: TrialRecord) -> float:
+        """The multiple of the rule's rate ``candidate`` climbs at: its probe's
+        (:func:`~recipelab.trajectory.horizon.probe_multiple`) when the probe ranked it (its
+        best at the proxy's steps was there, so that is its rate the rule carries), else 1.
+        The baseline, the control, always trains at the rule's rate (its family tunes it)."""
+        baseline = ctx.ledger.baseline
+        if baseline is not None and candidate.trial_id == baseline.trial_id:
+            return 1.0
+        return ctx.ledger.at_proxy_steps(candidate)[1]
 
     def _follow_best_rates(self, ctx: CampaignContext, steps: int, factor: float,
                            seeds: Sequence[int], recipes: Sequence[TrialRecord]) -> None:
@@ -213,7 +227,8 @@ class LadderPhase:
             asked.update((r.trial_id, m) for r, m in wanted)
             ctx.log.info("lr_family_extended", steps=steps,
                          rates={r.trial_id: m for r, m in wanted})
-            self._in_waves(ctx, [RungJob(r, steps, seed, factor * m, family=m)
+            self._in_waves(ctx, [RungJob(r, steps, seed, factor * self._carried(ctx, r) * m,
+                                         family=m)
                                  for r, m in wanted for seed in seeds])
 
     def _settle_close_call(self, ctx: CampaignContext, steps: int) -> None:
