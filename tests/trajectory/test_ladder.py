@@ -86,16 +86,16 @@ def test_each_rung_keeps_the_best_third_but_never_fewer_than_the_finalists() -> 
 
 def test_the_first_rung_is_chosen_with_probes_of_eta_times_its_climbers() -> None:
     """With the horizon rule on, the best ``eta`` × the first rung's climbers train again at
-    the proxy's steps at a higher rate; none when every candidate climbs anyway."""
+    the proxy's steps at a lower and a higher rate; none when every candidate climbs anyway."""
     assert probed(17, 3, 3, cap=6) == 17, "6 climb: the best 18, all 17"
     assert probed(100, 3, 3, cap=10) == 30
     assert probed(3, 3, 3) == 0, "all three climb: nothing to choose"
     plan = plan_ladder(17, proxy_steps=60, stress_steps=1000, eta=3, promote=3, first_size=6,
                        family=True)
-    assert [r.probes for r in plan] == [17, 0, 0]
+    assert [r.probes for r in plan] == [34, 0, 0], "each probed candidate: one below, one above"
     assert plan[0].runs == 6 + 1 + 2, "the probes are priced apart: they train the proxy's steps"
     assert describe_ladder(plan, 60, 17).startswith(
-        "60 steps ×17 (the best 17 again at a higher rate) → 180 ×6 → 540 ×3")
+        "60 steps ×17 (the best 17 again at a lower and a higher rate) → 180 ×6 → 540 ×3")
 
 
 def test_a_rung_ranks_by_paired_gain_and_decides_who_climbs_to_the_next() -> None:

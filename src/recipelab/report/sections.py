@@ -222,12 +222,15 @@ def rung_runs(ledger: Ledger, horizon_fits: Sequence[HorizonFit] = ()) -> Sectio
            "run(s)): each competes at its best rate, as the tuned baseline does."
            if finalists else "")))
     if probes:
-        multiple = float(probes[0].edit["lr_family"])
+        multiples = " and × ".join(f"{m:g}" for m in sorted({float(r.edit["lr_family"])
+                                                             for r in probes}))
         blocks.append(Paragraph(
             f"{len(probes)} probe(s) trained candidates again at the proxy's steps at lr × "
-            f"{multiple:g}, the rate the rule would choose there were a candidate's own rate "
-            "right for the top rung; the first rung took the best by each one's better of its "
-            "proxy and its probe, and every climber still trains at the rule's rate. "
+            f"{multiples}: above, the rate the rule would choose there were a candidate's own "
+            "right for the top rung; below, by as much, for a rate too hot already there. The "
+            "first rung took the best by each one's best of its proxy and its probes, and a "
+            "climber whose probe ranked it carries the probe's multiple of the rule's rate up "
+            "the ladder. "
             + (f"Climbed by its probe: {', '.join(carried)}." if carried else
                "No candidate climbed by its probe.")))
     return Section(title, tuple(blocks))

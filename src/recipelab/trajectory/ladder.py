@@ -116,10 +116,16 @@ def climbers(entrants: int, eta: int, promote: int, cap: int | None = None) -> i
     return min(n, cap) if cap is not None else n
 
 
+PROBES_PER_CANDIDATE = 2
+"""A probed candidate's probes: one below its rate and one above
+(:func:`~recipelab.trajectory.horizon.probe_multiples`)."""
+
+
 def probed(entrants: int, eta: int, promote: int, cap: int | None = None) -> int:
-    """How many of ``entrants`` proxy candidates also train a probe at a higher rate (see
-    :func:`~recipelab.trajectory.horizon.probe_multiple`) before the first rung chooses its
-    climbers: the best ``eta`` times as many as climb, none when all of them climb anyway."""
+    """How many of ``entrants`` proxy candidates also train probes at a lower and a higher
+    rate (see :func:`~recipelab.trajectory.horizon.probe_multiples`) before the first rung
+    chooses its climbers: the best ``eta`` times as many as climb, none when all of them
+    climb anyway."""
     climbing = climbers(entrants, eta, promote, cap)
     return 0 if climbing >= entrants else min(entrants, eta * climbing)
 
@@ -186,7 +192,8 @@ def plan_ladder(candidates: int, *, proxy_steps: int, stress_steps: int, eta: in
     entrants = candidates
     for i, at in enumerate(steps[:-1]):
         cap = first_size if i == 0 else None
-        probes = probed(entrants, eta, promote, cap) if family and i == 0 else 0
+        probes = (PROBES_PER_CANDIDATE * probed(entrants, eta, promote, cap)
+                  if family and i == 0 else 0)
         entrants = climbers(entrants, eta, promote, cap)
         plan.append(RungPlan(at, entrants, family=extra, probes=probes))
     finalists = min(promote, entrants)
@@ -200,7 +207,8 @@ def describe_ladder(plan: Sequence[RungPlan], proxy_steps: int, candidates: int)
     learning-rate family at every rung)``."""
     probes = plan[0].probes if plan else 0
     parts = [f"{proxy_steps} steps ×{candidates}"
-             + (f" (the best {probes} again at a higher rate)" if probes else "")]
+             + (f" (the best {probes // PROBES_PER_CANDIDATE} again at a lower and a higher "
+                "rate)" if probes else "")]
     rates = len(LR_FAMILY) + 1
     parts += [f"{r.steps} ×{r.candidates}" + (f" at {r.seeds} seeds" if r.seeds > 1 else "")
               + (f" and {rates} rates" if r is plan[-1] and r.family else "") for r in plan]

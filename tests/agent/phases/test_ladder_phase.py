@@ -27,7 +27,7 @@ from recipelab.agent.watch.status import campaign_status
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.targets import get_target
 from recipelab.trainer.spec import TrialResult, TrialSpec
-from recipelab.trajectory.horizon import PRIOR_ALPHA, probe_multiple
+from recipelab.trajectory.horizon import PRIOR_ALPHA, probe_multiple, probe_multiples
 from recipelab.trajectory.ladder import RungPlan, plan_ladder
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
@@ -195,29 +195,39 @@ def test_each_finalist_competes_at_its_best_rate_of_the_top_rung_followed_past_i
 def test_a_candidate_whose_rate_suits_the_long_run_climbs_by_its_probe(
         tmp_path: Path, ladder_settings: CampaignSettings) -> None:
     """0.007 is too low for 20 steps (fifth of six at its own rate) but the rule's choice
-    for 400: its probe at the prior's 2.61 × finds that, so it climbs (at the rule's rate)."""
+    for 400: its probe at the prior's 2.61 × finds that, so it climbs, and carries the
+    probe's multiple up the ladder. 0.04 is too hot for 20 steps: its probe below, at
+    1 / 2.61, ranks it."""
     _, records = run(ladder_settings, tmp_path)
 
-    multiple = probe_multiple(20, 400)
-    assert multiple == pytest.approx((400 / 20) ** PRIOR_ALPHA, abs=0.005)
+    low_multiple, multiple = probe_multiples(20, 400)
+    assert multiple == probe_multiple(20, 400) == pytest.approx((400 / 20) ** PRIOR_ALPHA,
+                                                                abs=0.005)
+    assert low_multiple == round(1 / multiple, 2)
     [started] = events(tmp_path, "probes_started")
-    assert started["lr_multiple"] == multiple
+    assert started["lr_multiples"] == [low_multiple, multiple]
     probes = [r for r in records if r.proposer == "lr-family" and r.parent != "p0000"
               and r.budget_steps == 20]  # the finalists' families at the top rung are not probes
-    assert len(probes) == 6 == len(started["candidates"]), "probed(6, 3, 2): all six"
+    assert len(started["candidates"]) == 6, "probed(6, 3, 2): all six"
+    assert sorted((r.parent, r.edit["lr_family"]) for r in probes) == sorted(
+        (c, m) for c in started["candidates"] for m in (low_multiple, multiple))
     assert all(r.kind == "rung" for r in probes)
-    assert all(r.recipe["optimizer"]["lr"] == pytest.approx(lr_of(records, r.parent) * multiple)
-               for r in probes)
+    assert all(r.recipe["optimizer"]["lr"] == pytest.approx(
+        lr_of(records, r.parent) * r.edit["lr_family"]) for r in probes)
     low = next(r for r in records if r.kind == "proxy" and r.edit == {"optimizer.lr": 0.007})
+    hot = next(r for r in records if r.kind == "proxy" and r.edit == {"optimizer.lr": 0.04})
     ledger = Ledger(records, promote=2)
     assert [c.trial_id for c in ledger.contenders].index(low.trial_id) == 4, "fifth of six at × 1"
     assert ledger.at_proxy_steps(low)[1] == multiple
+    assert ledger.at_proxy_steps(hot)[1] == low_multiple
+    assert hot.val_bpb is not None and ledger.at_proxy_steps(hot)[0] < hot.val_bpb
     assert low in ledger.climbing_to(60)
     [at_60] = ledger.runs_at(low.trial_id, 60)
     factor = next(e for e in events(tmp_path, "rung_started") if e["steps"] == 60)["lr_factor"]
-    assert at_60.recipe["optimizer"]["lr"] == pytest.approx(0.007 * factor)
+    assert at_60.recipe["optimizer"]["lr"] == pytest.approx(0.007 * factor * multiple)
     report = " ".join((tmp_path / "report" / "report.md").read_text().split())
-    assert f"6 probe(s) trained candidates again at the proxy's steps at lr × {multiple:g}" in report
+    assert (f"12 probe(s) trained candidates again at the proxy's steps at lr × "
+            f"{low_multiple:g} and × {multiple:g}") in report
     assert f"Climbed by its probe: {low.trial_id}." in report
 
 

@@ -82,9 +82,15 @@ def test_a_learning_rate_family_run_says_whose_rate_it_multiplies() -> None:
 
 def test_the_probes_are_one_line_that_says_why_they_run() -> None:
     line = ReadableLines().line({"event": "probes_started", "steps": 20, "lr_multiple": 2.09,
+                                 "lr_multiples": [0.48, 2.09],
                                  "candidates": ["p0009", "p0012", "p0003"]})
-    assert line == ("── probes: 20 steps again at lr × 2.09 for 3 candidate(s), so one whose "
-                    "rate suits the long run is not cut for a slow start: p0009, p0012, p0003")
+    assert line == ("── probes: 20 steps again at lr × 0.48 and × 2.09 for 3 candidate(s), so "
+                    "a rate meant for the long run, or too hot here, is not cut: p0009, p0012, "
+                    "p0003")
+    older = ReadableLines().line({"event": "probes_started", "steps": 20, "lr_multiple": 2.09,
+                                  "candidates": ["p0009"]})
+    assert str(older).startswith("── probes: 20 steps again at lr × 2.09 for 1 candidate(s)"), (
+        "an events file written before the probe below")
 
 
 def test_a_width_run_names_its_parent_and_size_and_the_rung_says_what_it_measured() -> None:

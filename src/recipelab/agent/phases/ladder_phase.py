@@ -2,9 +2,10 @@
 climbs from the proxy to the top rung.
 
 Before the first middle rung, the candidates it chooses from train again at the proxy's
-steps at a higher rate (a *probe*, :func:`~recipelab.trajectory.horizon.probe_multiple`),
-so a recipe whose rate suits the long run is not culled for starting slowly (the probe
-ranks; every climber still trains at the rule's rate). Each middle rung
+steps at a lower and a higher rate (*probes*,
+:func:`~recipelab.trajectory.horizon.probe_multiples`), so a recipe whose rate suits the long run is not culled for starting slowly, nor one whose
+rate is too hot already there; a climber that ranked by a probe carries its multiple of the
+rule's rate up the ladder. Each middle rung
 (:mod:`recipelab.trajectory.ladder`, by ``eta``) trains the best of the one below and the
 baseline beside them, for ``steps`` of the baseline's tokens at the horizon
 rule's learning rate; the top rung, at ``stress_steps``, trains the ``promote`` finalists
@@ -153,8 +154,8 @@ class LadderPhase:
                 for seed in seeds for m in LR_FAMILY]
 
     def _probes(self, ctx: CampaignContext, proxy_steps: int) -> list[RungJob]:
-        """The best :func:`~recipelab.trajectory.ladder.probed` contenders at
-        :func:`~recipelab.trajectory.horizon.probe_multiple` × their rate, for the proxy's
+        """The best :func:`~recipelab.trajectory.ladder.probed` contenders at each of
+        :func:`~recipelab.trajectory.horizon.probe_multiples` × their rate, for the proxy's
         steps at their own seed; nothing when the horizon rule is off (every rung then trains
         the proxy's rate)."""
         ladder = ctx.settings.ladder

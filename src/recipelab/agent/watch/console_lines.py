@@ -176,9 +176,11 @@ class ReadableLines:
 
     def _probes_started(self, event: Mapping[str, Any]) -> str:
         candidates = event.get("candidates") or []
+        multiples = event.get("lr_multiples") or [event.get("lr_multiple")]
         return clip(f"── probes: {event.get('steps')} steps again at lr × "
-                    f"{_number(event.get('lr_multiple'), 2)} for {len(candidates)} candidate(s), "
-                    "so one whose rate suits the long run is not cut for a slow start: "
+                    + " and × ".join(_number(m, 2) for m in multiples)
+                    + f" for {len(candidates)} candidate(s), so a rate meant for the long run, "
+                    "or too hot here, is not cut: "
                     + ", ".join(candidates), LINE_LIMIT)
 
     def _stress_verdict(self, event: Mapping[str, Any]) -> str | None:
