@@ -3,9 +3,9 @@ climbs from the proxy to the top rung.
 
 Before the first middle rung, the candidates it chooses from train again at the proxy's
 steps at a lower and a higher rate (*probes*,
-:func:`~recipelab.trajectory.horizon.probe_multiples`), so a recipe whose rate suits the long run is not culled for starting slowly, nor one whose
-rate is too hot already there; a climber that ranked by a probe carries its multiple of the
-rule's rate up the ladder. Each middle rung
+:func:`~recipelab.trajectory.horizon.probe_multiples`), so a recipe whose rate suits the long
+run is not culled for starting slowly, nor one whose rate is too hot already there; a climber
+that ranked by a probe carries its multiple of the rule's rate up the ladder. Each middle rung
 (:mod:`recipelab.trajectory.ladder`, by ``eta``) trains the best of the one below and the
 baseline beside them, for ``steps`` of the baseline's tokens at the horizon
 rule's learning rate; the top rung, at ``stress_steps``, trains the ``promote`` finalists
