@@ -156,16 +156,16 @@ def test_a_disk_without_room_for_the_plan_is_an_error(tmp_path: Path) -> None:
 def test_the_disk_estimate_counts_each_rung_runs_checkpoint() -> None:
     """17 candidates (20 trials less 3 baseline seeds) on the ladder 20 → 60 → 180 → 540 →
     1000 steps: 6 + 2 + 2 middle-rung runs, and the baseline with its two learning-rate
-    family runs at each of the three rungs; and the first rung's 17 probes, proxy-length,
-    without a checkpoint."""
+    family runs at each of the three rungs; and the first rung's 34 probes (17 candidates,
+    one below and one above each's rate), proxy-length, without a checkpoint."""
     with_rung = CampaignSettings(name="c", preset="tiny", window=WindowSettings(iterations=20),
                                  ladder=LadderSettings(rung_size=6))
     without = with_rung.model_copy(update={"rung_size": 0})
     needed, how = disk_needed_bytes(with_rung, with_rung.baseline())
     plain, plain_how = disk_needed_bytes(without, without.baseline())
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * with_rung.baseline().param_count()
-    assert needed - plain == 19 * (checkpoint + TRIAL_FILES_BYTES) + 17 * TRIAL_FILES_BYTES
-    assert "19 rung and" in how and "37 proxy trials and probes" in how
+    assert needed - plain == 19 * (checkpoint + TRIAL_FILES_BYTES) + 34 * TRIAL_FILES_BYTES
+    assert "19 rung and" in how and "54 proxy trials and probes" in how
     assert "36 stress" in plain_how, (
         "two finalists and the baseline at four seeds, each with its family at each")
 
