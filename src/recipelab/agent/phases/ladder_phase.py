@@ -203,9 +203,9 @@ class LadderPhase:
 
     @staticmethod
     def _carried(ctx: CampaignContext, candidate: TrialRecord) -> float:
-        """The multiple of the rule's rate ``candidate`` climbs at: its probe's
-        (:func:`~recipelab.trajectory.horizon.probe_multiple`) when the probe ranked it (its
-        best at the proxy's steps was there, so that is its rate the rule carries), else 1.
+        """The multiple of the rule's rate ``candidate`` climbs at: its probe's (one of
+        :func:`~recipelab.trajectory.horizon.probe_multiples`) when a probe ranked it (its
+        best at the proxy's steps was there, so that is the rate the rule carries), else 1.
         The baseline, the control, always trains at the rule's rate (its family tunes it)."""
         baseline = ctx.ledger.baseline
         if baseline is not None and candidate.trial_id == baseline.trial_id:
