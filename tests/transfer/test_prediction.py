@@ -11,11 +11,19 @@ from typing import Any
 import pytest
 
 from recipelab.recipe import Recipe
-from recipelab.targets import get_target
+from recipelab.targets import get_target, proxy_recipe
 from recipelab.trajectory import TrajectoryStore
-from recipelab.trajectory.ledger import Ledger
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
+from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.powerlaw import PowerLaw
-from recipelab.transfer.prediction import Prediction, SizeTerm, predict, size_law_loss
+from recipelab.transfer.prediction import (
+    Prediction,
+    SizeTerm,
+    TunedLevel,
+    predict,
+    size_law_loss,
+    tuned_level,
+)
 from recipelab.transfer.steplaw import non_embedding_params
 from recipelab.transfer.width import SizeGap
 
@@ -108,3 +116,52 @@ def test_a_fit_held_at_a_floor_of_zero_says_so_and_its_band_reaches_the_flat_cur
     assert again.half_width(far) == pytest.approx(held.half_width(far))
     level = Prediction(**common, fit=PowerLaw(a=0.0, b=0.5, c=3.0, rmse=0.01, points=20))
     assert level.unphysical and "does not fall" in level.unphysical
+
+
+def _top_rung(stress_at: float, family: dict[float, float], seeds: int = 2) -> list[TrialRecord]:
+    """The winner p0001 at 20 steps, its stress runs at 200 steps (a falling curve ending at
+    ``stress_at``) and its top-rung family at the stress rate × each multiple of ``family``,
+    every rate at ``seeds`` seeds."""
+    base = proxy_recipe("tiny")
+
+    def run(trial_id: str, kind: str, lr: float, steps: int, seed: int, value: float,
+            proposer: str = "classical-tpe") -> TrialRecord:
+        recipe = base.apply({"optimizer.lr": lr, "steps": steps, "seed": seed})
+        curve = [{"step": s, "loss": value * 1.4 * (s / steps) ** -0.2}
+                 for s in range(20, steps + 1, 20)]
+        return TrialRecord(campaign="c", trial_id=trial_id, kind=kind, status="complete",
+                           val_bpb=value, recipe=recipe.model_dump(mode="json"),
+                           fingerprint=recipe.fingerprint(), proposer=proposer,
+                           parent=None if kind == "proxy" else "p0001", budget=steps,
+                           curve=curve if kind != "proxy" else [])
+    records = [run("p0001", "proxy", 0.01, 20, 0, 4.0)]
+    records += [run(f"s{seed}", "stress", 0.004, 200, seed, stress_at) for seed in range(seeds)]
+    records += [run(f"r{m:g}-{seed}", "rung", 0.004 * m, 200, seed, value, LR_FAMILY_PROPOSER)
+                for m, value in family.items() for seed in range(seeds)]
+    return records
+
+
+def test_the_curve_is_moved_to_the_level_of_its_familys_best_rate() -> None:
+    """The export sets the target's rate afresh, so a stress run at a rate its own family beat
+    would carry the proxy's mistuning into the prediction: the curve ends at the family's best
+    (bench/transfer.py: the baseline's prediction 12.6-26.6% high, 3.8-21.7% from the best)."""
+    records = _top_rung(stress_at=3.6, family={0.5: 3.4, 2.0: 3.8})
+    winner = records[0]
+    prediction = predict(records, winner, get_target("toy").shape)
+    assert prediction.tuned == TunedLevel(3.4, 0.5, 3.6, 2)
+    assert prediction.last_val_bpb == pytest.approx(3.4)
+    assert prediction.proxy_center(prediction.last_bytes) == pytest.approx(3.4)
+    assert any(a.startswith("level: the recipe at 0.5× the stress run's rate")
+               for a in prediction.assumptions())
+    again = Prediction.from_json(json.loads(json.dumps(prediction.to_json())))
+    assert again.tuned == prediction.tuned
+
+
+def test_a_stress_run_at_its_familys_best_rate_keeps_its_own_level() -> None:
+    records = _top_rung(stress_at=3.4, family={0.5: 3.5, 2.0: 3.8})
+    assert tuned_level(records, "p0001", records[1]) is None
+    prediction = predict(records, records[0])
+    assert prediction.tuned is None and prediction.last_val_bpb == pytest.approx(3.4)
+    assert any(a.startswith("level: the stress run's measured val_bpb")
+               for a in prediction.assumptions())
+    assert tuned_level(records[:3], "p0001", records[1]) is None, "no family, no level"

@@ -11,6 +11,10 @@ Two choices make the prediction comparable with what the cloud run measures:
 - the x-axis is bytes of training text seen (tokens × bytes per token), not steps, since
   the cloud run's batch and tokenizer differ from the proxy's.
 
+The curve ends at the recipe's best rate where it was trained (:func:`tuned_level`): a stress
+run at a rate its own learning-rate family beat would carry the proxy's mistuned rate into the
+prediction, though the export sets the target's rate afresh.
+
 A larger model reaches a lower loss from the same text, so the proxy's curve is moved by a
 model-size term. When the campaign's width rung trained the recommendation at two sizes
 (:mod:`recipelab.transfer.width`), their measured gap, carried to the target's size by
@@ -39,6 +43,7 @@ from typing import Any
 
 from recipelab.recipe import Recipe, Shape
 from recipelab.trajectory.analysis import scored_proxies, spearman
+from recipelab.trajectory.horizon import families
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.powerlaw import PowerLaw, fit_power_law
@@ -94,6 +99,45 @@ class SizeTerm:
 
 
 @dataclass(frozen=True)
+class TunedLevel:
+    """The recipe at its best rate where its stress run trained: the lowest mean val_bpb of
+    its learning-rate family at that budget, over the seeds each rate trained."""
+
+    val_bpb: float
+    multiple: float  # that rate over the stress run's
+    stress_val_bpb: float  # the stress run's own, at its rate
+    seeds: int
+
+    def describe(self) -> str:
+        return (f"level: the recipe at {self.multiple:g}× the stress run's rate, its family's "
+                f"best at that budget ({self.val_bpb:.4f}, {self.seeds} seed(s), against "
+                f"{self.stress_val_bpb:.4f} at × 1): the export sets the target's rate afresh, "
+                "so the target does not inherit the proxy's mistuned rate")
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"val_bpb": self.val_bpb, "multiple": self.multiple,
+                "stress_val_bpb": self.stress_val_bpb, "seeds": self.seeds}
+
+
+def tuned_level(records: Sequence[TrialRecord], trial_id: str, run: TrialRecord
+                ) -> TunedLevel | None:
+    """``trial_id`` at its family's best rate at ``run``'s budget, when that rate scored
+    below the run's own rate; None without a family there or when × 1 was the best."""
+    by_rate: dict[float, list[float]] = {}
+    for lr, value in families(records).get(trial_id, {}).get(run.budget_steps, []):
+        by_rate.setdefault(lr, []).append(value)
+    own = float(run.recipe["optimizer"]["lr"])
+    at_own = next((values for lr, values in by_rate.items() if math.isclose(lr, own)), None)
+    if not at_own or len(by_rate) < 2:
+        return None
+    lr, values = min(by_rate.items(), key=lambda item: sum(item[1]) / len(item[1]))
+    level, stress = sum(values) / len(values), sum(at_own) / len(at_own)
+    if level >= stress:
+        return None
+    return TunedLevel(val_bpb=level, multiple=lr / own, stress_val_bpb=stress, seeds=len(values))
+
+
+@dataclass(frozen=True)
 class Prediction:
     """val_bpb(bytes of training text seen) with its band and what it rests on."""
 
@@ -108,6 +152,7 @@ class Prediction:
     rank_pairs: int
     size: SizeTerm | None = None  # None: the proxy's own curve (the target is the proxy)
     measured_size: SizeGap | None = None  # the width rung's, which replaces the law's ratio
+    tuned: TunedLevel | None = None  # the level the curve was moved to, below the run's own
 
     def proxy_center(self, bytes_seen: float) -> float:
         """The proxy's curve; flat at the last measurement when no curve could be fitted,
@@ -190,7 +235,9 @@ class Prediction:
         """What the prediction rests on, in words shown beside it."""
         items = [
             f"curve: the stress run {self.source_trial}'s training loss in val_bpb units "
-            f"(scaled to its measured val_bpb {self.last_val_bpb:.4f}), against bytes of training text",
+            f"(scaled to {self.last_val_bpb:.4f} at its end), against bytes of training text",
+            self.tuned.describe() if self.tuned is not None else
+            "level: the stress run's measured val_bpb (no rate in its family scored lower)",
             "fit: " + (self.fit.describe().replace("t^", "bytes^") if self.fit else
                        "too few points to fit; the prediction is flat at the last measurement"),
             self.describe_size(),
@@ -223,6 +270,7 @@ class Prediction:
             "size": self.size.to_json() if self.size is not None else None,
             "measured_size": (self.measured_size.to_json() if self.measured_size is not None
                               else None),
+            "tuned": self.tuned.to_json() if self.tuned is not None else None,
             "assumptions": self.assumptions(),
         }
 
@@ -230,6 +278,7 @@ class Prediction:
     def from_json(cls, data: dict[str, Any]) -> Prediction:
         """The prediction as :meth:`to_json` wrote it (an export's ``prediction.json``)."""
         fit, size, measured = data.get("fit"), data.get("size"), data.get("measured_size")
+        tuned = data.get("tuned")
         return cls(source_trial=str(data["source_trial"]),
                    fit=None if fit is None else PowerLaw(
                        a=float(fit["a"]), b=float(fit["b"]), c=float(fit["c"]),
@@ -241,7 +290,10 @@ class Prediction:
                    rank_pairs=int(data.get("rank_pairs", 0)),
                    size=None if size is None else SizeTerm(int(size["proxy_params"]),
                                                            int(size["target_params"])),
-                   measured_size=None if measured is None else SizeGap.from_json(measured))
+                   measured_size=None if measured is None else SizeGap.from_json(measured),
+                   tuned=None if tuned is None else TunedLevel(
+                       float(tuned["val_bpb"]), float(tuned["multiple"]),
+                       float(tuned["stress_val_bpb"]), int(tuned["seeds"])))
 
 
 def bytes_per_token(recipe: Recipe) -> float:
@@ -286,6 +338,9 @@ def predict(records: Sequence[TrialRecord], winner: TrialRecord,
     measured = run.val_bpb if run.val_bpb is not None else winner.val_bpb
     if measured is None or not math.isfinite(measured):
         raise ValueError(f"trial {run.trial_id} has no val_bpb to anchor a prediction on")
+    tuned = tuned_level(records, winner.trial_id, run) if run is not winner else None
+    if tuned is not None:
+        measured = tuned.val_bpb
     # nats per token -> val_bpb: the run's own ratio (tokenizer and train/validation gap in one)
     scale = measured / last_loss if last_loss and last_loss > 0 else 1 / math.log(2)
     xs = [float(p["step"]) * per_step for p in points]
@@ -302,4 +357,5 @@ def predict(records: Sequence[TrialRecord], winner: TrialRecord,
                       rank_agreement=rho, rank_pairs=pairs,
                       size=None if target is None else SizeTerm(
                           non_embedding_params(recipe.shape), non_embedding_params(target)),
-                      measured_size=None if target is None else measured_gap(records))
+                      measured_size=None if target is None else measured_gap(records),
+                      tuned=tuned)
