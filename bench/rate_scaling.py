@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipelab.recipe import Recipe
+from recipelab.recipe import Recipe, non_embedding_params
 from recipelab.targets import Target, load_target_file, proxy_recipe
 from recipelab.trajectory.horizon import best_log_lr
-from recipelab.transfer.steplaw import LR_PARAMS_EXPONENT, law_learning_rate, non_embedding_params
+from recipelab.transfer.steplaw import LR_PARAMS_EXPONENT, law_learning_rate
 from recipelab.transfer.width import width_targets
 from transfer import EVAL_BYTES, PRESET, TARGET, Arm, at_law_batch, final, pretrain
 

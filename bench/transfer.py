@@ -35,7 +35,10 @@ It prints each arm's mean val_bpb and seed spread, the recommendation's gain ove
 and the law with the paired per-seed gains, the prediction error |predicted − measured| /
 measured, the factor between the exported rate and the sweep's best, and how many arms were
 already in the order they end in at each evaluation against their rate × each ``--both-at``
-factor (whether an early comparison could choose the rate). Every campaign and run is cached
+factor (whether an early comparison could choose the rate). A campaign that kept the baseline
+(the check one size up, or the top rung, named no pick: ``kept_baseline`` in the manifest)
+exports the baseline as its recommendation; the rank bar counts the campaigns that named a
+winner. Every campaign and run is cached
 in ``--out`` (a run whose recipe is unchanged is not trained again), so an interrupted bench
 resumes, and an export rule changed since is re-measured.
 
@@ -64,7 +67,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from recipelab.recipe import Recipe
+from recipelab.recipe import Recipe, non_embedding_params
 from recipelab.targets import load_target_file, proxy_recipe
 from recipelab.trajectory.horizon import best_log_lr, best_rate, families
 from recipelab.trajectory.record import TrialRecord
@@ -75,7 +78,6 @@ from recipelab.transfer.steplaw import (
     LR_TOKENS_EXPONENT,
     law_batch_tokens,
     law_learning_rate,
-    non_embedding_params,
 )
 from recipelab.transfer.verify import read_evaluations, verify
 from recipelab.transfer.width import WIDTH_ALPHA, width_targets
@@ -437,6 +439,7 @@ def main() -> None:
             early.setdefault(f, []).extend(early_order(runs, f, args.seeds))
         manifest = json.loads((recommended / "manifest.json").read_text())
         row = {"campaign": c.name, "winner": manifest["winner"],
+               "kept_baseline": bool(manifest.get("kept_baseline")),
                "recommended": rec, "baseline": base,
                "gain_over_baseline": over_base, "gain_over_law": over_law,
                "beats_baseline": beyond_spread(over_base, rec, base),
@@ -455,7 +458,9 @@ def main() -> None:
                "proxy_best": proxy_best_anchor(c, manifest, best_lr),
                "distance": manifest["distance"], "code_version": manifest["code_version"]}
         summary["campaigns"].append(row)
-        print(f"\n{c.name} (winner {manifest['winner']}, {manifest['recommended']}):")
+        print(f"\n{c.name} (" + (f"kept the baseline: {manifest['chosen_because']}"
+                                 if row["kept_baseline"] else
+                                 f"winner {manifest['winner']}, {manifest['recommended']}") + "):")
         print(f"  recommended {statistics.mean(rec):.4f} (spread {spread(rec):.4f}), "
               f"baseline {statistics.mean(base):.4f} (spread {spread(base):.4f})")
         print(f"  gain over the baseline per seed {', '.join(f'{g:+.4f}' for g in over_base)}; "
@@ -484,15 +489,17 @@ def main() -> None:
               f"curve predicts {ladder['predicted_from_top']:.4f} "
               f"({ladder['error_from_top']:.1%})")
     rows = summary["campaigns"]
-    held = sum(r["beats_baseline"] and r["beats_law"] for r in rows)
+    named = [r for r in rows if not r["kept_baseline"]]
+    held = sum(r["beats_baseline"] and r["beats_law"] for r in named)
     print(f"\nrank held at the target (beats the baseline and the law's default by more than "
-          f"the seed spread): {held} of {len(rows)} campaigns")
+          f"the seed spread): {held} of the {len(named)} campaigns that named a winner "
+          f"({len(rows) - len(named)} kept the baseline)")
     print("prediction error: " + ", ".join(f"{r['prediction_error']:.1%}" for r in rows)
           + "; exported rate / best rate: " + ", ".join(f"{1 / r['lr_factor']:.2f}" for r in rows))
     met = sum(r["beats_baseline"] and r["beats_law"] and r["prediction_error"] <= PREDICTION_BAR
-              and 1 / RATE_BAR <= r["lr_factor"] <= RATE_BAR for r in rows)
+              and 1 / RATE_BAR <= r["lr_factor"] <= RATE_BAR for r in named)
     print(f"all four (beats both, prediction within {PREDICTION_BAR:.0%}, exported rate within "
-          f"{RATE_BAR:g}× the best): {met} of {len(rows)} campaigns")
+          f"{RATE_BAR:g}× the best): {met} of {len(named)} campaigns that named a winner")
     for f, pairs in early.items():
         counts = [sum(column) for column in zip(*pairs, strict=True)]
         print(f"exported rate × {f:g} against × 1, pairs in the order they end at each of the "
@@ -513,7 +520,9 @@ def verified_of(rows: Sequence[dict[str, Any]], seeds: int) -> Verified:
     return Verified(
         distance=Distance(*(min(r["distance"][axis] for r in rows)
                             for axis in ("params", "tokens", "context"))),
-        campaigns=len(rows), seeds=seeds, held=sum(bool(r["beats_baseline"]) for r in rows),
+        campaigns=len(rows), seeds=seeds,
+        held=sum(bool(r["beats_baseline"]) for r in rows if not r["kept_baseline"]),
+        kept=sum(bool(r["kept_baseline"]) for r in rows),
         prediction_errors=[r["prediction_error"] for r in rows],
         baseline_prediction_errors=[r["baseline_prediction_error"] for r in rows],
         rate_factors=[1 / r["lr_factor"] for r in rows],

@@ -87,8 +87,12 @@ def attributed_campaign(tmp_path_factory: pytest.TempPathFactory, corpus: Corpus
 
     settings = CampaignSettings(name="attributed", preset="tiny", corpus=corpus, precision="fp32",
                                 window=WindowSettings(iterations=4),
+                                # no width rung: the fake's best rate does not move with size,
+                                # so one size up the law's lower rate loses and the campaign
+                                # would keep the baseline (tests/agent/phases/test_width_phase.py)
                                 ladder=LadderSettings(promote=1, stress_steps=30,
-                                                      stress_checkpoint_every=10, rung_size=0),
+                                                      stress_checkpoint_every=10, rung_size=0,
+                                                      width_rung=False),
                                 search=SearchSettings(noise_seeds=3), executor=ExecutorSettings(parallel=1))
     baseline = settings.baseline()
 

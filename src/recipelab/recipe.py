@@ -373,6 +373,12 @@ def layer_param_count(shape: Shape) -> int:
     return attn + ffn + norms
 
 
+def non_embedding_params(shape: Shape) -> int:
+    """``N`` as scaling laws count it: the transformer blocks, without the token and position
+    tables, the final norm or the output head."""
+    return shape.n_layer * layer_param_count(shape)
+
+
 def param_count(shape: Shape, seq_len: int) -> int:
     """Exact parameter count of :class:`recipelab.trainer.model.GPT` built from ``shape``."""
     embeddings = shape.vocab_size * shape.d_model

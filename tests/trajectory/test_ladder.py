@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 import pytest
 
+from recipelab.targets import proxy_recipe
 from recipelab.trajectory.ladder import (
     FAMILY_REACH,
     RungPlan,
@@ -21,6 +22,7 @@ from recipelab.trajectory.ladder import (
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.verdict import Rung
+from recipelab.trajectory.width_check import CONTROL_ARM, WIDTH_KIND, WIDTH_MULTIPLE
 
 
 def proxy(trial_id: str, val_bpb: float, *, baseline: bool = False, seed: int = 0) -> TrialRecord:
@@ -323,6 +325,48 @@ def test_when_every_finalist_diverges_and_the_baseline_does_not_the_campaign_kee
     all_blew_up = Ledger([*PROXIES, *map(diverged, runs)], promote=2)
     assert all_blew_up.kept_baseline is None and all_blew_up.recommended is None
     assert "so no recipe is recommended" in all_blew_up.winner_line()
+
+
+def one_size_up(winner: float, baseline: float, parent: str = "p0001") -> list[TrialRecord]:
+    """The width rung's runs at twice the width: ``parent``'s, and the baseline's control."""
+    recipe = proxy_recipe("tiny").model_dump(mode="json")
+    return [TrialRecord(campaign="c", trial_id=f"w000{i}", kind=WIDTH_KIND, status="complete",
+                        recipe=recipe, parent=trial, budget=1000, val_bpb=value,
+                        edit={"width_multiple": WIDTH_MULTIPLE, **arm})
+            for i, (trial, value, arm) in enumerate(((parent, winner, {}),
+                                                     ("p0000", baseline, CONTROL_ARM)))]
+
+
+def test_a_winner_the_baseline_beats_one_size_up_beyond_the_noise_is_overruled() -> None:
+    """The ladder's winner still wins the ladder (the width rung trains it), but what the
+    campaign recommends, and the hand-off trains, is the baseline."""
+    named = [*PROXIES, proxy("p0007", 2.03, baseline=True, seed=1),  # a floor of 0.03
+             *top({"p0001": (0.20, 0.22, 0.21)})]
+    ledger = Ledger([*named, *one_size_up(3.40, 3.30)])
+    assert ledger.winner is not None and ledger.winner.record.trial_id == "p0001"
+    assert ledger.ladder_recommended is not None and ledger.ladder_recommended[0].trial_id == "p0001"
+    kept = ledger.kept_baseline
+    assert kept is not None and kept.trial_id == "p0000"
+    because = ("one size up the baseline beat the winner p0001 by 0.1000, more than the noise "
+               "floor (±0.0300)")
+    assert ledger.recommended == (kept, f"the baseline the campaign keeps: {because}")
+    assert ledger.winner_line().startswith("winner: p0001, evidence: top rung")
+    assert ledger.winner_line().endswith(f"; but {because}: keep the baseline")
+
+
+@pytest.mark.parametrize("width_runs", [
+    one_size_up(3.32, 3.30),  # lost, within the floor
+    one_size_up(3.30, 3.40),  # held
+    one_size_up(3.40, 3.30, parent="p0002"),  # another recipe's run
+], ids=["within the floor", "held", "not the winner's"])
+def test_the_check_one_size_up_overrules_only_a_clear_loss_of_the_winner(
+        width_runs: list[TrialRecord]) -> None:
+    named = [*PROXIES, proxy("p0007", 2.03, baseline=True, seed=1),
+             *top({"p0001": (0.20, 0.22, 0.21)})]
+    ledger = Ledger([*named, *width_runs])
+    assert ledger.kept_baseline is None and ledger.lost_one_size_up is None
+    assert ledger.recommended is not None and ledger.recommended[0].trial_id == "p0001"
+    assert "keep the baseline" not in ledger.winner_line()
 
 
 def test_without_a_paired_top_rung_the_winner_line_says_it_is_provisional() -> None:

@@ -53,7 +53,11 @@ def test_within_the_verified_distance_there_is_no_warning_and_beyond_it_one_nami
     assert shipped == verified()
     within = distance_lines(BENCH, shipped, (2.0, 2.4))
     assert len(within) == 2 and within[1].startswith("Verified: bench/transfer.py verified 63×")
-    assert "in 2 of 3" in within[1] and "3.6%/0.0%/1.3%" in within[1]
+    assert "in 2 of 3;" in within[1] and "3.6%/0.0%/1.3%" in within[1]
+    kept = dataclasses.replace(verified(), kept=1)  # one night kept the baseline: no pick to beat it
+    assert "in 2 of 2 (1 kept the baseline);" in distance_lines(BENCH, kept, (2.0, 2.4))[1]
+    before_kept = {k: v for k, v in verified().to_json().items() if k != "kept"}
+    assert Verified.from_json(before_kept) == verified(), "a file from before 'kept' still reads"
     missed = dataclasses.replace(verified(), baseline_prediction_errors=[0.02, 0.599, 0.03])
     warned = distance_lines(BENCH, missed, (2.0, 2.4))
     assert warned[-1].startswith("Warning: where it was verified the prediction missed by up "

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from recipelab.recipe import Recipe
+from recipelab.recipe import Recipe, non_embedding_params
 from recipelab.targets import get_target, proxy_recipe
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
@@ -24,7 +24,6 @@ from recipelab.transfer.prediction import (
     size_law_loss,
     tuned_level,
 )
-from recipelab.transfer.steplaw import non_embedding_params
 from recipelab.transfer.width import SizeGap
 
 

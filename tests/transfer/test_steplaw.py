@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
-from recipelab.recipe import Recipe, Shape
+from recipelab.recipe import Recipe, Shape, non_embedding_params
 from recipelab.targets import Target, proxy_recipe
-from recipelab.transfer.steplaw import Anchored, Scale, non_embedding_params
+from recipelab.transfer.steplaw import Anchored, Scale
 
 PROXY = proxy_recipe("cpu", "llama2-7b")
 GPT2_SMALL = Target("gpt2-small", "GPT-2 small's shape", Shape(

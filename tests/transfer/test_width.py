@@ -1,6 +1,5 @@
 """The width rung's size term: the two models it trains, the law through their scores, and
-the pair of runs it reads from a campaign's records; and its check one size up, the
-recommendation against the baseline at twice the width."""
+the pair of runs it reads from a campaign's records."""
 
 from __future__ import annotations
 
@@ -8,19 +7,11 @@ import math
 
 import pytest
 
+from recipelab.recipe import non_embedding_params
 from recipelab.targets import get_target, proxy_recipe
 from recipelab.trajectory.record import TrialRecord
-from recipelab.transfer.steplaw import non_embedding_params
-from recipelab.transfer.width import (
-    MAX_CONTEXT,
-    WIDTH_ALPHA,
-    WIDTH_KIND,
-    SizeGap,
-    WidthCheck,
-    measured_gap,
-    width_check,
-    width_targets,
-)
+from recipelab.trajectory.width_check import WIDTH_KIND
+from recipelab.transfer.width import MAX_CONTEXT, WIDTH_ALPHA, SizeGap, measured_gap, width_targets
 
 
 def test_the_wider_model_keeps_the_head_size_the_groups_and_the_depth_to_width_ratio() -> None:
@@ -96,34 +87,3 @@ def test_no_gap_without_a_scored_pair(partner: TrialRecord) -> None:
 def test_the_baselines_run_at_twice_the_width_is_no_part_of_the_gap() -> None:
     control = width_run("w0002", 2, 3.0, parent="p0003", control=True)  # even under its parent
     assert measured_gap([width_run("w0000", 1, 3.4), control]) is None
-
-
-def test_the_check_one_size_up_sets_the_baseline_beside_the_recommendation() -> None:
-    records = [width_run("w0000", 1, 3.4), width_run("w0001", 2, 3.3),
-               width_run("w0002", 2, 3.38, parent="p0000", control=True)]
-    check = width_check(records)
-    assert check is not None and check.runs == ("w0001", "w0002")
-    assert check.gain == pytest.approx(0.08) and check.held
-    assert "gain +0.0800, the gain held" in check.describe()
-    worse = width_check([*records[:2], width_run("w0002", 2, 3.25, parent="p0000", control=True)])
-    assert worse is not None and not worse.held
-    assert "the gain did not hold: keep the baseline" in worse.describe()
-
-
-def test_a_gain_one_size_up_within_the_campaigns_noise_floor_says_nothing() -> None:
-    tie = WidthCheck(713_728, 3.30, 3.31, ("w0001", "w0002"), floor=0.04)
-    assert tie.within_noise and not tie.held
-    assert "+0.0100, within the noise floor (±0.0400)" in tie.describe()
-    clear = WidthCheck(713_728, 3.30, 3.38, ("w0001", "w0002"), floor=0.04)
-    assert clear.held and not clear.within_noise
-    lost = WidthCheck(713_728, 3.38, 3.30, ("w0001", "w0002"), floor=0.04)
-    assert not lost.held and not lost.within_noise and "did not hold" in lost.describe()
-
-
-@pytest.mark.parametrize("control", [
-    width_run("w0002", 2, 3.38, parent="p0000", control=True, seed=1),  # another seed
-    width_run("w0002", 1, 3.38, parent="p0000", control=True),  # another size
-    width_run("w0002", 2, None, parent="p0000", control=True, status="failed"),
-], ids=["seed", "size", "failed"])
-def test_no_check_without_a_scored_control_of_the_same_size_and_seed(control: TrialRecord) -> None:
-    assert width_check([width_run("w0000", 1, 3.4), width_run("w0001", 2, 3.3), control]) is None

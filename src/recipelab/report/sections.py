@@ -27,10 +27,10 @@ from recipelab.trajectory.horizon import HorizonFit, horizon_rule
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
 from recipelab.trajectory.noise import NoiseFloor
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.width_check import width_check
 from recipelab.transfer.distance import distance_lines, load_verified
 from recipelab.transfer.export import Exported, ExportOptions, recommended_export
 from recipelab.transfer.prediction import bytes_per_token, predict
-from recipelab.transfer.width import width_check
 from recipelab.units import MIB
 
 TOP_N = 10

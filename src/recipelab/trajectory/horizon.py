@@ -26,9 +26,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, has_score
+from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER
 from recipelab.trajectory.noise import CONFIDENCE
-from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.record import TrialRecord, has_score
 
 MIN_LEARNING_RATES = 3
 """Distinct learning rates a family needs before a quadratic in log lr says anything."""

@@ -69,9 +69,10 @@ from recipelab.trajectory.noise import (
     paired_gain,
     seed_family,
 )
-from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.record import TrialRecord, has_score
 from recipelab.trajectory.rung import rung_score
 from recipelab.trajectory.verdict import Control, Counts, Evidence, Rung, TopRungVerdict, Winner
+from recipelab.trajectory.width_check import WidthCheck, width_check
 
 LR_FAMILY_PROPOSER = "lr-family"
 """A rung run of a recipe at a multiple of its rate (``edit["lr_family"]``): the baseline's
@@ -85,12 +86,6 @@ def is_extra_seed(record: TrialRecord) -> bool:
     if record.proposer == SEED_RERUN_PROPOSER:
         return True
     return record.proposer == BASELINE_PROPOSER and set(record.edit) == {"seed"}
-
-
-def has_score(record: TrialRecord) -> bool:
-    """A complete trial with a finite val_bpb."""
-    return (record.status == "complete" and record.val_bpb is not None
-            and math.isfinite(record.val_bpb))
 
 
 def mid_ranked(ranked: Sequence[T], k: int) -> list[T]:
@@ -406,7 +401,14 @@ class Ledger:
 
     def winner_line(self) -> str:
         """The one sentence naming the winner (or why there is none) with its evidence, seeds
-        and gain: the campaign, ``status``, the report and ``export`` all print it."""
+        and gain, and whether the check one size up overruled it: the campaign, ``status``,
+        the report and ``export`` all print it."""
+        line = self._ladder_line()
+        if self.lost_one_size_up is not None:
+            line += f"; but {self.kept_because}: keep the baseline"
+        return line
+
+    def _ladder_line(self) -> str:
         top = self.verdict()
         if top is not None:
             return top.line()
@@ -514,31 +516,51 @@ class Ledger:
 
     @property
     def recommended(self) -> tuple[TrialRecord, str] | None:
-        """What the campaign recommends training, and why: the winner, else the baseline it
-        keeps (:attr:`kept_baseline`), so the hand-off trains what the night concluded. None
-        before either."""
-        winner = self.winner
-        if winner is not None:
-            return winner.record, winner.because
+        """What the campaign recommends training, and why: the baseline it keeps
+        (:attr:`kept_baseline`), else the winner, so the hand-off trains what the night
+        concluded. None before either."""
         kept = self.kept_baseline
-        if kept is None:
+        if kept is not None:
+            return kept, f"the baseline the campaign keeps: {self.kept_because}"
+        winner = self.winner
+        return None if winner is None else (winner.record, winner.because)
+
+    @property
+    def ladder_recommended(self) -> tuple[TrialRecord, str] | None:
+        """What the ladder recommends, before the check one size up can overrule it: the
+        recipe the width rung trains."""
+        winner = self.winner
+        return (winner.record, winner.because) if winner is not None else self.recommended
+
+    @cached_property
+    def lost_one_size_up(self) -> WidthCheck | None:
+        """The check one size up (:mod:`recipelab.trajectory.width_check`) when the baseline
+        beat the winner there by more than the noise floor; None otherwise."""
+        winner = self.winner
+        if winner is None:
             return None
-        return kept, f"the baseline the campaign keeps: {self._kept_because}"
+        check = width_check(self.records, winner.record.trial_id)
+        return check if check is not None and check.lost else None
 
     @property
     def kept_baseline(self) -> TrialRecord | None:
         """The baseline when the campaign's answer is "keep the baseline": the top rung
-        measured every finalist against it and named none better beyond the noise, or every
-        finalist's own stress run diverged where the baseline's did not. The baseline is then
-        what the hand-off trains. None otherwise."""
-        if self._kept_because is None:
+        measured every finalist against it and named none better beyond the noise, every
+        finalist's own stress run diverged where the baseline's did not, or the baseline beat
+        the winner one size up (:attr:`lost_one_size_up`). The baseline is then what the
+        hand-off trains. None otherwise."""
+        if self.kept_because is None:
             return None
         return next((r for r in self.proxies if r.trial_id == self.baseline_id), None)
 
     @cached_property
-    def _kept_because(self) -> str | None:
+    def kept_because(self) -> str | None:
         """Why the campaign keeps the baseline, or None; read once (it asks for the top
         rung's verdict and the winner, and the ledger's records never change)."""
+        lost, winner = self.lost_one_size_up, self.winner
+        if lost is not None and winner is not None:
+            return (f"one size up the baseline beat the winner {winner.record.trial_id} by "
+                    f"{-lost.gain:.4f}, more than the noise floor (±{lost.floor:.4f})")
         top = self.verdict()
         if top is not None:
             return (None if top.primary is not None else

@@ -7,6 +7,7 @@ orchestrator leaves evidence of what was in flight.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -148,6 +149,12 @@ class TrialRecord(SQLModel):
 
     def to_row(self) -> TrialRow:
         return TrialRow(**self.model_dump())
+
+
+def has_score(record: TrialRecord) -> bool:
+    """A complete trial with a finite val_bpb."""
+    return (record.status == "complete" and record.val_bpb is not None
+            and math.isfinite(record.val_bpb))
 
 
 class TrialRow(TrialRecord, table=True):

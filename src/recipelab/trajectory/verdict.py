@@ -19,8 +19,10 @@ them, every surface prints them.
   without one either, the finalist with the lowest mean val_bpb over its seeds wins, and the
   winner says its evidence is only the proxy;
 - **kept baseline** (:attr:`Ledger.kept_baseline`): the campaign's answer is the baseline
-  when the top rung named no winner beyond noise, or when every finalist's own stress run
-  diverged and the baseline's did not; the hand-off then trains the baseline.
+  when the top rung named no winner beyond noise, when every finalist's own stress run
+  diverged and the baseline's did not, or when the baseline beat the winner one size up by
+  more than the noise floor (:mod:`recipelab.trajectory.width_check`); the hand-off then
+  trains the baseline.
 """
 
 from __future__ import annotations

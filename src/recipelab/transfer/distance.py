@@ -67,6 +67,7 @@ class Verified:
     rate_factors: list[float]  # exported rate ÷ the target's best, one per campaign
     code_version: str
     date: str
+    kept: int = 0  # campaigns that kept the baseline: they named no pick to beat it
 
     def text(self) -> str:
         errors = "/".join(f"{e:.1%}" for e in self.prediction_errors)
@@ -74,7 +75,8 @@ class Verified:
         rates = "/".join(f"{f:.2f}" for f in self.rate_factors)
         return (f"bench/transfer.py verified {self.distance.text()} ({_count(self.campaigns, 'campaign')}, "
                 f"{_count(self.seeds, 'seed')}, {self.date}, code {self.code_version}): the pick beat the "
-                f"exported baseline beyond the seed spread in {self.held} of {self.campaigns}; "
+                f"exported baseline beyond the seed spread in {self.held} of "
+                f"{self.campaigns - self.kept}{f' ({self.kept} kept the baseline)' if self.kept else ''}; "
                 f"prediction error {errors} (the baseline's {base}); exported rate "
                 f"{rates}× the target's best")
 

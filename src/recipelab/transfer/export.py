@@ -50,6 +50,7 @@ from recipelab.trajectory.attribution import result_json, result_of
 from recipelab.trajectory.horizon import HorizonFit, horizon_rule
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.width_check import width_check
 from recipelab.transfer import torchtitan
 from recipelab.transfer.distance import Distance, distance_lines, load_verified
 from recipelab.transfer.micro_batch import (
@@ -62,7 +63,6 @@ from recipelab.transfer.micro_batch import (
 )
 from recipelab.transfer.prediction import Prediction, bytes_per_token, predict
 from recipelab.transfer.steplaw import SOURCE, Anchored
-from recipelab.transfer.width import width_check
 from recipelab.units import GIB, MIB
 
 MAX_WARMUP_FRACTION = 0.02
@@ -398,6 +398,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
     manifest = {
         "campaign": campaign, "target": target.name, "winner": winner.trial_id,
         "chosen_because": because, "winner_val_bpb": winner.val_bpb,
+        "kept_baseline": trial is None and ledger.kept_baseline is not None,
         "winner_line": ledger.winner_line(),
         "horizon_rule": {"alpha": rule.alpha, "source": rule.source, "fits": rule.fits,
                          "rule": rule.describe()},
@@ -491,7 +492,7 @@ def _fallback(ledger: Ledger, exported: TrialRecord, trial: str | None
     if trial is not None:
         return None, "an exported --trial is a control arm, not a pick"
     if ledger.kept_baseline is not None:
-        return None, "no finalist beat the baseline at the top rung"
+        return None, f"the campaign keeps the baseline: {ledger.kept_because}"
     top = ledger.verdict()
     if top is not None and top.fallback is not None:
         return top.fallback, ""

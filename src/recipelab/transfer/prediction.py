@@ -41,13 +41,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from recipelab.recipe import Recipe, Shape
+from recipelab.recipe import Recipe, Shape, non_embedding_params
 from recipelab.trajectory.analysis import scored_proxies, spearman
 from recipelab.trajectory.horizon import families
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.powerlaw import PowerLaw, fit_power_law
-from recipelab.transfer.steplaw import non_embedding_params
 from recipelab.transfer.width import SizeGap, measured_gap
 
 MIN_BAND_FRACTION = 0.02

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipelab.recipe import Recipe, Shape, layer_param_count
+from recipelab.recipe import Recipe, Shape, non_embedding_params
 
 LR_COEFFICIENT = 1.79
 LR_PARAMS_EXPONENT = -0.713
@@ -26,12 +26,6 @@ LR_TOKENS_EXPONENT = 0.307
 BATCH_COEFFICIENT = 0.58
 BATCH_TOKENS_EXPONENT = 0.571
 SOURCE = "Step Law (Li et al. 2025, arXiv 2503.04715)"
-
-
-def non_embedding_params(shape: Shape) -> int:
-    """``N`` as the law counts it: the transformer blocks, without the token and position
-    tables, the final norm or the output head."""
-    return shape.n_layer * layer_param_count(shape)
 
 
 def law_learning_rate(params: int, tokens: int) -> float:

@@ -13,31 +13,21 @@ target's family at the proxy's width, and at :data:`WIDTH_MULTIPLE` × the width
 token count, so the target's prediction is the proxy's curve less ``A·(N_proxy^-α −
 N_target^-α)``, the gap the law puts between the proxy's size and the target's.
 
-The rung also trains the baseline, exported by the same rules, at twice the width: the
-recommendation's gain over it there (:class:`WidthCheck`) is the nearest larger size at which
-the campaign's answer is checked. On bench/transfer.py's three campaigns the gain at twice
-the width was +0.078 / +0.168 / +0.095 where the target's was +0.038 / +0.179 / −0.116, and
-the proxy's width said +0.24 / +0.09 / +0.31.
+The rung also trains the baseline at twice the width, beside the recommendation: the check
+one size up (:mod:`recipelab.trajectory.width_check`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from recipelab.recipe import Recipe, Shape
+from recipelab.recipe import Recipe, Shape, non_embedding_params
 from recipelab.targets import Target
-from recipelab.trajectory.ledger import has_score
-from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
-from recipelab.transfer.steplaw import non_embedding_params
+from recipelab.trajectory.width_check import WIDTH_MULTIPLE, is_control, scored_width_runs
 
-WIDTH_KIND = "width"
-CONTROL_ARM = {"arm": "baseline"}
-"""The edit entry that marks a width run as the baseline's (the control at twice the width)."""
-WIDTH_MULTIPLE = 2
 WIDTH_ALPHA = 0.34
 """The parameter exponent of Chinchilla's loss law (Hoffmann et al. 2022, approach 3)."""
 SIZE_RULE = "Chinchilla's L = E + A·N^-0.34 (Hoffmann et al. 2022, arXiv 2203.15556)"
@@ -108,20 +98,10 @@ class SizeGap:
                    float(wide["val_bpb"]), (str(narrow["trial"]), str(wide["trial"])))
 
 
-def is_control(record: TrialRecord) -> bool:
-    """Whether a width run is the baseline's, trained to check the recommendation's gain."""
-    return record.edit.get("arm") == CONTROL_ARM["arm"]
-
-
-def _scored_width_runs(records: Sequence[TrialRecord]) -> list[TrialRecord]:
-    return [r for r in records if r.kind == WIDTH_KIND and has_score(r)
-            and r.val_bpb is not None and math.isfinite(r.val_bpb)]
-
-
 def measured_gap(records: Sequence[TrialRecord]) -> SizeGap | None:
     """The campaign's size gap from its last pair of scored width runs of the recommendation
     (same parent, budget and seed, two sizes); None before the width rung has both."""
-    scored = [r for r in _scored_width_runs(records) if not is_control(r)]
+    scored = [r for r in scored_width_runs(records) if not is_control(r)]
     for wide in reversed(scored):
         wide_shape = Recipe.model_validate(wide.recipe).shape
         for narrow in reversed(scored):
@@ -133,72 +113,4 @@ def measured_gap(records: Sequence[TrialRecord]) -> SizeGap | None:
                 return SizeGap(non_embedding_params(recipe.shape), narrow.val_bpb,
                                non_embedding_params(wide_shape), wide.val_bpb,
                                (narrow.trial_id, wide.trial_id))
-    return None
-
-
-@dataclass(frozen=True)
-class WidthCheck:
-    """The recommendation and the baseline, both exported by the same rules, at twice the
-    proxy's width and the top rung's tokens, at one seed: whether the campaign's answer still
-    holds one size up. ``floor`` is the campaign's noise floor for a one-seed gain (its paired
-    spread, else the baseline seeds' range): a smaller gain, either way, says nothing."""
-
-    params: int  # non-embedding, of the wider model
-    recommended_val_bpb: float
-    baseline_val_bpb: float
-    runs: tuple[str, str]  # the recommendation's trial id, then the baseline's
-    floor: float | None = None
-
-    @property
-    def gain(self) -> float:
-        return self.baseline_val_bpb - self.recommended_val_bpb
-
-    @property
-    def within_noise(self) -> bool:
-        return self.floor is not None and abs(self.gain) <= self.floor
-
-    @property
-    def held(self) -> bool:
-        return self.gain > 0 and not self.within_noise
-
-    def describe(self) -> str:
-        if self.held:
-            verdict = "the gain held"
-        elif self.within_noise:
-            verdict = (f"within the noise floor (±{self.floor:.4f}): one size up the "
-                       "recommendation is no surer than the baseline; keep the baseline as "
-                       "the cloud run's control arm")
-        else:
-            verdict = ("the gain did not hold: keep the baseline as the cloud run's control "
-                       "arm, or train it instead")
-        return (f"at twice the proxy's width ({self.params:,} non-embedding parameters, the top "
-                f"rung's tokens, one seed) the recommendation scored "
-                f"{self.recommended_val_bpb:.4f} ({self.runs[0]}) and the baseline "
-                f"{self.baseline_val_bpb:.4f} ({self.runs[1]}): gain {self.gain:+.4f}, {verdict}")
-
-    def to_json(self) -> dict[str, object]:
-        return {"params": self.params, "gain": self.gain, "floor": self.floor,
-                "held": self.held, "within_noise": self.within_noise,
-                "recommended": {"val_bpb": self.recommended_val_bpb, "trial": self.runs[0]},
-                "baseline": {"val_bpb": self.baseline_val_bpb, "trial": self.runs[1]}}
-
-
-def width_check(records: Sequence[TrialRecord]) -> WidthCheck | None:
-    """The last scored control at twice the width beside the recommendation's run of that
-    size, budget and seed, judged by the campaign's noise floor; None before the rung has
-    both."""
-    scored = _scored_width_runs(records)
-    for control in reversed([r for r in scored if is_control(r)
-                             and r.edit.get("width_multiple") == WIDTH_MULTIPLE]):
-        recipe = Recipe.model_validate(control.recipe)
-        for run in reversed([r for r in scored if not is_control(r)]):
-            other = Recipe.model_validate(run.recipe)
-            if (run.budget_steps == control.budget_steps and other.seed == recipe.seed
-                    and other.shape.d_model == recipe.shape.d_model):
-                assert run.val_bpb is not None and control.val_bpb is not None
-                noise = noise_floor(records)
-                floor = None if noise is None else (
-                    noise.paired_spread if noise.paired_spread is not None else noise.spread)
-                return WidthCheck(non_embedding_params(recipe.shape), run.val_bpb,
-                                  control.val_bpb, (run.trial_id, control.trial_id), floor)
     return None

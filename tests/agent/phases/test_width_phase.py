@@ -21,15 +21,16 @@ from typer.testing import CliRunner
 from recipelab.agent.campaign import Campaign
 from recipelab.agent.setup.settings import CampaignSettings, save
 from recipelab.cli import app
-from recipelab.recipe import Recipe
+from recipelab.recipe import Recipe, non_embedding_params
 from recipelab.runner.fake import synthetic_outcome
 from recipelab.targets import get_target
 from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.store import TrajectoryStore
-from recipelab.transfer.steplaw import law_learning_rate, non_embedding_params
-from recipelab.transfer.width import MAX_CONTEXT, WIDTH_KIND, is_control, measured_gap
+from recipelab.trajectory.width_check import WIDTH_KIND, is_control
+from recipelab.transfer.steplaw import law_learning_rate
+from recipelab.transfer.width import MAX_CONTEXT, measured_gap
 
 from ..conftest import ScriptedProposer, events, fake_executor, read_jsonl
 
@@ -54,7 +55,7 @@ def run(settings: CampaignSettings, directory: Path, **executor: object) -> None
     save(settings, directory)  # what 'recipelab export' reads the campaign's name from
     proposer = ScriptedProposer(settings.baseline(), [{"optimizer.lr": 3e-3}])
     Campaign(settings, directory, proposer=proposer,
-             executor=fake_executor(outcome=sized_outcome, **executor)).run()
+             executor=fake_executor(**{"outcome": sized_outcome, **executor})).run()
 
 
 def width_runs(directory: Path, control: bool = False) -> list[TrialRecord]:
@@ -185,8 +186,8 @@ def test_without_a_winner_it_measures_the_baseline_the_campaign_keeps(
     assert manifest["chosen_because"].startswith("the baseline the campaign keeps")
     assert manifest["width_check"] is None
     assert not (out / "fallback-recipe.json").exists()  # no finalist beat it: nothing to fall back on
-    assert "Fallback: none (no finalist beat the baseline at the top rung)." in (
-        out / "transfer.md").read_text()
+    assert ("Fallback: none (the campaign keeps the baseline: the top rung named no finalist "
+            "better than it beyond the noise).") in (out / "transfer.md").read_text()
     prediction = json.loads((out / "prediction.json").read_text())
     with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
         gap = measured_gap(store.records())
@@ -196,6 +197,36 @@ def test_without_a_winner_it_measures_the_baseline_the_campaign_keeps(
     assert result.exit_code == 0, result.output
     report = (tmp_path / "report" / "report.md").read_text()
     assert "recommended: p0000" in report and "The baseline moved onto the target" in report
+
+
+def test_a_winner_the_baseline_beats_one_size_up_hands_off_the_baseline(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    """The winner's run at twice the width scores far worse than the baseline's there: the
+    campaign keeps the baseline, says so in its winner line, and ``recipelab export`` hands
+    the baseline off; resumed, the rung still reads the ladder's winner and trains nothing."""
+    def worse_one_size_up(spec: TrialSpec) -> TrialResult:
+        result = sized_outcome(spec)
+        assert result.val_bpb is not None
+        return result.model_copy(update={"val_bpb": result.val_bpb + 1.0 * (spec.trial_id == "w0001")})
+
+    run(settings, tmp_path, outcome=worse_one_size_up)
+    _, wide = width_runs(tmp_path)
+    assert wide.trial_id == "w0001" and wide.parent != "p0000"
+    line = events(tmp_path, "campaign_finished")[-1]["winner_line"]
+    assert line.startswith(f"winner: {wide.parent}")
+    assert f"; but one size up the baseline beat the winner {wide.parent} by " in line
+    assert line.endswith(": keep the baseline")
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
+                                      "cpu"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["winner"] == "p0000" and manifest["kept_baseline"] is True
+    assert manifest["width_check"]["lost"] is True
+    assert not (out / "fallback-recipe.json").exists()
+    before = read_jsonl(tmp_path / "trajectory.jsonl")
+    run(settings, tmp_path, outcome=worse_one_size_up)
+    assert read_jsonl(tmp_path / "trajectory.jsonl") == before
 
 
 def test_a_night_without_a_candidate_skips_it_and_says_why(

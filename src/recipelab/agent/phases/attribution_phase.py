@@ -47,8 +47,7 @@ from recipelab.trajectory.attribution import (
     variant_edit,
     variant_key,
 )
-from recipelab.trajectory.ledger import has_score
-from recipelab.trajectory.record import TrialRecord, utc_now
+from recipelab.trajectory.record import TrialRecord, has_score, utc_now
 from recipelab.trajectory.verdict import Winner
 
 ATTEMPTS = 5

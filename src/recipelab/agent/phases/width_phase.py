@@ -25,20 +25,12 @@ from recipelab.agent.campaign_context import POLL_INTERVAL_S, CampaignContext
 from recipelab.agent.phases.width_cost import cost, seconds
 from recipelab.agent.setup.window import measured_times
 from recipelab.agent.trials import TRIALS_DIR
-from recipelab.recipe import BASELINE_PROPOSER, Recipe
+from recipelab.recipe import BASELINE_PROPOSER, Recipe, non_embedding_params
 from recipelab.targets import Target, preset_target
 from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.width_check import CONTROL_ARM, WIDTH_KIND, WIDTH_MULTIPLE, width_check
 from recipelab.transfer.export import ExportOptions, recommended_export
-from recipelab.transfer.steplaw import non_embedding_params
-from recipelab.transfer.width import (
-    CONTROL_ARM,
-    WIDTH_KIND,
-    WIDTH_MULTIPLE,
-    SizeGap,
-    measured_gap,
-    width_check,
-    width_targets,
-)
+from recipelab.transfer.width import SizeGap, measured_gap, width_targets
 from recipelab.units import GIB
 
 ATTEMPTS = 5
@@ -71,7 +63,7 @@ class WidthPhase:
         if not ctx.settings.ladder.width_rung:
             ctx.log.info("width_skipped", reason="turned off (--no-width-rung)")
             return
-        chosen = ctx.ledger.recommended  # the campaign's own ledger: its --promote, its rungs
+        chosen = ctx.ledger.ladder_recommended  # the campaign's own ledger: its --promote, its rungs
         if chosen is None:
             ctx.log.info("width_skipped", reason=f"nothing to measure: {ctx.ledger.no_winner_reason}")
             return
