@@ -37,6 +37,17 @@ def test_a_gain_one_size_up_within_the_campaigns_noise_floor_says_nothing() -> N
     assert not tie.lost and not clear.lost and lost.to_json()["lost"] is True
 
 
+def test_over_two_seeds_the_check_compares_the_means_of_the_seeds_both_trained() -> None:
+    records = [width_run("w0001", 2, 3.30), width_run("w0002", 2, 3.38, parent="p0000", control=True),
+               width_run("w0004", 2, 3.40, seed=1),
+               width_run("w0005", 2, 3.36, parent="p0000", control=True, seed=1),
+               width_run("w0007", 2, 3.00, seed=2)]  # no control at seed 2: no part of it
+    check = width_check(records)
+    assert check is not None and check.seeds == 2 and check.runs == ("w0001+w0004", "w0002+w0005")
+    assert check.gain == pytest.approx(0.02)
+    assert "mean of 2 seeds" in check.describe() and check.to_json()["seeds"] == 2
+
+
 def test_a_loss_without_a_noise_floor_only_cautions() -> None:
     unmeasured = WidthCheck(713_728, 3.38, 3.30, ("w0001", "w0002"))
     assert not unmeasured.lost and not unmeasured.held

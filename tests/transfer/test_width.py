@@ -84,6 +84,17 @@ def test_no_gap_without_a_scored_pair(partner: TrialRecord) -> None:
     assert measured_gap([width_run("w0000", 1, 3.4), partner]) is None
 
 
+def test_over_two_seeds_the_gap_is_between_the_means() -> None:
+    records = [width_run("w0000", 1, 3.4), width_run("w0001", 2, 3.3),
+               width_run("w0002", 1, 3.6, seed=1), width_run("w0003", 2, 3.3, seed=1)]
+    gap = measured_gap(records)
+    assert gap is not None and gap.seeds == 2 and gap.runs == ("w0000+w0002", "w0001+w0003")
+    assert (gap.narrow_val_bpb, gap.wide_val_bpb) == pytest.approx((3.5, 3.3))
+    assert "means of 2 seeds" in gap.describe() and SizeGap.from_json(gap.to_json()) == gap
+    older = {k: v for k, v in gap.to_json().items() if k != "seeds"}  # a prediction.json of before
+    assert SizeGap.from_json(older).seeds == 1
+
+
 def test_the_baselines_run_at_twice_the_width_is_no_part_of_the_gap() -> None:
     control = width_run("w0002", 2, 3.0, parent="p0003", control=True)  # even under its parent
     assert measured_gap([width_run("w0000", 1, 3.4), control]) is None

@@ -26,6 +26,10 @@ WIDTH_KIND = "width"
 CONTROL_ARM = {"arm": "baseline"}
 """The edit entry that marks a width run as the baseline's (the control at twice the width)."""
 WIDTH_MULTIPLE = 2
+WIDTH_SEEDS = 2
+"""Seeds of each width run, from the campaign's own. One seed's gap was inside the seeds'
+spread on ``bench/transfer.py`` (the same run at two seeds differed by up to 0.18), and a
+run at the proxy's width and the top rung's tokens costs about one stress run."""
 
 
 def is_control(record: TrialRecord) -> bool:
@@ -38,18 +42,34 @@ def scored_width_runs(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     return [r for r in records if r.kind == WIDTH_KIND and has_score(r)]
 
 
+def seed_of(record: TrialRecord) -> int:
+    return int(record.recipe.get("seed", 0))
+
+
+def trial_ids(records: Sequence[TrialRecord]) -> str:
+    """The runs behind a mean over seeds, as one name: ``w0001+w0004``."""
+    return "+".join(r.trial_id for r in records)
+
+
+def mean_val_bpb(records: Sequence[TrialRecord]) -> float:
+    values = [r.val_bpb for r in records if r.val_bpb is not None]
+    return sum(values) / len(values)
+
+
 @dataclass(frozen=True)
 class WidthCheck:
     """The recommendation and the baseline, both exported by the same rules, at twice the
-    proxy's width and the top rung's tokens, at one seed: whether the campaign's answer still
-    holds one size up. ``floor`` is the campaign's noise floor for a one-seed gain (its paired
-    spread, else the baseline seeds' range): a smaller gain, either way, says nothing."""
+    proxy's width and the top rung's tokens, each a mean over the ``seeds`` both trained:
+    whether the campaign's answer still holds one size up. ``floor`` is the campaign's noise
+    floor for a one-seed gain (its paired spread, else the baseline seeds' range), kept for a
+    mean over more seeds, which is surer: a smaller gain, either way, says nothing."""
 
     params: int  # non-embedding, of the wider model
     recommended_val_bpb: float
     baseline_val_bpb: float
-    runs: tuple[str, str]  # the recommendation's trial id, then the baseline's
+    runs: tuple[str, str]  # the recommendation's trial ids, then the baseline's (trial_ids)
     floor: float | None = None
+    seeds: int = 1
 
     @property
     def gain(self) -> float:
@@ -83,35 +103,43 @@ class WidthCheck:
         else:
             verdict = ("the gain did not hold: keep the baseline as the cloud run's control "
                        "arm, or train it instead")
+        seeds = "one seed" if self.seeds == 1 else f"mean of {self.seeds} seeds"
         return (f"at twice the proxy's width ({self.params:,} non-embedding parameters, the top "
-                f"rung's tokens, one seed) the recommendation scored "
+                f"rung's tokens, {seeds}) the recommendation scored "
                 f"{self.recommended_val_bpb:.4f} ({self.runs[0]}) and the baseline "
                 f"{self.baseline_val_bpb:.4f} ({self.runs[1]}): gain {self.gain:+.4f}, {verdict}")
 
     def to_json(self) -> dict[str, object]:
-        return {"params": self.params, "gain": self.gain, "floor": self.floor,
+        return {"params": self.params, "gain": self.gain, "floor": self.floor, "seeds": self.seeds,
                 "held": self.held, "within_noise": self.within_noise, "lost": self.lost,
                 "recommended": {"val_bpb": self.recommended_val_bpb, "trial": self.runs[0]},
                 "baseline": {"val_bpb": self.baseline_val_bpb, "trial": self.runs[1]}}
 
 
 def width_check(records: Sequence[TrialRecord], parent: str | None = None) -> WidthCheck | None:
-    """The last scored control at twice the width beside the recommendation's run of that
-    size, budget and seed (the run of ``parent``'s when given), judged by the campaign's noise
-    floor; None before the rung has both."""
+    """The recommendation's runs at twice the width (``parent``'s when given) beside the
+    control of the same budget and seed, averaged over the seeds both have, for the latest
+    recommendation and budget, judged by the campaign's noise floor; None before the rung has
+    a pair."""
     scored = scored_width_runs(records)
-    for control in reversed([r for r in scored if is_control(r)
-                             and r.edit.get("width_multiple") == WIDTH_MULTIPLE]):
-        recipe = Recipe.model_validate(control.recipe)
-        for run in reversed([r for r in scored if not is_control(r)
-                             and parent in (None, r.parent)]):
-            other = Recipe.model_validate(run.recipe)
-            if (run.budget_steps == control.budget_steps and other.seed == recipe.seed
-                    and other.shape.d_model == recipe.shape.d_model):
-                assert run.val_bpb is not None and control.val_bpb is not None
-                noise = noise_floor(records)
-                floor = None if noise is None else (
-                    noise.paired_spread if noise.paired_spread is not None else noise.spread)
-                return WidthCheck(non_embedding_params(recipe.shape), run.val_bpb,
-                                  control.val_bpb, (run.trial_id, control.trial_id), floor)
-    return None
+    controls = [r for r in scored if is_control(r) and r.edit.get("width_multiple") == WIDTH_MULTIPLE]
+    runs = [r for r in scored if not is_control(r) and parent in (None, r.parent)]
+    pairs: dict[int, tuple[TrialRecord, TrialRecord]] = {}  # seed: (the recommendation's, the control)
+    chosen: tuple[str | None, int] | None = None  # the latest pair's parent and budget
+    for control in reversed(controls):
+        shape = Recipe.model_validate(control.recipe).shape
+        for run in reversed(runs):
+            if (run.budget_steps == control.budget_steps and seed_of(run) == seed_of(control)
+                    and Recipe.model_validate(run.recipe).shape.d_model == shape.d_model):
+                chosen = chosen or (run.parent, run.budget_steps)
+                if (run.parent, run.budget_steps) == chosen:
+                    pairs.setdefault(seed_of(control), (run, control))
+    if not pairs:
+        return None
+    ours, theirs = zip(*(pairs[seed] for seed in sorted(pairs)), strict=True)
+    noise = noise_floor(records)
+    floor = None if noise is None else (
+        noise.paired_spread if noise.paired_spread is not None else noise.spread)
+    return WidthCheck(non_embedding_params(Recipe.model_validate(theirs[0].recipe).shape),
+                      mean_val_bpb(ours), mean_val_bpb(theirs), (trial_ids(ours), trial_ids(theirs)), floor,
+                      len(pairs))

@@ -26,7 +26,14 @@ from typing import Any
 from recipelab.recipe import Recipe, Shape, non_embedding_params
 from recipelab.targets import Target
 from recipelab.trajectory.record import TrialRecord
-from recipelab.trajectory.width_check import WIDTH_MULTIPLE, is_control, scored_width_runs
+from recipelab.trajectory.width_check import (
+    WIDTH_MULTIPLE,
+    is_control,
+    mean_val_bpb,
+    scored_width_runs,
+    seed_of,
+    trial_ids,
+)
 
 WIDTH_ALPHA = 0.34
 """The parameter exponent of Chinchilla's loss law (Hoffmann et al. 2022, approach 3)."""
@@ -54,13 +61,15 @@ def width_targets(proxy: Shape, target: Target) -> tuple[Target, Target]:
 @dataclass(frozen=True)
 class SizeGap:
     """The val_bpb of the same recipe at two sizes and the same tokens (``narrow`` the
-    proxy's width, ``wide`` twice it), and the law through them."""
+    proxy's width, ``wide`` twice it), each a mean over the ``seeds`` both trained, and the
+    law through them."""
 
     narrow_params: int
     narrow_val_bpb: float
     wide_params: int
     wide_val_bpb: float
-    runs: tuple[str, str]  # the two runs' trial ids, narrow first
+    runs: tuple[str, str]  # the runs' trial ids, narrow first (trial_ids: w0000+w0003)
+    seeds: int = 1
 
     @property
     def slope(self) -> float:
@@ -79,13 +88,14 @@ class SizeGap:
         return self.slope * float(proxy_params ** -WIDTH_ALPHA - target_params ** -WIDTH_ALPHA)
 
     def describe(self) -> str:
+        seeds = "" if self.seeds == 1 else f", means of {self.seeds} seeds"
         return (f"{SIZE_RULE}, A = {self.slope:.4g} from the width rung: the recommendation at "
                 f"{self.narrow_params:,} non-embedding parameters scored {self.narrow_val_bpb:.4f} "
                 f"({self.runs[0]}) and at {self.wide_params:,} {self.wide_val_bpb:.4f} "
-                f"({self.runs[1]}), at the same tokens")
+                f"({self.runs[1]}), at the same tokens{seeds}")
 
     def to_json(self) -> dict[str, object]:
-        return {"rule": SIZE_RULE, "alpha": WIDTH_ALPHA, "slope": self.slope,
+        return {"rule": SIZE_RULE, "alpha": WIDTH_ALPHA, "slope": self.slope, "seeds": self.seeds,
                 "narrow": {"params": self.narrow_params, "val_bpb": self.narrow_val_bpb,
                            "trial": self.runs[0]},
                 "wide": {"params": self.wide_params, "val_bpb": self.wide_val_bpb,
@@ -95,22 +105,30 @@ class SizeGap:
     def from_json(cls, data: dict[str, Any]) -> SizeGap:
         narrow, wide = data["narrow"], data["wide"]
         return cls(int(narrow["params"]), float(narrow["val_bpb"]), int(wide["params"]),
-                   float(wide["val_bpb"]), (str(narrow["trial"]), str(wide["trial"])))
+                   float(wide["val_bpb"]), (str(narrow["trial"]), str(wide["trial"])),
+                   int(data.get("seeds", 1)))
 
 
 def measured_gap(records: Sequence[TrialRecord]) -> SizeGap | None:
-    """The campaign's size gap from its last pair of scored width runs of the recommendation
-    (same parent, budget and seed, two sizes); None before the width rung has both."""
+    """The campaign's size gap from the recommendation's scored width runs at both sizes (same
+    parent, budget and seed), averaged over the seeds with both, for the latest pair's parent
+    and budget; None before the width rung has a pair."""
     scored = [r for r in scored_width_runs(records) if not is_control(r)]
+    pairs: dict[int, tuple[TrialRecord, TrialRecord]] = {}  # seed: (narrow, wide)
+    chosen: tuple[str | None, int] | None = None  # the latest pair's parent and budget
     for wide in reversed(scored):
         wide_shape = Recipe.model_validate(wide.recipe).shape
         for narrow in reversed(scored):
-            recipe = Recipe.model_validate(narrow.recipe)
             if (narrow.parent == wide.parent and narrow.budget_steps == wide.budget_steps
-                    and recipe.seed == Recipe.model_validate(wide.recipe).seed
-                    and recipe.shape.d_model * WIDTH_MULTIPLE == wide_shape.d_model):
-                assert narrow.val_bpb is not None and wide.val_bpb is not None
-                return SizeGap(non_embedding_params(recipe.shape), narrow.val_bpb,
-                               non_embedding_params(wide_shape), wide.val_bpb,
-                               (narrow.trial_id, wide.trial_id))
-    return None
+                    and seed_of(narrow) == seed_of(wide) and Recipe.model_validate(
+                        narrow.recipe).shape.d_model * WIDTH_MULTIPLE == wide_shape.d_model):
+                chosen = chosen or (wide.parent, wide.budget_steps)
+                if (wide.parent, wide.budget_steps) == chosen:
+                    pairs.setdefault(seed_of(wide), (narrow, wide))
+    if not pairs:
+        return None
+    narrows, wides = zip(*(pairs[seed] for seed in sorted(pairs)), strict=True)
+    sizes = [Recipe.model_validate(runs[0].recipe).shape for runs in (narrows, wides)]
+    return SizeGap(non_embedding_params(sizes[0]), mean_val_bpb(narrows),
+                   non_embedding_params(sizes[1]), mean_val_bpb(wides),
+                   (trial_ids(narrows), trial_ids(wides)), len(pairs))

@@ -12,6 +12,7 @@ from recipelab.agent.deadline import Deadline
 from recipelab.agent.phases.width_cost import cost, planned_recipes, planned_seconds
 from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.agent.setup.window import MARGIN, TrialTimes
+from recipelab.trajectory.width_check import WIDTH_SEEDS
 
 
 @pytest.fixture
@@ -23,7 +24,9 @@ def test_a_runs_cost_is_its_compute_over_the_baselines(settings: CampaignSetting
     baseline = settings.baseline()
     assert cost(baseline, baseline) == 1.0
     assert math.isclose(cost(baseline.at_tokens(3 * baseline.tokens), baseline), 3.0, rel_tol=0.02)
-    narrow, wide, control = planned_recipes(settings)
+    planned = planned_recipes(settings)
+    assert len(planned) == 3 * WIDTH_SEEDS, "the two sizes and the control, at each seed"
+    narrow, wide, control = planned[:3]
     assert wide == control and cost(wide, baseline) > cost(narrow, baseline)
     assert planned_recipes(settings.model_copy(update={"promote": 0})) == []  # no top rung
 

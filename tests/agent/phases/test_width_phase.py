@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recipelab.agent.campaign import Campaign
+from recipelab.agent.phases import width_phase
 from recipelab.agent.setup.settings import CampaignSettings, save
 from recipelab.cli import app
 from recipelab.recipe import Recipe, non_embedding_params
@@ -28,7 +29,7 @@ from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.store import TrajectoryStore
-from recipelab.trajectory.width_check import WIDTH_KIND, is_control
+from recipelab.trajectory.width_check import WIDTH_KIND, WIDTH_SEEDS, is_control
 from recipelab.transfer.steplaw import law_learning_rate
 from recipelab.transfer.width import MAX_CONTEXT, measured_gap
 
@@ -58,9 +59,16 @@ def run(settings: CampaignSettings, directory: Path, **executor: object) -> None
              executor=fake_executor(**{"outcome": sized_outcome, **executor})).run()
 
 
-def width_runs(directory: Path, control: bool = False) -> list[TrialRecord]:
+def width_runs(directory: Path, control: bool = False, seed: int | None = 0) -> list[TrialRecord]:
+    """The width runs in record order, the control's or the recommendation's, at ``seed``
+    (the campaign's; None for every seed)."""
     return [record for r in read_jsonl(directory / "trajectory.jsonl") if r["kind"] == WIDTH_KIND
-            if is_control(record := TrialRecord.model_validate(r)) == control]
+            if is_control(record := TrialRecord.model_validate(r)) == control
+            and seed in (None, record.recipe["seed"])]
+
+
+def mean(runs: list[TrialRecord]) -> float:
+    return sum(r.val_bpb for r in runs if r.val_bpb is not None) / len(runs)
 
 
 def test_the_winner_trains_at_two_widths_by_the_exports_rules(
@@ -80,8 +88,14 @@ def test_the_winner_trains_at_two_widths_by_the_exports_rules(
     law = law_learning_rate(non_embedding_params(b.shape), tokens) / law_learning_rate(
         non_embedding_params(a.shape), tokens)
     assert b.optimizer.lr == pytest.approx(a.optimizer.lr * law, rel=1e-4)
-    measured = events(tmp_path, "width_measured")[-1]
-    assert measured["narrow"] == narrow.val_bpb and measured["wide"] == wide.val_bpb
+    again = width_runs(tmp_path, seed=settings.seed + 1)  # the same two runs at the next seed
+    assert [r.edit for r in again] == [narrow.edit, wide.edit]
+    assert [Recipe.model_validate(r.recipe) for r in again] == [
+        a.apply({"seed": settings.seed + 1}), b.apply({"seed": settings.seed + 1})]
+    assert len(width_runs(tmp_path, seed=None)) == 2 * WIDTH_SEEDS
+    measured = events(tmp_path, "width_measured")[-1]  # the gap from the means over the seeds
+    assert measured["narrow"] == pytest.approx(mean([narrow, again[0]]))
+    assert measured["wide"] == pytest.approx(mean([wide, again[1]]))
     assert measured["slope"] > 0 and measured["target_lowering"] > 0
 
 
@@ -99,8 +113,10 @@ def test_the_baseline_trains_at_twice_the_width_beside_it_as_the_control(
     proxy = settings.baseline()
     assert theirs.optimizer.lr / ours.optimizer.lr == pytest.approx(
         proxy.optimizer.lr / 3e-3, rel=1e-4), "each keeps its own rate, moved by the same law"
-    assert control.val_bpb is not None and wide.val_bpb is not None
-    gain = control.val_bpb - wide.val_bpb
+    controls, wides = width_runs(tmp_path, control=True, seed=None), width_runs(tmp_path, seed=None)[1::2]
+    assert len(controls) == WIDTH_SEEDS and [r.recipe["seed"] for r in controls] == [
+        r.recipe["seed"] for r in wides]
+    gain = mean(controls) - mean(wides)
     assert events(tmp_path, "width_measured")[-1]["gain_at_twice_width"] == pytest.approx(gain)
     out = tmp_path / "export"
     result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
@@ -111,8 +127,9 @@ def test_the_baseline_trains_at_twice_the_width_beside_it_as_the_control(
         floor = noise_floor(store.records())
     assert floor is not None and check["floor"] == (floor.paired_spread or floor.spread) > 0
     assert check["gain"] == pytest.approx(gain) and check["held"] == (gain > check["floor"])
-    assert check["recommended"]["trial"] == wide.trial_id
-    assert check["baseline"]["trial"] == control.trial_id
+    assert check["recommended"]["trial"] == "+".join(r.trial_id for r in wides)
+    assert check["baseline"]["trial"] == "+".join(r.trial_id for r in controls)
+    assert check["seeds"] == WIDTH_SEEDS
     assert "One size up: at twice the proxy's width" in (out / "transfer.md").read_text()
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -143,6 +160,24 @@ def test_a_lost_width_run_resumes_and_nothing_trains_twice(
     before = read_jsonl(tmp_path / "trajectory.jsonl")
     run(settings, tmp_path)  # resumed after the end: nothing is run or written twice
     assert read_jsonl(tmp_path / "trajectory.jsonl") == before
+
+
+def test_a_rung_of_fewer_seeds_resumes_with_only_the_missing_seeds(
+        settings: CampaignSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A campaign whose rung trained one seed (an older release's) trains, resumed, the next
+    seed's three runs and nothing else; its gap and check become the means over both."""
+    with monkeypatch.context() as older:
+        older.setattr(width_phase, "WIDTH_SEEDS", 1)
+        run(settings, tmp_path)
+    first = width_runs(tmp_path, seed=None) + width_runs(tmp_path, control=True, seed=None)
+    assert len(first) == 3
+    run(settings, tmp_path)
+    runs = width_runs(tmp_path, seed=None) + width_runs(tmp_path, control=True, seed=None)
+    assert [r for r in runs if r.trial_id in {f.trial_id for f in first}] == first
+    assert sorted(r.recipe["seed"] for r in runs if r not in first) == [settings.seed + 1] * 3
+    assert events(tmp_path, "width_measured")[-1]["gain_at_twice_width"] == pytest.approx(
+        mean(width_runs(tmp_path, control=True, seed=None))
+        - mean(width_runs(tmp_path, seed=None)[1::2]))
 
 
 def test_turned_off_it_trains_nothing_and_says_so(
@@ -191,7 +226,9 @@ def test_without_a_winner_it_measures_the_baseline_the_campaign_keeps(
     prediction = json.loads((out / "prediction.json").read_text())
     with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
         gap = measured_gap(store.records())
-    assert gap is not None and gap.runs == (narrow.trial_id, wide.trial_id)
+    again = width_runs(tmp_path, seed=settings.seed + 1)
+    assert gap is not None and gap.runs == (f"{narrow.trial_id}+{again[0].trial_id}",
+                                            f"{wide.trial_id}+{again[1].trial_id}")
     assert prediction["measured_size"] == json.loads(json.dumps(gap.to_json()))
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 0, result.output

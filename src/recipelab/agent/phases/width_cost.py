@@ -9,6 +9,7 @@ from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.agent.setup.window import TrialTimes
 from recipelab.recipe import Recipe, training_flops_per_token
 from recipelab.targets import preset_target
+from recipelab.trajectory.width_check import WIDTH_SEEDS
 from recipelab.transfer.width import width_targets
 
 
@@ -26,10 +27,10 @@ def seconds(times: TrialTimes, baseline: Recipe, recipes: Sequence[Recipe]) -> f
 
 
 def planned_recipes(settings: CampaignSettings) -> list[Recipe]:
-    """The rung's three runs as planned before the recommendation is known: the baseline on
-    its two models at the top rung's tokens, and on the wider once more as the control (the
-    edit barely moves their cost or size); none when the rung is off or there is no top
-    rung."""
+    """The rung's runs as planned before the recommendation is known: the baseline on its two
+    models at the top rung's tokens, and on the wider once more as the control (the edit
+    barely moves their cost or size), at each of the rung's seeds; none when the rung is off
+    or there is no top rung."""
     ladder = settings.ladder
     if not ladder.width_rung or ladder.promote == 0:
         return []
@@ -38,7 +39,7 @@ def planned_recipes(settings: CampaignSettings) -> list[Recipe]:
     sizes = width_targets(baseline.shape, preset_target(settings.preset, settings.target))
     narrow, wide = (baseline.model_copy(update={"shape": size.shape, "seq_len": size.context}
                                         ).at_tokens(tokens) for size in sizes)
-    return [narrow, wide, wide]
+    return [narrow, wide, wide] * WIDTH_SEEDS
 
 
 def planned_seconds(times: TrialTimes, settings: CampaignSettings) -> float:

@@ -5,7 +5,8 @@ Both runs are what ``recipelab export`` would recommend (the minimal winning edi
 winner; the baseline when the top rung named no winner beyond the noise), moved by the
 export's own rules (:func:`~recipelab.transfer.export.recommended_export`: Step Law's rate and
 batch, the target's context) onto the target's family at the proxy's width and at twice it,
-for the top rung's tokens, at the campaign's seed. Beside a winner, the baseline is exported
+for the top rung's tokens, at :data:`~recipelab.trajectory.width_check.WIDTH_SEEDS` seeds from
+the campaign's. Beside a winner, the baseline is exported
 the same way at twice the width, so the report can say whether the gain held one size up
 (:class:`~recipelab.transfer.width.WidthCheck`). They are trials of kind ``width`` (ids
 ``w0000``…, parent the recommendation, the baseline's run parent the baseline). Everything is
@@ -28,7 +29,14 @@ from recipelab.agent.trials import TRIALS_DIR
 from recipelab.recipe import BASELINE_PROPOSER, Recipe, non_embedding_params
 from recipelab.targets import Target, preset_target
 from recipelab.trajectory.record import TrialRecord
-from recipelab.trajectory.width_check import CONTROL_ARM, WIDTH_KIND, WIDTH_MULTIPLE, width_check
+from recipelab.trajectory.width_check import (
+    CONTROL_ARM,
+    WIDTH_KIND,
+    WIDTH_MULTIPLE,
+    WIDTH_SEEDS,
+    seed_of,
+    width_check,
+)
 from recipelab.transfer.export import ExportOptions, recommended_export
 from recipelab.transfer.width import SizeGap, measured_gap, width_targets
 from recipelab.units import GIB
@@ -44,12 +52,18 @@ NO_CANDIDATE = ("no candidate beside the baseline was trained, so there is nothi
 
 @dataclass(frozen=True)
 class WidthJob:
-    """One run of the rung: ``parent``'s export at ``multiple`` × the proxy's width."""
+    """One run of the rung: ``parent``'s export at ``multiple`` × the proxy's width, at its
+    recipe's seed."""
 
     parent: str
     multiple: int
     control: bool  # the baseline's run, beside the recommendation's at the same size
     recipe: Recipe
+
+    def trains(self, record: TrialRecord) -> bool:
+        """Whether ``record`` is a run (or a lost try) of this job."""
+        return (record.parent == self.parent and record.edit == self.edit
+                and seed_of(record) == self.recipe.seed)
 
     @property
     def edit(self) -> dict[str, object]:
@@ -86,14 +100,14 @@ class WidthPhase:
                             "with the law's size term)")
             return
         ctx.log.info("width_started", trial_id=recommended_id, tokens=jobs[0].recipe.tokens,
-                     sizes=[non_embedding_params(job.recipe.shape)
-                            for job in jobs if not job.control],
-                     context=jobs[0].recipe.seq_len)
+                     sizes=[non_embedding_params(job.recipe.shape) for job in jobs
+                            if not job.control and job.recipe.seed == ctx.settings.seed],
+                     seeds=WIDTH_SEEDS, context=jobs[0].recipe.seq_len)
         self._measure(ctx, recommended, jobs)
         gap = self._gap(ctx.ledger.records, recommended_id)
         if gap is not None:
             lowering = gap.lowering(gap.narrow_params, non_embedding_params(target.shape))
-            check = width_check(ctx.ledger.records)
+            check = width_check(ctx.ledger.records, recommended_id)
             ctx.log.info("width_measured", trial_id=recommended_id, narrow=gap.narrow_val_bpb,
                          wide=gap.wide_val_bpb, slope=gap.slope,
                          target_lowering=lowering if gap.measured else None,
@@ -114,10 +128,12 @@ class WidthPhase:
 
     def _done(self, ctx: CampaignContext, recommended_id: str) -> bool:
         """Whether the records hold the gap and, when there is a baseline to train, the
-        check (a campaign resumed after its rung has nothing to do)."""
+        check, each at every seed (a campaign resumed after its rung has nothing to do)."""
         records = ctx.ledger.records
-        return self._gap(records, recommended_id) is not None and (
-            self._control_id(ctx, recommended_id) is None or width_check(records) is not None)
+        gap, check = self._gap(records, recommended_id), width_check(records, recommended_id)
+        return gap is not None and gap.seeds >= WIDTH_SEEDS and (
+            self._control_id(ctx, recommended_id) is None
+            or (check is not None and check.seeds >= WIDTH_SEEDS))
 
     def _jobs(self, ctx: CampaignContext, recommended_id: str, target: Target
               ) -> list[WidthJob] | None:
@@ -145,9 +161,11 @@ class WidthPhase:
                 ctx.log.warning("width_skipped", trial_id=found.winner.trial_id,
                                 reason=f"{size.name} does not fit: {found.exported.memory_problem}")
                 return None
-            recipe = found.exported.recipe.apply({"seed": ctx.settings.seed})
-            jobs.append(WidthJob(trial or recommended_id, multiple, trial is not None,
-                                 recipe.at_tokens(tokens)))  # exactly: the law rounds
+            for seed in range(ctx.settings.seed, ctx.settings.seed + WIDTH_SEEDS):
+                recipe = found.exported.recipe.apply({"seed": seed})
+                jobs.append(WidthJob(trial or recommended_id, multiple, trial is not None,
+                                     recipe.at_tokens(tokens)))  # exactly: the law rounds
+        jobs.sort(key=lambda job: job.recipe.seed)  # the campaign's seed first
         return jobs
 
     def _seconds(self, ctx: CampaignContext, recipes: Sequence[Recipe]) -> float | None:
@@ -165,8 +183,7 @@ class WidthPhase:
             for job in jobs:
                 if ctx.stops.stop or len(ctx.book.inflight) >= ctx.parallel:
                     break
-                runs = [r for r in ctx.ledger.of_kind(WIDTH_KIND)
-                        if r.parent == job.parent and r.edit == job.edit]
+                runs = [r for r in ctx.ledger.of_kind(WIDTH_KIND) if job.trains(r)]
                 if any(r.trained for r in runs) or any(r.trial_id in running for r in runs):
                     continue
                 lost = [r for r in runs if r.status == "interrupted"]
