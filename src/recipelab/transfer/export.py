@@ -255,19 +255,21 @@ def chosen_trial(records: Sequence[TrialRecord], trial_id: str) -> TrialRecord:
     return found
 
 
-def recommended_export(ledger: Ledger, target: Target,
-                       options: ExportOptions, trial: str | None = None) -> Recommended | None:
+def recommended_export(ledger: Ledger, target: Target, options: ExportOptions,
+                       trial: str | None = None, *, ladder: bool = False) -> Recommended | None:
     """What the campaign's ``ledger`` recommends (:attr:`Ledger.recommended`) moved onto
-    ``target``, or None before it recommends anything: what ``recipelab export`` writes, the
-    report's recommendation shows and the width rung trains. ``trial`` exports that proxy
-    trial as it trained at its longest run instead, by the same rules."""
+    ``target``, or None before it recommends anything: what ``recipelab export`` writes and
+    the report's recommendation shows. ``ladder`` exports the ladder's recommendation, before
+    the check one size up can overrule it (:attr:`Ledger.ladder_recommended`): what the width
+    rung trains, also when resumed after a check that lost. ``trial`` exports that proxy trial
+    as it trained at its longest run instead, by the same rules."""
     records = ledger.records
     if trial is not None:
         record = chosen_trial(records, trial)
         measured = Recipe.model_validate(ledger.longest_run(record).recipe)
         return Recommended(record, f"the trial named by --trial {trial}",
                            transfer(measured, record.edit, target, options), options)
-    chosen = ledger.recommended
+    chosen = ledger.ladder_recommended if ladder else ledger.recommended
     if chosen is None:
         return None
     winner, because = chosen

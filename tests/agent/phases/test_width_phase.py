@@ -46,6 +46,14 @@ def sized_outcome(spec: TrialSpec) -> TrialResult:
     return result.model_copy(update={"val_bpb": result.val_bpb - SIZE_BONUS * doublings})
 
 
+def worse_one_size_up(spec: TrialSpec) -> TrialResult:
+    """:func:`sized_outcome`, but the recommendation's first run at twice the width (``w0001``)
+    scores 1.0 worse: the baseline beats it there."""
+    result = sized_outcome(spec)
+    assert result.val_bpb is not None
+    return result.model_copy(update={"val_bpb": result.val_bpb + 1.0 * (spec.trial_id == "w0001")})
+
+
 @pytest.fixture
 def settings(tiny_settings: CampaignSettings) -> CampaignSettings:
     return tiny_settings.model_copy(update={"iterations": 3, "noise_seeds": 2,
@@ -241,17 +249,13 @@ def test_a_winner_the_baseline_beats_one_size_up_hands_off_the_baseline(
     """The winner's run at twice the width scores far worse than the baseline's there: the
     campaign keeps the baseline, says so in its winner line, and ``recipelab export`` hands
     the baseline off; resumed, the rung still reads the ladder's winner and trains nothing."""
-    def worse_one_size_up(spec: TrialSpec) -> TrialResult:
-        result = sized_outcome(spec)
-        assert result.val_bpb is not None
-        return result.model_copy(update={"val_bpb": result.val_bpb + 1.0 * (spec.trial_id == "w0001")})
-
     run(settings, tmp_path, outcome=worse_one_size_up)
     _, wide = width_runs(tmp_path)
     assert wide.trial_id == "w0001" and wide.parent != "p0000"
     line = events(tmp_path, "campaign_finished")[-1]["winner_line"]
     assert line.startswith(f"winner: {wide.parent}")
     assert f"; but one size up the baseline beat the winner {wide.parent} by " in line
+    assert events(tmp_path, "width_measured")[-1]["baseline_kept"] is True
     assert line.endswith(": keep the baseline")
     out = tmp_path / "export"
     result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
@@ -264,6 +268,21 @@ def test_a_winner_the_baseline_beats_one_size_up_hands_off_the_baseline(
     before = read_jsonl(tmp_path / "trajectory.jsonl")
     run(settings, tmp_path, outcome=worse_one_size_up)
     assert read_jsonl(tmp_path / "trajectory.jsonl") == before
+
+
+def test_resumed_after_a_check_that_lost_the_rung_still_trains_the_ladders_recommendation(
+        settings: CampaignSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rung stopped after one seed, whose check lost (the campaign keeps the baseline):
+    resumed, the next seed's runs are still the winner's recipe, not the baseline's."""
+    with monkeypatch.context() as older:
+        older.setattr(width_phase, "WIDTH_SEEDS", 1)
+        run(settings, tmp_path, outcome=worse_one_size_up)
+    assert "keep the baseline" in events(tmp_path, "campaign_finished")[-1]["winner_line"]
+    run(settings, tmp_path, outcome=worse_one_size_up)
+    first, again = width_runs(tmp_path), width_runs(tmp_path, seed=settings.seed + 1)
+    assert [r.parent for r in again] == [r.parent for r in first] != ["p0000", "p0000"]
+    assert [Recipe.model_validate(r.recipe) for r in again] == [
+        Recipe.model_validate(r.recipe).apply({"seed": settings.seed + 1}) for r in first]
 
 
 def test_a_night_without_a_candidate_skips_it_and_says_why(

@@ -128,6 +128,12 @@ def test_the_width_rungs_control_is_named_and_the_gain_one_size_up_is_said() -> 
                        "target_lowering": 0.1524, "gain_at_twice_width": -0.0312})
     assert lost is not None and lost.endswith(
         "does not beat the baseline (-0.0312): the gain did not hold one size up")
+    kept = lines.line({"event": "width_measured", "narrow": 3.3835, "wide": 3.2824,
+                       "target_lowering": 0.1524, "gain_at_twice_width": -0.1792,
+                       "gain_floor": 0.1616, "baseline_kept": True})
+    assert kept is not None and kept.endswith(
+        "the baseline beats it by 0.1792, more than the noise floor (±0.1616): the campaign "
+        "keeps the baseline")
     tie = lines.line({"event": "width_measured", "narrow": 3.3835, "wide": 3.2824,
                       "target_lowering": 0.1524, "gain_at_twice_width": 0.0084,
                       "gain_floor": 0.0412})

@@ -113,7 +113,9 @@ class WidthPhase:
                          target_lowering=lowering if gap.measured else None,
                          baseline_wide=None if check is None else check.baseline_val_bpb,
                          gain_at_twice_width=None if check is None else check.gain,
-                         gain_floor=None if check is None else check.floor)
+                         gain_floor=None if check is None else check.floor,
+                         baseline_kept=None if check is None else check.lost,
+                         seeds=gap.seeds)
 
     @staticmethod
     def _gap(records: Sequence[TrialRecord], recommended_id: str) -> SizeGap | None:
@@ -154,7 +156,7 @@ class WidthPhase:
                                     eval_bytes=max(256, ctx.baseline.eval_bytes),
                                     gpu_memory_gib=ctx.device.memory_bytes / GIB,
                                     device=ctx.device.kind)
-            found = recommended_export(ctx.ledger, size, options, trial=trial)
+            found = recommended_export(ctx.ledger, size, options, trial=trial, ladder=True)
             if found is None:
                 return None
             if found.exported.memory_problem is not None:

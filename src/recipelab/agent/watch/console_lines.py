@@ -217,8 +217,12 @@ class ReadableLines:
         if isinstance(floor, (int, float)) and abs(gain) <= floor:
             return line + (f"\n   at twice the width its gain over the baseline, {gain:+.4f}, is "
                            f"within the noise floor (±{floor:.4f})")
-        return line + (f"\n   at twice the width it beats the baseline by {gain:+.4f}" if gain > 0
-                       else f"\n   at twice the width it does not beat the baseline ({gain:+.4f}): "
+        if gain > 0:
+            return line + f"\n   at twice the width it beats the baseline by {gain:+.4f}"
+        if event.get("baseline_kept"):
+            return line + (f"\n   at twice the width the baseline beats it by {-gain:.4f}, more "
+                           f"than the noise floor (±{floor:.4f}): the campaign keeps the baseline")
+        return line + (f"\n   at twice the width it does not beat the baseline ({gain:+.4f}): "
                        "the gain did not hold one size up")
 
     def _campaign_finished(self, _event: Mapping[str, Any]) -> None:
