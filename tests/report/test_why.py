@@ -16,6 +16,8 @@ from recipelab.trajectory.attribution import RESULT_KIND
 from recipelab.trajectory.ledger import Ledger
 from recipelab.trajectory.record import TrialRecord
 
+from ..trajectory.test_ladder import one_size_up
+
 
 def records_of(directory: Path) -> list[TrialRecord]:
     with TrajectoryStore(directory, "attributed", readonly=True) as store:
@@ -62,6 +64,18 @@ def test_without_an_attribution_it_says_what_is_missing(attributed_campaign: Pat
     text = text_of(why_this_recipe(Ledger(records)).blocks)
     assert "changes 2 knob(s) from the baseline" in text and "is unknown: no attribution has run" in text
     assert "attribution_skipped" in text
+
+
+def test_a_winner_overruled_one_size_up_is_explained_as_the_ladders_answer_not_the_pick(
+        attributed_campaign: Path) -> None:
+    records = records_of(attributed_campaign)
+    winner = Ledger(records).winner
+    assert winner is not None
+    ledger = Ledger([*records, *one_size_up(3.9, 3.3, parent=winner.record.trial_id)])
+    text = text_of(why_this_recipe(ledger).blocks)
+    assert text.startswith("Recommended: the baseline, which the campaign keeps: one size up the "
+                           f"baseline beat the winner {winner.record.trial_id} by 0.6000")
+    assert "\nThe ladder recommended: the baseline plus 1 of the 2 groups" in text
 
 
 def test_while_the_baseline_leads_there_is_no_edit_to_explain() -> None:

@@ -126,19 +126,25 @@ def why_this_recipe(ledger: Ledger) -> Section:
     gain = gain_data["value"] if gain_data else None
     minimal = dict(data.get("minimal_edit", {}))
     blocks: list[Block] = []
+    said = "Recommended"
+    if ledger.lost_one_size_up is not None:
+        blocks.append(Paragraph(f"Recommended: the baseline, which the campaign keeps: "
+                                f"{ledger.kept_because}. The ladder's answer, explained below, "
+                                "won at the proxy's size and not one size up."))
+        said = "The ladder recommended"
     if data.get("recommends_minimal"):
         blocks.append(Paragraph(
-            f"Recommended: the baseline plus {len(kept)} of the {len(groups)} groups of changes "
+            f"{said}: the baseline plus {len(kept)} of the {len(groups)} groups of changes "
             f"in the winner {winner.record.trial_id}'s edit, {len(minimal)} of its {len(full)} "
             f"knob(s): {compact_edit(minimal, base)}. " + minimal_sentence(data)))
     elif dropped:
         blocks.append(Paragraph(
-            f"Recommended: the winner {winner.record.trial_id}'s whole edit. Each dropped group "
+            f"{said}: the winner {winner.record.trial_id}'s whole edit. Each dropped group "
             "looked like noise on its own, but the edit without them did not keep the winner's "
             "gain within noise, so nothing is left out."))
     else:
         blocks.append(Paragraph(
-            f"Recommended: the winner {winner.record.trial_id}'s whole edit ("
+            f"{said}: the winner {winner.record.trial_id}'s whole edit ("
             f"{compact_edit(full, base)}): every group of its changes carries part of the gain."))
     if kept:
         blocks.append(Bullets(tuple(kept_sentence(g, gain) for g in kept)))
