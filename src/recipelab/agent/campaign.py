@@ -246,7 +246,10 @@ def summarize(ctx: CampaignContext, stopped_early: bool) -> CampaignSummary:
 
 
 def recommendation(ledger: Ledger) -> str:
-    """The attribution's recommendation for the winner, once it has one."""
+    """The attribution's recommendation for the winner, once it has one; the baseline when
+    the check one size up overruled the winner (the winner line says why)."""
+    if ledger.lost_one_size_up is not None:
+        return "recommended: the baseline, which the campaign keeps ('recipelab export' writes it)"
     winner = ledger.winner
     result = result_of(ledger.records, winner.record.trial_id) if winner else None
     return recommendation_line(result) if result is not None else ""

@@ -256,6 +256,8 @@ def test_a_winner_the_baseline_beats_one_size_up_hands_off_the_baseline(
     assert line.startswith(f"winner: {wide.parent}")
     assert f"; but one size up the baseline beat the winner {wide.parent} by " in line
     assert events(tmp_path, "width_measured")[-1]["baseline_kept"] is True
+    assert events(tmp_path, "campaign_finished")[-1]["recommendation_line"].startswith(
+        "recommended: the baseline, which the campaign keeps")
     assert line.endswith(": keep the baseline")
     out = tmp_path / "export"
     result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device",
