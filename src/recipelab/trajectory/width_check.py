@@ -8,9 +8,9 @@ winner the baseline beats there by more than the campaign's noise floor is not w
 run should train, and the campaign keeps the baseline (:attr:`WidthCheck.lost`).
 
 On ``bench/transfer.py``'s three campaigns (63× the proxy's parameters, 5× the top rung's
-tokens) the gains at twice the width were −0.167 / +0.209 / +0.033 against floors of 0.162 /
-0.111 / 0.225, where the target's, over two seeds, were −0.61 / +0.15 / +0.12: the one winner
-the baseline beat beyond the floor was the one that lost at the target.
+tokens) the gains at twice the width, over two seeds, were −0.179 / +0.180 / +0.074 against
+floors of 0.162 / 0.111 / 0.225, where the target's were −0.61 / +0.15 / +0.12: the one
+winner the baseline beat beyond the floor was the one that lost at the target.
 """
 
 from __future__ import annotations
