@@ -26,6 +26,8 @@ from recipelab.transfer.prediction import (
 )
 from recipelab.transfer.width import SizeGap
 
+from .test_width import width_run
+
 
 def test_the_size_term_is_one_for_the_proxy_and_below_one_for_a_larger_target() -> None:
     assert SizeTerm(100_000, 100_000).factor(1e6) == 1.0
@@ -164,3 +166,22 @@ def test_a_stress_run_at_its_familys_best_rate_keeps_its_own_level() -> None:
     assert any(a.startswith("level: the stress run's measured val_bpb")
                for a in prediction.assumptions())
     assert tuned_level(records[:3], "p0001", records[1]) is None, "no family, no level"
+
+
+def test_the_size_term_is_the_exported_recipes_own_gap_else_the_recommendations() -> None:
+    """The width rung trains the baseline at both widths beside the winner: an export of the
+    baseline (``--trial p0000``, or a kept baseline) predicts with its own gap; a recipe the
+    rung did not train, with the recommendation's."""
+    records = _top_rung(stress_at=3.6, family={})
+    records += [width_run(f"w000{i}", multiple, value, parent=parent, control=parent == "p0000")
+                for i, (multiple, value, parent) in enumerate(
+                    ((1, 3.7, "p0001"), (2, 3.5, "p0001"), (1, 3.9, "p0000"), (2, 3.4, "p0000")))]
+    target = get_target("toy").shape
+    gap = predict(records, records[0], target).measured_size
+    assert gap is not None and gap.runs == ("w0000", "w0001")
+    baseline = records[0].model_copy(update={"trial_id": "p0000"})
+    gap = predict(records, baseline, target).measured_size
+    assert gap is not None and gap.runs == ("w0002", "w0003")
+    other = records[0].model_copy(update={"trial_id": "p0005"})
+    gap = predict(records, other, target).measured_size
+    assert gap is not None and gap.runs == ("w0000", "w0001")

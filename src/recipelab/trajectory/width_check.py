@@ -24,7 +24,8 @@ from recipelab.trajectory.record import TrialRecord, has_score
 
 WIDTH_KIND = "width"
 CONTROL_ARM = {"arm": "baseline"}
-"""The edit entry that marks a width run as the baseline's (the control at twice the width)."""
+"""The edit entry that marks a width run as the baseline's, the control beside the
+recommendation's."""
 WIDTH_MULTIPLE = 2
 WIDTH_SEEDS = 2
 """Seeds of each width run, from the campaign's own. One seed's gap was inside the seeds'

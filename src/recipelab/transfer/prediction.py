@@ -356,5 +356,6 @@ def predict(records: Sequence[TrialRecord], winner: TrialRecord,
                       rank_agreement=rho, rank_pairs=pairs,
                       size=None if target is None else SizeTerm(
                           non_embedding_params(recipe.shape), non_embedding_params(target)),
-                      measured_size=None if target is None else measured_gap(records),
+                      measured_size=None if target is None else (
+                          measured_gap(records, winner.trial_id) or measured_gap(records)),
                       tuned=tuned)

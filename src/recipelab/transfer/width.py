@@ -109,11 +109,12 @@ class SizeGap:
                    int(data.get("seeds", 1)))
 
 
-def measured_gap(records: Sequence[TrialRecord]) -> SizeGap | None:
-    """The campaign's size gap from the recommendation's scored width runs at both sizes (same
-    parent, budget and seed), averaged over the seeds with both, for the latest pair's parent
-    and budget; None before the width rung has a pair."""
-    scored = [r for r in scored_width_runs(records) if not is_control(r)]
+def measured_gap(records: Sequence[TrialRecord], parent: str | None = None) -> SizeGap | None:
+    """The size gap from ``parent``'s scored width runs at both sizes (the recommendation's
+    latest when None; the baseline's are its controls), same budget and seed, averaged over
+    the seeds with both; None before the width rung has a pair."""
+    scored = [r for r in scored_width_runs(records)
+              if (r.parent == parent if parent is not None else not is_control(r))]
     pairs: dict[int, tuple[TrialRecord, TrialRecord]] = {}  # seed: (narrow, wide)
     chosen: tuple[str | None, int] | None = None  # the latest pair's parent and budget
     for wide in reversed(scored):

@@ -25,9 +25,10 @@ def test_a_runs_cost_is_its_compute_over_the_baselines(settings: CampaignSetting
     assert cost(baseline, baseline) == 1.0
     assert math.isclose(cost(baseline.at_tokens(3 * baseline.tokens), baseline), 3.0, rel_tol=0.02)
     planned = planned_recipes(settings)
-    assert len(planned) == 3 * WIDTH_SEEDS, "the two sizes and the control, at each seed"
-    narrow, wide, control = planned[:3]
-    assert wide == control and cost(wide, baseline) > cost(narrow, baseline)
+    assert len(planned) == 4 * WIDTH_SEEDS, "the two sizes and the control's, at each seed"
+    narrow, wide, narrow_control, control = planned[:4]
+    assert (narrow, wide) == (narrow_control, control)
+    assert cost(wide, baseline) > cost(narrow, baseline)
     assert planned_recipes(settings.model_copy(update={"promote": 0})) == []  # no top rung
 
 

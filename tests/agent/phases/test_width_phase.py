@@ -75,6 +75,10 @@ def width_runs(directory: Path, control: bool = False, seed: int | None = 0) -> 
             and seed in (None, record.recipe["seed"])]
 
 
+def at_twice_the_width(runs: list[TrialRecord]) -> list[TrialRecord]:
+    return [r for r in runs if r.edit["width_multiple"] == 2]
+
+
 def mean(runs: list[TrialRecord]) -> float:
     return sum(r.val_bpb for r in runs if r.val_bpb is not None) / len(runs)
 
@@ -107,21 +111,25 @@ def test_the_winner_trains_at_two_widths_by_the_exports_rules(
     assert measured["slope"] > 0 and measured["target_lowering"] > 0
 
 
-def test_the_baseline_trains_at_twice_the_width_beside_it_as_the_control(
+def test_the_baseline_trains_at_both_widths_beside_it_as_the_control(
         settings: CampaignSettings, tmp_path: Path) -> None:
-    """The baseline moved by the same export rules onto the wider model (its own rate, the
-    winner's lr edit not carried), at the same tokens and seed; its score less the
-    recommendation's is the gain one size up, in the event, the export and the report."""
+    """The baseline moved by the same export rules onto both models (its own rate, the
+    winner's lr edit not carried), at the same tokens and seeds. At twice the width its score
+    less the recommendation's is the gain one size up, in the event, the export and the
+    report; its two sizes are its own size term, which ``export --trial p0000`` predicts with."""
     run(settings, tmp_path)
     _, wide = width_runs(tmp_path)
-    (control,) = width_runs(tmp_path, control=True)
-    assert control.parent == "p0000" and control.edit == {"width_multiple": 2, "arm": "baseline"}
+    narrow_control, control = width_runs(tmp_path, control=True)
+    assert control.parent == narrow_control.parent == "p0000"
+    assert (narrow_control.edit, control.edit) == ({"width_multiple": 1, "arm": "baseline"},
+                                                   {"width_multiple": 2, "arm": "baseline"})
     ours, theirs = Recipe.model_validate(wide.recipe), Recipe.model_validate(control.recipe)
     assert ours.shape == theirs.shape and ours.seed == theirs.seed and ours.steps == theirs.steps
     proxy = settings.baseline()
     assert theirs.optimizer.lr / ours.optimizer.lr == pytest.approx(
         proxy.optimizer.lr / 3e-3, rel=1e-4), "each keeps its own rate, moved by the same law"
-    controls, wides = width_runs(tmp_path, control=True, seed=None), width_runs(tmp_path, seed=None)[1::2]
+    controls, wides = (at_twice_the_width(width_runs(tmp_path, control=arm, seed=None))
+                       for arm in (True, False))
     assert len(controls) == WIDTH_SEEDS and [r.recipe["seed"] for r in controls] == [
         r.recipe["seed"] for r in wides]
     gain = mean(controls) - mean(wides)
@@ -142,6 +150,14 @@ def test_the_baseline_trains_at_twice_the_width_beside_it_as_the_control(
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert f"gain {gain:+.4f}" in (tmp_path / "report" / "report.md").read_text()
+    control_arm = tmp_path / "control"
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(control_arm),
+                                      "--device", "cpu", "--trial", "p0000"])
+    assert result.exit_code == 0, result.output
+    size = json.loads((control_arm / "prediction.json").read_text())["measured_size"]
+    narrows = [r for r in width_runs(tmp_path, control=True, seed=None) if r not in controls]
+    assert (size["narrow"]["trial"], size["wide"]["trial"]) == (
+        "+".join(r.trial_id for r in narrows), "+".join(r.trial_id for r in controls))
 
 
 def test_the_export_predicts_the_target_with_the_measured_gap(
@@ -152,8 +168,9 @@ def test_the_export_predicts_the_target_with_the_measured_gap(
                                       "cpu"])
     assert result.exit_code == 0, result.output
     prediction = json.loads((out / "prediction.json").read_text())
+    exported = json.loads((out / "manifest.json").read_text())["winner"]
     with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
-        gap = measured_gap(store.records())
+        gap = measured_gap(store.records(), exported)  # the exported recipe's own
     assert gap is not None and prediction["measured_size"] == json.loads(json.dumps(gap.to_json()))
     assert "from the width rung" in (out / "transfer.md").read_text()
 
@@ -163,7 +180,7 @@ def test_a_lost_width_run_resumes_and_nothing_trains_twice(
     run(settings, tmp_path, lose_midway={"w0000"})
     runs = width_runs(tmp_path)
     assert [r.status for r in runs] == ["interrupted", "complete", "complete"]
-    assert [r.status for r in width_runs(tmp_path, control=True)] == ["complete"]
+    assert [r.status for r in width_runs(tmp_path, control=True)] == ["complete", "complete"]
     assert runs[1].retry_of == "w0000" and runs[1].artifacts["dir"] == runs[0].artifacts["dir"]
     before = read_jsonl(tmp_path / "trajectory.jsonl")
     run(settings, tmp_path)  # resumed after the end: nothing is run or written twice
@@ -173,19 +190,19 @@ def test_a_lost_width_run_resumes_and_nothing_trains_twice(
 def test_a_rung_of_fewer_seeds_resumes_with_only_the_missing_seeds(
         settings: CampaignSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A campaign whose rung trained one seed (an older release's) trains, resumed, the next
-    seed's three runs and nothing else; its gap and check become the means over both."""
+    seed's four runs and nothing else; its gap and check become the means over both."""
     with monkeypatch.context() as older:
         older.setattr(width_phase, "WIDTH_SEEDS", 1)
         run(settings, tmp_path)
     first = width_runs(tmp_path, seed=None) + width_runs(tmp_path, control=True, seed=None)
-    assert len(first) == 3
+    assert len(first) == 4
     run(settings, tmp_path)
     runs = width_runs(tmp_path, seed=None) + width_runs(tmp_path, control=True, seed=None)
     assert [r for r in runs if r.trial_id in {f.trial_id for f in first}] == first
-    assert sorted(r.recipe["seed"] for r in runs if r not in first) == [settings.seed + 1] * 3
+    assert sorted(r.recipe["seed"] for r in runs if r not in first) == [settings.seed + 1] * 4
     assert events(tmp_path, "width_measured")[-1]["gain_at_twice_width"] == pytest.approx(
-        mean(width_runs(tmp_path, control=True, seed=None))
-        - mean(width_runs(tmp_path, seed=None)[1::2]))
+        mean(at_twice_the_width(width_runs(tmp_path, control=True, seed=None)))
+        - mean(at_twice_the_width(width_runs(tmp_path, seed=None))))
 
 
 def test_turned_off_it_trains_nothing_and_says_so(

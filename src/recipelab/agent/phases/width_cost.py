@@ -28,9 +28,9 @@ def seconds(times: TrialTimes, baseline: Recipe, recipes: Sequence[Recipe]) -> f
 
 def planned_recipes(settings: CampaignSettings) -> list[Recipe]:
     """The rung's runs as planned before the recommendation is known: the baseline on its two
-    models at the top rung's tokens, and on the wider once more as the control (the edit
-    barely moves their cost or size), at each of the rung's seeds; none when the rung is off
-    or there is no top rung."""
+    models at the top rung's tokens, and on both once more as the control (the edit barely
+    moves their cost or size), at each of the rung's seeds; none when the rung is off or there
+    is no top rung."""
     ladder = settings.ladder
     if not ladder.width_rung or ladder.promote == 0:
         return []
@@ -39,7 +39,7 @@ def planned_recipes(settings: CampaignSettings) -> list[Recipe]:
     sizes = width_targets(baseline.shape, preset_target(settings.preset, settings.target))
     narrow, wide = (baseline.model_copy(update={"shape": size.shape, "seq_len": size.context}
                                         ).at_tokens(tokens) for size in sizes)
-    return [narrow, wide, wide] * WIDTH_SEEDS
+    return [narrow, wide, narrow, wide] * WIDTH_SEEDS
 
 
 def planned_seconds(times: TrialTimes, settings: CampaignSettings) -> float:

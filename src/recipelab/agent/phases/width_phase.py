@@ -6,10 +6,12 @@ winner; the baseline when the top rung named no winner beyond the noise), moved 
 export's own rules (:func:`~recipelab.transfer.export.recommended_export`: Step Law's rate and
 batch, the target's context) onto the target's family at the proxy's width and at twice it,
 for the top rung's tokens, at :data:`~recipelab.trajectory.width_check.WIDTH_SEEDS` seeds from
-the campaign's. Beside a winner, the baseline is exported
-the same way at twice the width, so the report can say whether the gain held one size up
-(:class:`~recipelab.transfer.width.WidthCheck`). They are trials of kind ``width`` (ids
-``w0000``…, parent the recommendation, the baseline's run parent the baseline). Everything is
+the campaign's. Beside a winner, the baseline is exported the same way at both sizes (the
+control): at twice the width it checks whether the gain held one size up
+(:class:`~recipelab.trajectory.width_check.WidthCheck`), which can make the campaign keep the
+baseline, and its two sizes are the baseline's own size term for its prediction. They are
+trials of kind ``width`` (ids ``w0000``…, parent the recommendation, the control's the
+baseline). Everything is
 read back from the records: after a crash only a missing run trains, and a lost one resumes
 from its checkpoint folder. A night whose search trained nothing but the baseline's seeds
 skips the rung: its wide run would be most of such a night's cost, for a hand-off nobody asked
@@ -119,12 +121,12 @@ class WidthPhase:
 
     @staticmethod
     def _gap(records: Sequence[TrialRecord], recommended_id: str) -> SizeGap | None:
-        return measured_gap([r for r in records if r.parent == recommended_id])
+        return measured_gap(records, recommended_id)
 
     @staticmethod
     def _control_id(ctx: CampaignContext, recommended_id: str) -> str | None:
-        """The baseline trained as the control at twice the width; None without one, or
-        when the recommendation is the baseline itself."""
+        """The baseline trained as the control beside the recommendation; None without one,
+        or when the recommendation is the baseline itself."""
         baseline_id = ctx.ledger.baseline_id
         return baseline_id if baseline_id != recommended_id else None
 
@@ -132,22 +134,23 @@ class WidthPhase:
         """Whether the records hold the gap and, when there is a baseline to train, the
         check, each at every seed (a campaign resumed after its rung has nothing to do)."""
         records = ctx.ledger.records
-        gap, check = self._gap(records, recommended_id), width_check(records, recommended_id)
-        return gap is not None and gap.seeds >= WIDTH_SEEDS and (
-            self._control_id(ctx, recommended_id) is None
-            or (check is not None and check.seeds >= WIDTH_SEEDS))
+        control_id = self._control_id(ctx, recommended_id)
+        gaps = [self._gap(records, trial) for trial in (recommended_id, control_id) if trial]
+        check = width_check(records, recommended_id)
+        return all(gap is not None and gap.seeds >= WIDTH_SEEDS for gap in gaps) and (
+            control_id is None or (check is not None and check.seeds >= WIDTH_SEEDS))
 
     def _jobs(self, ctx: CampaignContext, recommended_id: str, target: Target
               ) -> list[WidthJob] | None:
         """The export's recommendation on each of
-        :func:`~recipelab.transfer.width.width_targets`, and the baseline's on the wider one,
-        at the top rung's tokens; None when either cannot be exported."""
+        :func:`~recipelab.transfer.width.width_targets`, and beside a winner the baseline's
+        too, at the top rung's tokens and each seed; None when either cannot be exported."""
         tokens = ctx.settings.ladder.stress_steps * ctx.baseline.tokens_per_step
         control_id = self._control_id(ctx, recommended_id)
         narrow, wide = width_targets(ctx.baseline.shape, target)
         arms: list[tuple[int, Target, str | None]] = [(1, narrow, None), (WIDTH_MULTIPLE, wide, None)]
-        if control_id is not None:
-            arms.append((WIDTH_MULTIPLE, wide, control_id))
+        if control_id is not None:  # the baseline's own gap, for its prediction as well
+            arms += [(1, narrow, control_id), (WIDTH_MULTIPLE, wide, control_id)]
         jobs = []
         for multiple, size, trial in arms:
             params = ctx.baseline.model_copy(update={"shape": size.shape,
