@@ -11,11 +11,10 @@ control): at twice the width it checks whether the gain held one size up
 (:class:`~recipelab.trajectory.width_check.WidthCheck`), which can make the campaign keep the
 baseline, and its two sizes are the baseline's own size term for its prediction. They are
 trials of kind ``width`` (ids ``w0000``…, parent the recommendation, the control's the
-baseline). Everything is
-read back from the records: after a crash only a missing run trains, and a lost one resumes
-from its checkpoint folder. A night whose search trained nothing but the baseline's seeds
-skips the rung: its wide run would be most of such a night's cost, for a hand-off nobody asked
-the night to choose.
+baseline). Everything is read back from the records: after a crash only a missing run trains,
+and a lost one resumes from its checkpoint folder. A night whose search trained nothing but
+the baseline's seeds skips the rung: its wide run would be most of such a night's cost, for a
+hand-off nobody asked the night to choose.
 """
 
 from __future__ import annotations
