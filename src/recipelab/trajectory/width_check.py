@@ -15,7 +15,7 @@ winner the baseline beat beyond the floor was the one that lost at the target.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from recipelab.recipe import Recipe, non_embedding_params
@@ -117,6 +117,32 @@ class WidthCheck:
                 "baseline": {"val_bpb": self.baseline_val_bpb, "trial": self.runs[1]}}
 
 
+def width_of(record: TrialRecord) -> int:
+    return Recipe.model_validate(record.recipe).shape.d_model
+
+
+def paired_by_seed(outer: Sequence[TrialRecord], inner: Sequence[TrialRecord],
+                   matches: Callable[[TrialRecord, TrialRecord], bool]
+                   ) -> tuple[tuple[TrialRecord, ...], tuple[TrialRecord, ...]] | None:
+    """The width rung's runs in pairs, ``inner``'s beside ``outer``'s: at each seed the latest
+    pair of the same budget and seed that ``matches`` (inner, outer), kept to the latest
+    pair's inner parent and budget; as (inners, outers) in seed order, None without a pair.
+    The size gap and the check one size up both read their seeds' means from it."""
+    pairs: dict[int, tuple[TrialRecord, TrialRecord]] = {}
+    chosen: tuple[str | None, int] | None = None
+    for second in reversed(outer):
+        for first in reversed(inner):
+            if (first.budget_steps == second.budget_steps and seed_of(first) == seed_of(second)
+                    and matches(first, second)):
+                chosen = chosen or (first.parent, first.budget_steps)
+                if (first.parent, first.budget_steps) == chosen:
+                    pairs.setdefault(seed_of(second), (first, second))
+    if not pairs:
+        return None
+    firsts, seconds = zip(*(pairs[seed] for seed in sorted(pairs)), strict=True)
+    return firsts, seconds
+
+
 def width_check(records: Sequence[TrialRecord], parent: str | None = None) -> WidthCheck | None:
     """The recommendation's runs at twice the width (``parent``'s when given) beside the
     control of the same budget and seed, averaged over the seeds both have, for the latest
@@ -125,22 +151,13 @@ def width_check(records: Sequence[TrialRecord], parent: str | None = None) -> Wi
     scored = scored_width_runs(records)
     controls = [r for r in scored if is_control(r) and r.edit.get("width_multiple") == WIDTH_MULTIPLE]
     runs = [r for r in scored if not is_control(r) and parent in (None, r.parent)]
-    pairs: dict[int, tuple[TrialRecord, TrialRecord]] = {}  # seed: (the recommendation's, the control)
-    chosen: tuple[str | None, int] | None = None  # the latest pair's parent and budget
-    for control in reversed(controls):
-        shape = Recipe.model_validate(control.recipe).shape
-        for run in reversed(runs):
-            if (run.budget_steps == control.budget_steps and seed_of(run) == seed_of(control)
-                    and Recipe.model_validate(run.recipe).shape.d_model == shape.d_model):
-                chosen = chosen or (run.parent, run.budget_steps)
-                if (run.parent, run.budget_steps) == chosen:
-                    pairs.setdefault(seed_of(control), (run, control))
-    if not pairs:
+    paired = paired_by_seed(controls, runs, lambda run, control: width_of(run) == width_of(control))
+    if paired is None:
         return None
-    ours, theirs = zip(*(pairs[seed] for seed in sorted(pairs)), strict=True)
+    ours, theirs = paired
     noise = noise_floor(records)
     floor = None if noise is None else (
         noise.paired_spread if noise.paired_spread is not None else noise.spread)
     return WidthCheck(non_embedding_params(Recipe.model_validate(theirs[0].recipe).shape),
                       mean_val_bpb(ours), mean_val_bpb(theirs), (trial_ids(ours), trial_ids(theirs)), floor,
-                      len(pairs))
+                      len(ours))

@@ -30,9 +30,10 @@ from recipelab.trajectory.width_check import (
     WIDTH_MULTIPLE,
     is_control,
     mean_val_bpb,
+    paired_by_seed,
     scored_width_runs,
-    seed_of,
     trial_ids,
+    width_of,
 )
 
 WIDTH_ALPHA = 0.34
@@ -115,21 +116,12 @@ def measured_gap(records: Sequence[TrialRecord], parent: str | None = None) -> S
     the seeds with both; None before the width rung has a pair."""
     scored = [r for r in scored_width_runs(records)
               if (r.parent == parent if parent is not None else not is_control(r))]
-    pairs: dict[int, tuple[TrialRecord, TrialRecord]] = {}  # seed: (narrow, wide)
-    chosen: tuple[str | None, int] | None = None  # the latest pair's parent and budget
-    for wide in reversed(scored):
-        wide_shape = Recipe.model_validate(wide.recipe).shape
-        for narrow in reversed(scored):
-            if (narrow.parent == wide.parent and narrow.budget_steps == wide.budget_steps
-                    and seed_of(narrow) == seed_of(wide) and Recipe.model_validate(
-                        narrow.recipe).shape.d_model * WIDTH_MULTIPLE == wide_shape.d_model):
-                chosen = chosen or (wide.parent, wide.budget_steps)
-                if (wide.parent, wide.budget_steps) == chosen:
-                    pairs.setdefault(seed_of(wide), (narrow, wide))
-    if not pairs:
+    paired = paired_by_seed(scored, scored, lambda narrow, wide: narrow.parent == wide.parent
+                            and width_of(narrow) * WIDTH_MULTIPLE == width_of(wide))
+    if paired is None:
         return None
-    narrows, wides = zip(*(pairs[seed] for seed in sorted(pairs)), strict=True)
+    narrows, wides = paired
     sizes = [Recipe.model_validate(runs[0].recipe).shape for runs in (narrows, wides)]
     return SizeGap(non_embedding_params(sizes[0]), mean_val_bpb(narrows),
                    non_embedding_params(sizes[1]), mean_val_bpb(wides),
-                   (trial_ids(narrows), trial_ids(wides)), len(pairs))
+                   (trial_ids(narrows), trial_ids(wides)), len(narrows))
