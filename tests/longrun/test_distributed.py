@@ -6,6 +6,9 @@ NCCL here) while FakeTensorMode makes CUDA tensors without a GPU."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +86,17 @@ def test_only_the_distributed_module_calls_torch_distributed() -> None:
                     and node.value.id == "dist"):
                 callers.add(path.name)
     assert callers <= {"distributed.py"}
+
+
+def test_a_rank_leaves_with_its_status_and_its_output_but_without_the_finalizer() -> None:
+    """A finalizing interpreter is where gloo's late frees abort a rank that completed."""
+    script = ("import atexit, sys\n"
+              "from recipelab.longrun.distributed import exit_rank\n"
+              "atexit.register(lambda: print('finalized'))\n"
+              "print('written', end='')\n"
+              "sys.stderr.write('said')\n"
+              "exit_rank(3)\n")
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=buffered, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "written", "said")

@@ -154,6 +154,12 @@ def test_dry_run_budget_says_at_which_step_the_alert_and_the_projection_stop_fir
     assert alert is not None and spent is not None and settings.log_every < alert < spent
 
 
+def launch(command: list[str], env: dict[str, str], timeout: float) -> None:
+    """Run a training process to its end; a failure shows the end of what it printed."""
+    done = subprocess.run(command, env=env, timeout=timeout, capture_output=True, text=True)
+    assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-6000:]}"
+
+
 def _pretrain_process(recipe: Path, out: Path, corpus: CorpusSpec, *extra: str,
                       torchrun: int | None = None) -> list[str]:
     common = ["pretrain", "--recipe", str(recipe), "--out", str(out), "--corpus", corpus.source,
@@ -171,9 +177,8 @@ def test_two_processes_follow_the_one_process_curve_with_the_same_global_batch(
     env = {**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or ""}
     single, double = tmp_path / "one", tmp_path / "two"
     run_pretrain(config(single, corpus, steps=20))
-    subprocess.run(_pretrain_process(recipe, double, corpus, "--total-steps", "20",
-                                     "--checkpoint-every", "10", torchrun=2),
-                   env=env, check=True, timeout=240, capture_output=True)
+    launch(_pretrain_process(recipe, double, corpus, "--total-steps", "20",
+                             "--checkpoint-every", "10", torchrun=2), env, timeout=240)
     one, two = metrics(single), metrics(double)
     assert [r["step"] for r in one] == [r["step"] for r in two]
     for a, b in zip(one, two, strict=True):
@@ -199,8 +204,8 @@ def test_a_resume_after_sigkill_continues_the_uninterrupted_curve_exactly(
     os.kill(process.pid, signal.SIGKILL)
     assert process.wait(timeout=60) == -signal.SIGKILL, "the run finished before it was killed"
     assert not (killed / "final.safetensors").exists()
-    subprocess.run(_pretrain_process(recipe, killed, corpus, *args, "--resume-from-latest"),
-                   env=env, check=True, timeout=300, capture_output=True)
+    launch(_pretrain_process(recipe, killed, corpus, *args, "--resume-from-latest"), env,
+           timeout=300)
     assert curve(killed) == curve(whole)
     assert len(list((killed / CHECKPOINT_DIR).glob("step-*"))) == 2
     resumed = [e for e in events(killed) if e["event"] == "pretrain_start"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from recipelab.recipe import Recipe
 from recipelab.targets import proxy_recipe
 from recipelab.trainer.loop import run_trial
 from recipelab.trainer.spec import CorpusSpec, TrialSpec
-from tests.longrun.test_run import config, metrics
+from tests.longrun.test_run import config, launch, metrics
 
 STEPS = 8
 EVERY_KNOB_MOVED = {"stability.z_loss": 0.001, "stability.logit_softcap": 15.0,
@@ -78,12 +77,11 @@ def test_two_gloo_processes_follow_one_for_a_recipe_with_every_knob_moved(
     path = tmp_path / "recipe.json"
     path.write_text(recipe.model_dump_json())
     single = pretrain_losses(recipe, corpus, tmp_path / "one")
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc-per-node", "2", "-m", "recipelab", "pretrain", "--recipe", str(path),
-                    "--out", str(tmp_path / "two"), "--corpus", corpus.source, "--log-every", "1",
-                    "--eval-every", "1000", "--checkpoint-every", "0", "--device", "cpu"],
-                   env={**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or ""}, check=True,
-                   timeout=240, capture_output=True)
+    launch([sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", "2", "-m", "recipelab", "pretrain", "--recipe", str(path),
+            "--out", str(tmp_path / "two"), "--corpus", corpus.source, "--log-every", "1",
+            "--eval-every", "1000", "--checkpoint-every", "0", "--device", "cpu"],
+           {**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or ""}, timeout=240)
     double = [float(row["train_loss"]) for row in metrics(tmp_path / "two")]
     assert double == pytest.approx(single, rel=1e-4)
     assert json.loads((tmp_path / "two" / "manifest.json").read_text())["world_size"] == 2

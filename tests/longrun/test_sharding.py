@@ -29,7 +29,7 @@ from recipelab.targets import get_target, proxy_recipe
 from recipelab.trainer.checkpoint import CheckpointMismatch
 from recipelab.trainer.core import build_model
 from recipelab.trainer.spec import CorpusSpec
-from tests.longrun.test_run import POLL_S, config, curve, events, metrics
+from tests.longrun.test_run import POLL_S, config, curve, events, launch, metrics
 
 STEPS = 12
 KNOBS_MOVED = {"stability.z_loss": 0.001, "stability.logit_softcap": 15.0,
@@ -38,6 +38,10 @@ KNOBS_MOVED = {"stability.z_loss": 0.001, "stability.logit_softcap": 15.0,
                "grad_accum": 2, "steps": STEPS}
 CPU = torch.device("cpu")
 KILLED_STEPS = 90  # long enough that the kill lands well before the last checkpoint
+FINALIZER_MARK = """import atexit, os
+if "RANK" in os.environ:  # a rank, not torchrun itself
+    atexit.register(lambda: open(os.path.join({marks!r}, f"finalized-{{os.getpid()}}"), "w").close())
+"""
 
 
 def torchrun(recipe: Path, out: Path, corpus: CorpusSpec, *extra: str) -> list[str]:
@@ -75,11 +79,16 @@ def test_two_sharded_processes_follow_one_unsharded_for_a_recipe_with_every_knob
     single = tmp_path / "one"
     run_pretrain(config(single, corpus, log_every=1, eval_every=6, checkpoint_every=0)
                  .model_copy(update={"recipe": recipe}))
-    sharded = tmp_path / "two"
-    subprocess.run(torchrun(path, sharded, corpus, "--log-every", "1", "--eval-every", "6",
-                            "--checkpoint-every", "0"),
-                   env={**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or ""}, check=True,
-                   timeout=300, capture_output=True)
+    sharded, hooks = tmp_path / "two", tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(FINALIZER_MARK.format(marks=str(tmp_path)))
+    path_with_hooks = os.pathsep.join(filter(None, [str(hooks), trainer_env.get("PYTHONPATH")]))
+    launch(torchrun(path, sharded, corpus, "--log-every", "1", "--eval-every", "6",
+                    "--checkpoint-every", "0"),
+           {**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or "", "PYTHONPATH": path_with_hooks},
+           timeout=300)
+    assert not list(tmp_path.glob("finalized-*")), (
+        "a rank ran Python's finalizer, where gloo's late frees abort it (exit_rank)")
     one, two = metrics(single), metrics(sharded)
     assert len(one) == len(two) == STEPS
     for a, b in zip(one, two, strict=True):
@@ -104,8 +113,7 @@ def test_a_sharded_run_killed_mid_run_resumes_on_the_uninterrupted_curve(
     env = {**trainer_env, "RECIPELAB_CACHE": corpus.cache_dir or ""}
     args = ("--log-every", "4", "--eval-every", "8", "--checkpoint-every", "6", "--keep-last", "2")
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    subprocess.run(torchrun(recipe, whole, corpus, *args), env=env, check=True, timeout=300,
-                   capture_output=True)
+    launch(torchrun(recipe, whole, corpus, *args), env, timeout=300)
     process = subprocess.Popen(torchrun(recipe, killed, corpus, *args), env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
@@ -118,8 +126,7 @@ def test_a_sharded_run_killed_mid_run_resumes_on_the_uninterrupted_curve(
     assert not (killed / "final.safetensors").exists(), "the run finished before it was killed"
     newest = killed / CHECKPOINT_DIR / latest.read_text().strip()
     assert (newest / SHARDS).is_dir() and json.loads((newest / "state.json").read_text())["sharded"]
-    subprocess.run(torchrun(recipe, killed, corpus, *args, "--resume-from-latest"), env=env,
-                   check=True, timeout=300, capture_output=True)
+    launch(torchrun(recipe, killed, corpus, *args, "--resume-from-latest"), env, timeout=300)
     assert curve(killed) == curve(whole)
     resumed = [e for e in events(killed) if e["event"] == "pretrain_start"]
     resumed_from = resumed[-1]["resumed_from"]

@@ -22,7 +22,7 @@ from recipelab.longrun.pretrain_config import CHECKPOINT_DIR, METRICS_LONG_FILE
 from recipelab.longrun.run import run_pretrain
 from recipelab.trainer.core import build_model
 from recipelab.trainer.spec import CorpusSpec
-from tests.longrun.test_run import RECIPE, config, events, metrics
+from tests.longrun.test_run import RECIPE, config, events, launch, metrics
 
 POLL_S = 0.02
 
@@ -60,9 +60,9 @@ def test_sigterm_checkpoints_the_step_and_exits_143_and_the_resume_ends_the_same
     assert 5 <= step < 40
     assert next(e for e in events(cut) if e["event"] == "preempted")["step"] == step
     assert json.loads((cut / "manifest.json").read_text())["stop_reason"] == "preempted"
-    subprocess.run([sys.executable, "-m", "recipelab", *cli(recipe, cut, corpus, "--checkpoint-every",
-                                                            "1000", "--resume-from-latest")],
-                   env=env, check=True, timeout=300, capture_output=True)
+    launch([sys.executable, "-m", "recipelab", *cli(recipe, cut, corpus, "--checkpoint-every",
+                                                    "1000", "--resume-from-latest")],
+           env, timeout=300)
     assert [(r["step"], r["train_loss"], r["val_bpb"]) for r in metrics(cut)] == [
         (r["step"], r["train_loss"], r["val_bpb"]) for r in metrics(whole)]
 

@@ -4,6 +4,8 @@ under torchrun too) and ``gpu-check`` (the GPU checks to send back)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -154,18 +156,35 @@ def pretrain(
         fail(f"invalid pretrain settings: {one_line(error)}")
     except ValueError as error:  # an unknown knob or a value the recipe refuses
         fail(str(error))
-    try:
-        result = run_pretrain(config)
-    except RecipelabError as error:  # a refusal; any other error is a bug, with its traceback
-        fail(str(error))
-    if os.environ.get("RANK", "0") != "0":
+    with leaving_the_launch():
+        try:
+            result = run_pretrain(config)
+        except RecipelabError as error:  # a refusal; any other error is a bug, with its traceback
+            fail(str(error))
+        if os.environ.get("RANK", "0") != "0":
+            raise typer.Exit(result.exit_code)
+        if dry_run_budget:
+            typer.echo(json.dumps(dry_run_report(config, result), indent=2))
+            return
+        console.print(f"pretrain {result.stop_reason} after {result.steps_done} steps → {out}",
+                      markup=False)
         raise typer.Exit(result.exit_code)
-    if dry_run_budget:
-        typer.echo(json.dumps(dry_run_report(config, result), indent=2))
+
+
+@contextmanager
+def leaving_the_launch() -> Iterator[None]:
+    """Under a multi-process ``torchrun`` launch, end the rank with its exit status through
+    :func:`~recipelab.longrun.distributed.exit_rank` (no finalizer); alone, as usual."""
+    from recipelab.longrun.distributed import exit_rank, world_from_env
+
+    if world_from_env().size == 1:
+        yield
         return
-    console.print(f"pretrain {result.stop_reason} after {result.steps_done} steps → {out}",
-                  markup=False)
-    raise typer.Exit(result.exit_code)
+    try:
+        yield
+    except typer.Exit as done:
+        exit_rank(done.exit_code)
+    exit_rank(0)
 
 
 @app.command("gpu-check")

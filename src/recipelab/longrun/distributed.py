@@ -13,11 +13,14 @@ one rank and broadcast from a branch the others may not reach.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -30,6 +33,7 @@ __all__ = [
     "Collectives",
     "World",
     "check_collective_tensor",
+    "exit_rank",
     "process_group",
     "world_from_env",
 ]
@@ -142,3 +146,19 @@ def process_group(world: World, device: torch.device) -> Iterator[Collectives]:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def exit_rank(code: int) -> NoReturn:
+    """End this rank of a multi-process launch with ``code``, without Python's finalizer.
+
+    Gloo's worker threads free a finished collective's work, and the tensors it holds, after
+    the collective has returned; freeing a tensor takes the GIL. ``destroy_process_group``
+    does not stop those threads (gloo has no shutdown), and a finalizing interpreter hands
+    out no GIL: a late free then aborts the rank (SIGABRT, "terminate called without an
+    active exception") and torchrun fails a run that had completed. By the time a rank
+    leaves, everything it writes is closed, so the streams are flushed and it exits here.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
