@@ -9,10 +9,13 @@ import random
 
 import pytest
 
-from recipelab.agent.setup.settings_components import LadderSettings
+from recipelab.agent.phases.seeds import RERUN_SEEDS
+from recipelab.agent.setup.settings_components import LadderSettings, SearchSettings
 from recipelab.trajectory.null_campaigns import (
+    NOISE_SEEDS,
     TopRung,
     noise_model,
+    simulated,
     top_rung_campaign,
     wilson,
     winner_rate,
@@ -63,10 +66,30 @@ def test_a_campaign_reads_the_seeds_it_drew() -> None:
         seen.append((who, seed))
         return 1.0 if who == "f0" else 2.0 + 0.01 * (seed % 7)
 
-    assert top_rung_campaign(TopRung(2, 3, 2), ahead)
+    assert top_rung_campaign(TopRung(2, 3, 2), ahead).handed_off
     assert {s for w, s in seen if w != "base" or s} >= {1000, 1001, 1002}
     assert not top_rung_campaign(TopRung(2, 3, 2), lambda who, seed, factor:
-                                 3.0 if who == "f0" else 2.0 + 0.01 * (seed % 7))
+                                 3.0 if who == "f0" else 2.0 + 0.01 * (seed % 7)).named
+
+
+def test_a_winner_the_baseline_beats_one_size_up_is_overruled() -> None:
+    """The width rung trains at the campaign's seeds (0, 1), the top rung above 1000: a
+    finalist ahead there and behind at twice the width is named, then overruled."""
+    def behind_one_size_up(who: str, seed: int, factor: float) -> float:
+        ahead = seed >= 1000
+        return (1.0 if ahead else 3.0) if who == "f0" else 2.0 + 0.01 * (seed % 7)
+
+    outcome = top_rung_campaign(TopRung(2, 3, 2), behind_one_size_up)
+    assert outcome.named and outcome.overruled and not outcome.handed_off
+
+
+def test_the_check_one_size_up_seldom_overrules_a_winner_that_is_truly_better() -> None:
+    """Where the gain holds one size up, a loss beyond the floor is the seeds' luck alone."""
+    rung = TopRung(DEFAULT.promote, DEFAULT.top_seeds, DEFAULT.close_call_seeds)
+    found = simulated(rung, CAMPAIGNS // 2, gain=1.0, seed=4)
+    named = [o for o in found if o.named]
+    assert len(named) > CAMPAIGNS // 10
+    assert sum(o.overruled for o in named) / len(named) <= 0.05
 
 
 def test_a_simulated_family_follows_its_best_rate_as_the_campaign_does() -> None:
@@ -81,6 +104,10 @@ def test_a_simulated_family_follows_its_best_rate_as_the_campaign_does() -> None
     top_rung_campaign(TopRung(2, 3, 0), lower_is_better)
     for who in ("base", "f0", "f1"):
         assert {m for w, m in asked if w == who} == {0.25, 0.5, 1.0, 2.0}
+
+
+def test_the_simulated_noise_floor_has_the_campaigns_seeds() -> None:
+    assert NOISE_SEEDS == SearchSettings().noise_seeds - 1 == RERUN_SEEDS
 
 
 def test_the_wilson_interval_holds_its_rate() -> None:
