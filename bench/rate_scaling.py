@@ -13,7 +13,10 @@ and the two beside it: the loss rises slowly below the best and falls off a clif
 so a quadratic through the whole sweep would be pulled toward the cliff. It prints each size's
 sweep, its best rate, the exponent those bests give against ``N`` beside Step Law's, and, for
 the larger sizes, the rate Step Law's exponent carries from the proxy's width's best over the
-measured best. Runs are cached in ``--out``, the figures in its ``summary-s<seed>.json``.
+measured best. It also checks the export's rule (``recipelab.transfer.size_exponent``): Step
+Law's exponent pooled with the one the two smaller sizes' bests give, as the width rung measures
+it, carries the proxy's width's best to the target's, against the target's measured best. Runs
+are cached in ``--out``, the figures in its ``summary-s<seed>.json``.
 
     python bench/rate_scaling.py [--tokens 512000] [--seed 0] [--parallel 2] [--out DIR]
 """
@@ -34,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recipelab.recipe import Recipe, non_embedding_params
 from recipelab.targets import Target, load_target_file, proxy_recipe
 from recipelab.trajectory.horizon import best_log_lr
+from recipelab.transfer.size_exponent import BestRate, MeasuredExponent, updated
 from recipelab.transfer.steplaw import LR_PARAMS_EXPONENT, law_learning_rate
 from recipelab.transfer.width import width_targets
 from transfer import EVAL_BYTES, PRESET, TARGET, Arm, at_law_batch, final, pretrain
@@ -69,15 +73,15 @@ def grid(law_rate: float) -> list[float]:
     return [GRID_BASE * 2.0 ** k for k in range(max(0, low), high + 1)]
 
 
-def best_rate(sweep: list[tuple[float, float]]) -> float:
-    """The quadratic's minimum through the best measured rate and its neighbours (the best
-    measured rate itself when it lies at the sweep's edge)."""
+def best_rate(sweep: list[tuple[float, float]]) -> tuple[float, bool]:
+    """The quadratic's minimum through the best measured rate and its neighbours, and whether
+    it is the best measured rate itself, at the sweep's edge."""
     ordered = sorted(sweep)
     i = min(range(len(ordered)), key=lambda k: ordered[k][1])
     if i in (0, len(ordered) - 1):
-        return ordered[i][0]
+        return ordered[i][0], True
     placed = best_log_lr(ordered[i - 1:i + 2])
-    return math.exp(placed) if placed is not None else ordered[i][0]
+    return (math.exp(placed) if placed is not None else ordered[i][0]), False
 
 
 def main() -> None:
@@ -105,15 +109,17 @@ def main() -> None:
 
     print(f"the preset's baseline at {args.tokens:,} tokens, seed {args.seed}; val_bpb by rate")
     measured: list[tuple[int, float]] = []
+    edges: list[bool] = []
     for size, arms in plan:
         sweep = [(proxy.optimizer.lr * arm.lr_factor, final(out / "runs" / arm.run_name))
                  for arm in arms]
         params = non_embedding_params(size.shape)
-        best = best_rate(sweep)
+        best, edge = best_rate(sweep)
         measured.append((params, best))
+        edges.append(edge)
         print(f"  d_model {size.shape.d_model}, {size.shape.n_layer} layers, N {params:,}: "
               + ", ".join(f"{lr:.3g} → {value:.4f}" for lr, value in sweep)
-              + f"; best {best:.3g}")
+              + f"; best {best:.3g}" + (" (at the sweep's edge)" if edge else ""))
     slope = float(np.polyfit([math.log(n) for n, _ in measured],
                              [math.log(b) for _, b in measured], 1)[0])
     print(f"best rate ∝ N^{slope:.2f} (Step Law: N^{LR_PARAMS_EXPONENT})")
@@ -123,9 +129,15 @@ def main() -> None:
         print(f"  N {n:,} ({n / n0:.0f}× the proxy's width's): Step Law carries the best "
               f"{b0:.3g} to {carried:.3g} = {carried / best:.2f}× the measured best {best:.3g}; "
               f"the measured exponent carries it to {b0 * (n / n0) ** slope / best:.2f}×")
+    (n1, b1), (n_target, b_target) = larger[0], larger[-1]
+    rule = updated(MeasuredExponent(BestRate(n0, b0, edges[0], 1), BestRate(n1, b1, edges[1], 1)))
+    carried = b0 * (n_target / n0) ** rule.value
+    print(f"the export's rule: {rule.describe()}; it carries the best {b0:.3g} to {carried:.3g} "
+          f"= {carried / b_target:.2f}× the target's measured best {b_target:.3g}")
     (out / f"summary-s{args.seed}.json").write_text(json.dumps(
         {"tokens": args.tokens, "seed": args.seed, "best": measured, "exponent": slope,
-         "law_exponent": LR_PARAMS_EXPONENT}, indent=2) + "\n")
+         "law_exponent": LR_PARAMS_EXPONENT, "rule": rule.to_json(),
+         "rule_over_best": carried / b_target}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.width_check import WidthCheck, width_check
+from recipelab.transfer.width import measured_gap
 
 from ..transfer.test_width import width_run
 
@@ -72,3 +73,17 @@ def test_the_check_of_one_recommendation_reads_only_its_own_run() -> None:
 ], ids=["seed", "size", "failed"])
 def test_no_check_without_a_scored_control_of_the_same_size_and_seed(control: TrialRecord) -> None:
     assert width_check([width_run("w0000", 1, 3.4), width_run("w0001", 2, 3.3), control]) is None
+
+
+def test_the_runs_at_the_rate_familys_other_rates_are_no_part_of_the_check_or_the_gap() -> None:
+    """The recommendation's run at twice its rate, later in the records, scored far better: it
+    measures the rate's size exponent, not the recipe one size up."""
+    records = [width_run("w0000", 1, 3.4), width_run("w0001", 2, 3.3),
+               width_run("w0002", 2, 3.38, parent="p0000", control=True)]
+    faster = [r.model_copy(update={"trial_id": f"w000{3 + i}", "val_bpb": 2.0,
+                                   "edit": {**r.edit, "lr_family": 2.0}})
+              for i, r in enumerate(records[:2])]
+    check, gap = width_check([*records, *faster]), measured_gap([*records, *faster])
+    assert check is not None and check.runs == ("w0001", "w0002")
+    assert check.gain == pytest.approx(0.08)
+    assert gap is not None and gap.runs == ("w0000", "w0001")

@@ -39,3 +39,15 @@ def test_a_proxy_at_the_laws_values_exports_the_laws_and_one_off_them_moves_the_
     longer = Scale(law.params, 16 * tokens)
     assert bigger.learning_rate < law.learning_rate < longer.learning_rate  # the law's directions
     assert longer.batch_tokens > law.batch_tokens == bigger.batch_tokens
+
+
+def test_the_campaigns_size_exponent_replaces_the_laws_and_keeps_its_ratio_in_tokens() -> None:
+    tokens = 20 * 124_000_000
+    law = Anchored.at(PROXY, GPT2_SMALL.shape, tokens)
+    own = Anchored.at(PROXY, GPT2_SMALL.shape, tokens, params_exponent=-0.4)
+    size = law.target.params / law.proxy.params
+    assert math.isclose(own.learning_rate, PROXY.optimizer.lr * size ** -0.4
+                        * (tokens / PROXY.tokens) ** 0.307)
+    assert math.isclose(own.learning_rate / law.learning_rate, size ** (0.713 - 0.4))
+    assert "N^-0.400" in own.describe_lr() and "N^-0.400" not in law.describe_lr()
+    assert own.to_json()["lr_params_exponent"] == -0.4

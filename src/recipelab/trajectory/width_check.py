@@ -31,6 +31,10 @@ WIDTH_SEEDS = 2
 """Seeds of each width run, from the campaign's own. One seed's gap was inside the seeds'
 spread on ``bench/transfer.py`` (the same run at two seeds differed by up to 0.18), and a
 run at the proxy's width and the top rung's tokens costs about one stress run."""
+WIDTH_RATES = (0.5, 2.0)
+"""The multiples of the export's learning rate the recommendation also trains at, at both
+widths and the campaign's seed: with the run at × 1 each width's rate family, which places
+the best rate at two sizes (:mod:`recipelab.transfer.size_exponent`)."""
 
 
 def is_control(record: TrialRecord) -> bool:
@@ -38,9 +42,16 @@ def is_control(record: TrialRecord) -> bool:
     return record.edit.get("arm") == CONTROL_ARM["arm"]
 
 
+def rate_multiple(record: TrialRecord) -> float:
+    """The multiple of the export's learning rate a width run trained at (1 but in the rate
+    family, :data:`WIDTH_RATES`)."""
+    return float(record.edit.get("lr_family", 1.0))
+
+
 def scored_width_runs(records: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """The width rung's complete runs with a finite val_bpb, in record order."""
-    return [r for r in records if r.kind == WIDTH_KIND and has_score(r)]
+    """The width rung's complete runs with a finite val_bpb at the export's own rate (not its
+    rate families'), in record order."""
+    return [r for r in records if r.kind == WIDTH_KIND and has_score(r) and rate_multiple(r) == 1.0]
 
 
 def seed_of(record: TrialRecord) -> int:

@@ -12,7 +12,9 @@ is written next to the proxy's value and the rule (``transfer.md``, ``transfer.j
 - global batch in tokens and learning rate: Step Law (:mod:`recipelab.transfer.steplaw`,
   arXiv 2503.04715), ``B ∝ D^0.571`` and ``η ∝ N^-0.713 · D^0.307``, anchored at what the
   winner trained at on the proxy (measured / the law there), so the law carries the ratio
-  between the two scales and the campaign sets the level; the batch in whole sequences of the
+  between the two scales and the campaign sets the level; the rate's size exponent is the
+  law's updated by the width rung's rate families (:mod:`recipelab.transfer.size_exponent`);
+  the batch in whole sequences of the
   target's context, rounded up to a multiple of the GPUs so that every GPU gets the same rows;
 - micro-batch: that global batch split into the largest per-GPU micro-batch the memory model
   fits in ``gpu_memory_gib`` (:mod:`recipelab.transfer.micro_batch`), with ``grad_accum`` making
@@ -62,6 +64,7 @@ from recipelab.transfer.micro_batch import (
     split_batch,
 )
 from recipelab.transfer.prediction import Prediction, bytes_per_token, predict
+from recipelab.transfer.size_exponent import PRIOR, SizeExponent, size_exponent
 from recipelab.transfer.steplaw import SOURCE, Anchored
 from recipelab.units import GIB, MIB
 
@@ -144,14 +147,15 @@ def target_precision(winner: Recipe, edit: dict[str, object], device: DeviceKind
 
 
 def transfer(winner: Recipe, edit: dict[str, object], target: Target,
-             options: ExportOptions) -> Exported:
-    """``winner`` moved onto ``target`` by the module's rules."""
+             options: ExportOptions, exponent: SizeExponent = PRIOR) -> Exported:
+    """``winner`` moved onto ``target`` by the module's rules, its rate carried in size by
+    ``exponent``."""
     shape = target.shape.model_copy(update={
         key.split(".", 1)[1]: value for key, value in edit.items() if key in TRANSFERABLE_SHAPE_KNOBS})
     context = target.context
     params = winner.model_copy(update={"shape": shape, "seq_len": context}).param_count()
     tokens = math.ceil(options.tokens_per_param * params)
-    law = Anchored.at(winner, shape, tokens)
+    law = Anchored.at(winner, shape, tokens, exponent.value)
     sequences = max(1, round(law.batch_tokens / context))
     sequences = options.gpus * math.ceil(sequences / options.gpus)
     tokens_per_step = sequences * context
@@ -233,6 +237,7 @@ class Recommended:
     options: ExportOptions
     full: Exported | None = None
     attribution: dict[str, Any] | None = None  # the attribution result, when there is one
+    exponent: SizeExponent = PRIOR
 
     @property
     def minimal(self) -> bool:
@@ -261,28 +266,32 @@ def recommended_export(ledger: Ledger, target: Target, options: ExportOptions,
     ``target``, or None before it recommends anything: what ``recipelab export`` writes and
     the report's recommendation shows. ``ladder`` exports the ladder's recommendation, before
     the check one size up can overrule it (:attr:`Ledger.ladder_recommended`): what the width
-    rung trains, also when resumed after a check that lost. ``trial`` exports that proxy trial
-    as it trained at its longest run instead, by the same rules."""
+    rung trains, also when resumed after a check that lost, at the law's size exponent (its
+    rate families measure the campaign's). ``trial`` exports that proxy trial as it trained at
+    its longest run instead, by the same rules."""
     records = ledger.records
+    exponent = PRIOR if ladder else size_exponent(records)
     if trial is not None:
         record = chosen_trial(records, trial)
         measured = Recipe.model_validate(ledger.longest_run(record).recipe)
         return Recommended(record, f"the trial named by --trial {trial}",
-                           transfer(measured, record.edit, target, options), options)
+                           transfer(measured, record.edit, target, options, exponent), options,
+                           exponent=exponent)
     chosen = ledger.ladder_recommended if ladder else ledger.recommended
     if chosen is None:
         return None
     winner, because = chosen
     measured = Recipe.model_validate(ledger.longest_run(winner).recipe)
-    exported = transfer(measured, winner.edit, target, options)
+    exported = transfer(measured, winner.edit, target, options, exponent)
     result = result_of(records, winner.trial_id)
     attribution = result_json(result) if result is not None else None
     if result is None or attribution is None or not attribution.get("recommends_minimal"):
-        return Recommended(winner, because, exported, options, attribution=attribution)
-    minimal = transfer(Recipe.model_validate(result.recipe), result.edit, target, options)
+        return Recommended(winner, because, exported, options, attribution=attribution,
+                           exponent=exponent)
+    minimal = transfer(Recipe.model_validate(result.recipe), result.edit, target, options, exponent)
     return Recommended(winner, because + "; recommended as its minimal winning edit (the groups "
                        "of its changes that carry the gain)", minimal, options, full=exported,
-                       attribution=attribution)
+                       attribution=attribution, exponent=exponent)
 
 
 def launch_command(exported: Exported, options: ExportOptions) -> str:
@@ -379,7 +388,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
     fallback_problem = None
     if runner_up is not None:
         fallback = transfer(Recipe.model_validate(ledger.longest_run(runner_up).recipe),
-                            runner_up.edit, target, options)
+                            runner_up.edit, target, options, found.exponent)
         fallback_problem = fallback.memory_problem
         if fallback_problem is None:
             _write_json(out / "fallback-recipe.json", fallback.recipe.model_dump(mode="json"))
@@ -405,6 +414,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
         "horizon_rule": {"alpha": rule.alpha, "source": rule.source, "fits": rule.fits,
                          "rule": rule.describe()},
         "law": exported.law.to_json(),
+        "size_exponent": found.exponent.to_json(),
         "runner_up": runner_up.trial_id if runner_up else None,
         "fallback_problem": fallback_problem,
         "code_version": winner.provenance.get("code_version"),
@@ -431,7 +441,8 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
     }
     _write_json(out / "manifest.json", manifest)
     text = render_transfer(campaign, target, winner, because, exported, prediction, points,
-                           runner_up, options, ledger.winner_line(), no_fallback, distance)
+                           runner_up, options, ledger.winner_line(), no_fallback, distance,
+                           found.exponent)
     if check is not None:
         text += f"\nOne size up: {check.describe()}.\n"
     if found.minimal:
@@ -469,8 +480,9 @@ def _write_attribution(out: Path, found: Recommended) -> list[Path]:
     return written
 
 
-def law_lines(law: Anchored) -> list[str]:
-    """The learning rate and batch at both scales, by the law and as exported, in a table."""
+def law_lines(law: Anchored, exponent: SizeExponent = PRIOR) -> list[str]:
+    """The learning rate and batch at both scales, by the law and as exported, in a table, and
+    the size exponent the rate was carried with."""
     return [f"The learning rate and global batch follow {SOURCE}, anchored at the winner's "
             f"longest run on the proxy ({law.proxy.tokens:,} tokens): the law sets the ratio "
             "between the scales, the campaign's measurement the level.", "",
@@ -482,8 +494,11 @@ def law_lines(law: Anchored) -> list[str]:
             f"| anchor (measured / law) | | | × {law.lr_anchor:.3g} | × {law.batch_anchor:.3g} |",
             f"| law at the target | {law.target.params:,} | {law.target.tokens:,} | "
             f"{law.target.learning_rate:.4g} | {law.target.batch_tokens:,.0f} |",
+            *([f"| the campaign's size exponent, N^{law.params_exponent:.3f} | | | × "
+               f"{law.size_factor:.3g} | |"] if law.size_factor != 1.0 else []),
             f"| exported | | | {law.learning_rate:.4g} | {law.batch_tokens:,.0f} "
-            "(before rounding to whole sequences) |"]
+            "(before rounding to whole sequences) |", "",
+            f"The rate's size exponent: {exponent.describe()}."]
 
 
 def _fallback(ledger: Ledger, exported: TrialRecord, trial: str | None
@@ -506,7 +521,7 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
                     points: list[dict[str, float | int]], runner_up: TrialRecord | None,
                     options: ExportOptions, winner_line: str = "",
                     no_fallback: str = "no other recipe completed",
-                    distance: Sequence[str] = ()) -> str:
+                    distance: Sequence[str] = (), exponent: SizeExponent = PRIOR) -> str:
     """The human-readable transfer table and prediction, under the campaign's winner line;
     ``no_fallback`` says why there is no fallback when ``runner_up`` is None; ``distance``
     is :func:`export_distance`'s statement."""
@@ -517,7 +532,7 @@ def render_transfer(campaign: str, target: Target, winner: TrialRecord, because:
              f"parameter = {exported.tokens:,} tokens = {exported.recipe.steps:,} steps.", "",
              "| knob | proxy | target | rule |", "|---|---|---|---|"]
     lines += [f"| {t.knob} | {t.proxy} | {t.target} | {t.rule} |" for t in exported.transfers]
-    lines += ["", "## The law and its anchor", "", *law_lines(exported.law)]
+    lines += ["", "## The law and its anchor", "", *law_lines(exported.law, exponent)]
     lines += ["", "## Predicted validation curve (val_bpb)", "",
               "| step | tokens | bytes of text | predicted val_bpb | band |",
               "|---|---|---|---|---|"]

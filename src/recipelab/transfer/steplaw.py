@@ -11,7 +11,9 @@ as a ratio between two scales: the target gets the law's value at its own scale 
 the campaign measured on the proxy (the rate and batch the winner trained at, at the tokens it
 trained, over the law's values there). Both move the same way the cloud run does: the batch
 grows with the data, and the rate falls with the model's size and rises, slowly, with the data
-its larger batch reads.
+its larger batch reads. The size exponent may be the campaign's own
+(:mod:`recipelab.transfer.size_exponent`): the ratio is then ``(N_target / N_proxy)^exponent``
+times the law's ratio in ``D``.
 """
 
 from __future__ import annotations
@@ -64,13 +66,16 @@ class Anchored:
     target: Scale
     proxy_lr: float
     proxy_batch_tokens: int
+    params_exponent: float = LR_PARAMS_EXPONENT
 
     @classmethod
-    def at(cls, measured: Recipe, target_shape: Shape, target_tokens: int) -> Anchored:
-        """The law anchored at ``measured`` (the winner as it trained on the proxy)."""
+    def at(cls, measured: Recipe, target_shape: Shape, target_tokens: int,
+           params_exponent: float = LR_PARAMS_EXPONENT) -> Anchored:
+        """The law anchored at ``measured`` (the winner as it trained on the proxy), its rate
+        carried in size by ``params_exponent``."""
         return cls(Scale(non_embedding_params(measured.shape), measured.tokens),
                    Scale(non_embedding_params(target_shape), target_tokens),
-                   measured.optimizer.lr, measured.tokens_per_step)
+                   measured.optimizer.lr, measured.tokens_per_step, params_exponent)
 
     @property
     def lr_anchor(self) -> float:
@@ -81,9 +86,16 @@ class Anchored:
         return self.proxy_batch_tokens / self.proxy.batch_tokens
 
     @property
+    def size_factor(self) -> float:
+        """``params_exponent``'s size ratio over the law's: 1 at the law's exponent."""
+        return float((self.target.params / self.proxy.params)
+                     ** (self.params_exponent - LR_PARAMS_EXPONENT))
+
+    @property
     def learning_rate(self) -> float:
-        """The target's rate: the law at the target × the proxy's anchor, at most 1."""
-        return min(1.0, self.target.learning_rate * self.lr_anchor)
+        """The target's rate, at most 1: the law at the target × the proxy's anchor, with the
+        law's size ratio replaced by ``params_exponent``'s (:attr:`size_factor`)."""
+        return min(1.0, self.target.learning_rate * self.lr_anchor * self.size_factor)
 
     @property
     def batch_tokens(self) -> float:
@@ -91,12 +103,15 @@ class Anchored:
         return self.target.batch_tokens * self.batch_anchor
 
     def describe_lr(self) -> str:
+        own = ("" if self.params_exponent == LR_PARAMS_EXPONENT else
+               f"; carried in size by N^{self.params_exponent:.3f}, the campaign's exponent, "
+               f"instead of the law's")
         return (f"η = {LR_COEFFICIENT}·N^{LR_PARAMS_EXPONENT}·D^{LR_TOKENS_EXPONENT} ({SOURCE}): "
                 f"{self.proxy.learning_rate:.4g} at the proxy (N {self.proxy.params:,}, "
                 f"D {self.proxy.tokens:,}), {self.target.learning_rate:.4g} at the target "
                 f"(N {self.target.params:,}, D {self.target.tokens:,}); anchored × "
                 f"{self.lr_anchor:.3g}, the proxy's measured {self.proxy_lr:.4g} / the law's "
-                f"{self.proxy.learning_rate:.4g}")
+                f"{self.proxy.learning_rate:.4g}{own}")
 
     def describe_batch(self) -> str:
         return (f"B = {BATCH_COEFFICIENT}·D^{BATCH_TOKENS_EXPONENT} tokens ({SOURCE}): "
@@ -118,4 +133,5 @@ class Anchored:
                            "law_lr": self.target.learning_rate, "lr": self.learning_rate,
                            "law_batch_tokens": self.target.batch_tokens,
                            "batch_tokens": self.batch_tokens},
-                "lr_anchor": self.lr_anchor, "batch_anchor": self.batch_anchor}
+                "lr_anchor": self.lr_anchor, "batch_anchor": self.batch_anchor,
+                "lr_params_exponent": self.params_exponent}

@@ -12,7 +12,7 @@ from recipelab.agent.deadline import Deadline
 from recipelab.agent.phases.width_cost import cost, planned_recipes, planned_seconds
 from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.agent.setup.window import MARGIN, TrialTimes
-from recipelab.trajectory.width_check import WIDTH_SEEDS
+from recipelab.trajectory.width_check import WIDTH_RATES, WIDTH_SEEDS
 
 
 @pytest.fixture
@@ -25,7 +25,8 @@ def test_a_runs_cost_is_its_compute_over_the_baselines(settings: CampaignSetting
     assert cost(baseline, baseline) == 1.0
     assert math.isclose(cost(baseline.at_tokens(3 * baseline.tokens), baseline), 3.0, rel_tol=0.02)
     planned = planned_recipes(settings)
-    assert len(planned) == 4 * WIDTH_SEEDS, "the two sizes and the control's, at each seed"
+    assert len(planned) == 4 * WIDTH_SEEDS + 2 * len(WIDTH_RATES), (
+        "the two sizes and the control's at each seed, and both sizes at the family's rates")
     narrow, wide, narrow_control, control = planned[:4]
     assert (narrow, wide) == (narrow_control, control)
     assert cost(wide, baseline) > cost(narrow, baseline)

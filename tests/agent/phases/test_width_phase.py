@@ -29,7 +29,14 @@ from recipelab.trainer.spec import TrialResult, TrialSpec
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.store import TrajectoryStore
-from recipelab.trajectory.width_check import WIDTH_KIND, WIDTH_SEEDS, is_control
+from recipelab.trajectory.width_check import (
+    WIDTH_KIND,
+    WIDTH_RATES,
+    WIDTH_SEEDS,
+    is_control,
+    rate_multiple,
+)
+from recipelab.transfer.size_exponent import measured_exponent, size_exponent
 from recipelab.transfer.steplaw import law_learning_rate
 from recipelab.transfer.width import MAX_CONTEXT, measured_gap
 
@@ -67,12 +74,15 @@ def run(settings: CampaignSettings, directory: Path, **executor: object) -> None
              executor=fake_executor(**{"outcome": sized_outcome, **executor})).run()
 
 
-def width_runs(directory: Path, control: bool = False, seed: int | None = 0) -> list[TrialRecord]:
+def width_runs(directory: Path, control: bool = False, seed: int | None = 0, *,
+               family: bool = False) -> list[TrialRecord]:
     """The width runs in record order, the control's or the recommendation's, at ``seed``
-    (the campaign's; None for every seed)."""
+    (the campaign's; None for every seed), at the export's rate (``family``: at the rate
+    family's other rates)."""
     return [record for r in read_jsonl(directory / "trajectory.jsonl") if r["kind"] == WIDTH_KIND
             if is_control(record := TrialRecord.model_validate(r)) == control
-            and seed in (None, record.recipe["seed"])]
+            and seed in (None, record.recipe["seed"])
+            and (rate_multiple(record) != 1.0) == family]
 
 
 def at_twice_the_width(runs: list[TrialRecord]) -> list[TrialRecord]:
@@ -173,6 +183,51 @@ def test_the_export_predicts_the_target_with_the_measured_gap(
         gap = measured_gap(store.records(), exported)  # the exported recipe's own
     assert gap is not None and prediction["measured_size"] == json.loads(json.dumps(gap.to_json()))
     assert "from the width rung" in (out / "transfer.md").read_text()
+
+
+def test_the_recommendations_rate_families_give_the_export_its_size_exponent(
+        settings: CampaignSettings, tmp_path: Path) -> None:
+    """At the campaign's seed the recommendation also trains at lr × ½ and × 2 at both widths,
+    and one step beyond a family's edge while its best lies there. The export carries its rate
+    with the law's exponent pooled with the one those families measure, and says both."""
+    run(settings, tmp_path)
+    at_rate = {r.edit["width_multiple"]: Recipe.model_validate(r.recipe) for r in width_runs(tmp_path)}
+    family = width_runs(tmp_path, family=True)
+    assert width_runs(tmp_path, seed=settings.seed + 1, family=True) == []
+    assert width_runs(tmp_path, control=True, seed=None, family=True) == []
+    # the wide family's best lies above its rates: it trains × 4, then × 8, and places it
+    assert sorted((r.edit["width_multiple"], r.edit["lr_family"]) for r in family) == sorted(
+        [(m, x) for m in (1, 2) for x in WIDTH_RATES] + [(2, 4.0), (2, 8.0)])
+    every = width_runs(tmp_path, seed=None) + width_runs(tmp_path, control=True, seed=None) + family
+    assert len({r.artifacts["dir"] for r in every}) == len(every), (
+        "each run its own checkpoint folder: a finished run's is never resumed by another")
+    for r in family:
+        own = at_rate[r.edit["width_multiple"]]
+        assert r.parent == "p0002" and Recipe.model_validate(r.recipe) == own.apply(
+            {"optimizer.lr": own.optimizer.lr * r.edit["lr_family"]})
+    with TrajectoryStore(tmp_path, settings.name, readonly=True) as store:
+        records = store.records()
+    measured, exponent = measured_exponent(records), size_exponent(records)
+    assert measured is not None and exponent.measured == measured
+    # the fake's best rate is 3e-3 at every width
+    assert measured.narrow.lr == pytest.approx(3e-3, rel=0.01) and not measured.narrow.edge
+    assert measured.wide.lr == pytest.approx(3e-3, rel=0.01) and not measured.wide.edge
+    assert measured.value == pytest.approx(0.0, abs=0.01)
+    assert events(tmp_path, "width_measured")[-1]["lr_size_exponent"] == pytest.approx(measured.value)
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(out), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["size_exponent"] == json.loads(json.dumps(exponent.to_json()))
+    assert -0.713 < exponent.value < measured.value  # pooled between the prior and the measurement
+    law = manifest["law"]  # the law's own exponent would export its rate × the anchor
+    at_law = law["target"]["law_lr"] * law["lr_anchor"]
+    sizes = law["target"]["params"] / law["proxy"]["params"]
+    lr = json.loads((out / "recipe.json").read_text())["optimizer"]["lr"]
+    assert lr == pytest.approx(at_law * sizes ** (exponent.value + 0.713), rel=1e-6)
+    text = (out / "transfer.md").read_text()
+    assert f"The rate's size exponent: N^{exponent.value:.3f} ± {exponent.sd:.3f}" in text
+    assert f"| the campaign's size exponent, N^{exponent.value:.3f} | | | × " in text
 
 
 def test_a_lost_width_run_resumes_and_nothing_trains_twice(

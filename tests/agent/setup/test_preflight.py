@@ -172,18 +172,19 @@ def test_the_disk_estimate_counts_each_rung_runs_checkpoint() -> None:
 def test_the_disk_estimate_counts_the_attribution_and_width_runs_checkpoints() -> None:
     """Attribution's runs (3 seeds × the baseline, the winner, 4 groups left out and the
     minimal edit) keep the proxy's checkpoint; the width rung's (the recommendation and the
-    baseline at two widths, each at two seeds) keep their own models'."""
+    baseline at two widths, each at two seeds, and the recommendation's rate families at two
+    more rates) keep their own models'."""
     both = CampaignSettings(name="c", preset="tiny", window=WindowSettings(iterations=20))
     neither = both.model_copy(update={"attribution": False, "width_rung": False})
     needed, how = disk_needed_bytes(both, both.baseline())
     plain, plain_how = disk_needed_bytes(neither, neither.baseline())
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * both.baseline().param_count()
     widths = [CHECKPOINT_BYTES_PER_PARAM * r.param_count() for r in planned_width_recipes(both)]
-    assert len(widths) == 8 and widths[1] == widths[3] > 4 * widths[0] > 0, (
+    assert len(widths) == 12 and widths[1] == widths[3] > 4 * widths[0] > 0, (
         "twice the width and depth")
     assert needed - plain == (21 * (checkpoint + TRIAL_FILES_BYTES)
-                              + sum(widths) + 8 * TRIAL_FILES_BYTES)
-    assert "21 attribution checkpoint(s)" in how and "the width rung's 8 checkpoints" in how
+                              + sum(widths) + 12 * TRIAL_FILES_BYTES)
+    assert "21 attribution checkpoint(s)" in how and "the width rung's 12 checkpoints" in how
     assert "0 attribution" in plain_how and "width" not in plain_how
 
 

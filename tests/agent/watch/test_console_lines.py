@@ -121,6 +121,18 @@ def test_the_width_rungs_control_is_named_and_the_gain_one_size_up_is_said() -> 
                       "steps": 400, "tokens": 102_400, "status": "complete", "val_bpb": 3.3601,
                       "wall_s": 9.1})
     assert run is not None and run.endswith("p0000 at 2× the proxy's width (the baseline, the control)")
+    lines.line({"event": "trial_started", "trial_id": "w0006", "kind": "width", "seed": 0,
+                "parent": "p0009", "proposer": "width-rung",
+                "edit": {"width_multiple": 2, "lr_family": 0.5}})
+    family = lines.line({"event": "trial_finished", "trial_id": "w0006", "kind": "width",
+                         "steps": 400, "tokens": 102_400, "status": "complete",
+                         "val_bpb": 3.3, "wall_s": 9.0})
+    assert family is not None and family.endswith("p0009 at 2× the proxy's width at lr × 0.5")
+    exponent = lines.line({"event": "width_measured", "narrow": 3.3835, "wide": 3.2824,
+                           "target_lowering": 0.1524, "lr_size_exponent": -0.4312,
+                           "lr_size_exponent_se": 0.2404})
+    assert exponent is not None and exponent.endswith(
+        "\n   the best rate falls as N^-0.431 ± 0.240 between the two widths (Step Law: N^-0.713)")
     held = lines.line({"event": "width_measured", "narrow": 3.3835, "wide": 3.2824,
                        "target_lowering": 0.1524, "gain_at_twice_width": 0.0777})
     assert held is not None and held.endswith("\n   at twice the width it beats the baseline by +0.0777")

@@ -9,7 +9,7 @@ from recipelab.agent.setup.settings import CampaignSettings
 from recipelab.agent.setup.window import TrialTimes
 from recipelab.recipe import Recipe, training_flops_per_token
 from recipelab.targets import preset_target
-from recipelab.trajectory.width_check import WIDTH_SEEDS
+from recipelab.trajectory.width_check import WIDTH_RATES, WIDTH_SEEDS
 from recipelab.transfer.width import width_targets
 
 
@@ -29,8 +29,8 @@ def seconds(times: TrialTimes, baseline: Recipe, recipes: Sequence[Recipe]) -> f
 def planned_recipes(settings: CampaignSettings) -> list[Recipe]:
     """The rung's runs as planned before the recommendation is known: the baseline on its two
     models at the top rung's tokens, and on both once more as the control (the edit barely
-    moves their cost or size), at each of the rung's seeds; none when the rung is off or there
-    is no top rung."""
+    moves their cost or size), at each of the rung's seeds, and on both at each other rate of
+    the rate family; none when the rung is off or there is no top rung."""
     ladder = settings.ladder
     if not ladder.width_rung or ladder.promote == 0:
         return []
@@ -39,7 +39,7 @@ def planned_recipes(settings: CampaignSettings) -> list[Recipe]:
     sizes = width_targets(baseline.shape, preset_target(settings.preset, settings.target))
     narrow, wide = (baseline.model_copy(update={"shape": size.shape, "seq_len": size.context}
                                         ).at_tokens(tokens) for size in sizes)
-    return [narrow, wide, narrow, wide] * WIDTH_SEEDS
+    return [narrow, wide, narrow, wide] * WIDTH_SEEDS + [narrow, wide] * len(WIDTH_RATES)
 
 
 def planned_seconds(times: TrialTimes, settings: CampaignSettings) -> float:

@@ -27,6 +27,7 @@ from recipelab.eventlog import LogFormat, console_renderer
 from recipelab.recipe import BASELINE_PROPOSER
 from recipelab.text import clip, compact_edit
 from recipelab.trajectory.noise import SEED_RERUN_PROPOSER
+from recipelab.transfer.steplaw import LR_PARAMS_EXPONENT
 
 LINE_LIMIT = 160
 INDENT = "      "  # a rejection's reason, under its line
@@ -126,6 +127,7 @@ class ReadableLines:
         if width:
             what = f"{self.parents.get(trial, '?')} at {edit.get('width_multiple')}× the proxy's width"
             what += " (the baseline, the control)" if edit.get("arm") == "baseline" else ""
+            what += f" at lr × {edit['lr_family']:g}" if "lr_family" in edit else ""
         elif "lr_family" in edit:  # the baseline's family, or a candidate's probe
             parent = self.parents.get(trial)
             whose = "the baseline" if parent is None or parent in self.baseline_runs else parent
@@ -211,6 +213,10 @@ class ReadableLines:
         else:
             line = (f"{scored}: the target lands {_number(event.get('target_lowering'))} below "
                     "the proxy's curve")
+        exponent, se = event.get("lr_size_exponent"), event.get("lr_size_exponent_se")
+        if isinstance(exponent, (int, float)) and isinstance(se, (int, float)):
+            line += (f"\n   the best rate falls as N^{exponent:.3f} ± {se:.3f} between the two "
+                     f"widths (Step Law: N^{LR_PARAMS_EXPONENT})")
         gain, floor = event.get("gain_at_twice_width"), event.get("gain_floor")
         if not isinstance(gain, (int, float)):
             return line
