@@ -455,6 +455,7 @@ def main() -> None:
                "baseline_verdict": b_verdict,
                "baseline_prediction_error": abs(b_predicted - b_measured) / b_measured,
                "width_ladder": ladder, "both_at": both_at,
+               "size_exponent": manifest.get("size_exponent"),
                "proxy_best": proxy_best_anchor(c, manifest, best_lr),
                "distance": manifest["distance"], "code_version": manifest["code_version"]}
         summary["campaigns"].append(row)
@@ -467,6 +468,12 @@ def main() -> None:
               f"over the law's default {', '.join(f'{g:+.4f}' for g in over_law)}")
         print("  rate sweep (seed 0): " + ", ".join(f"{lr:.3g} → {v:.4f}" for lr, v in sweep)
               + f"; best {best_lr:.3g} = {best_lr / exported_lr:.2f}× the exported {exported_lr:.3g}")
+        exponent = manifest.get("size_exponent") or {}
+        from_rung = exponent.get("measured")
+        if from_rung:
+            print(f"  the rate's size exponent: N^{exponent['exponent']:.3f} ± {exponent['sd']:.3f}"
+                  f" (the width rung's families: N^{from_rung['exponent']:.3f} ± "
+                  f"{from_rung['se']:.3f}; Step Law: N^{LR_PARAMS_EXPONENT})")
         for f, both in both_at.items():
             print(f"  both at their exported rate × {f:g}: recommended "
                   f"{statistics.mean(both['recommended']):.4f}, baseline "
