@@ -125,7 +125,7 @@ def one_width(values: dict[float, float | None]) -> list[TrialRecord]:
     ({0.5: 3.9, 1.0: 3.7, 2.0: 3.6}, 4.0),  # best at the top: one step up
     ({0.5: 3.5, 1.0: 3.7, 2.0: 3.9}, 0.25),  # at the bottom: one step down
     ({0.5: 3.9, 1.0: 3.7, 2.0: 3.6, 4.0: 3.5}, 8.0),  # still at the top
-    ({0.5: 3.9, 1.0: 3.7, 2.0: 3.6, 4.0: 3.55, 8.0: 3.5}, None),  # at the limit
+    ({0.5: 3.9, 1.0: 3.7, 2.0: 3.6, 4.0: 3.55, 8.0: 3.3}, None),  # at the limit, × 8
     ({0.5: 3.9, 1.0: 3.7, 2.0: 3.6, 4.0: None}, None),  # the step above failed: the cliff
     ({1.0: 3.7}, None),  # no family yet
 ])

@@ -160,8 +160,9 @@ def next_rate(runs: Sequence[TrialRecord]) -> float | None:
     if placed is None or not placed[1]:
         return None
     multiples = [m for m, _ in scored]
-    up = placed[0] >= max(multiples)
-    step = max(multiples) * 2 if up else min(multiples) / 2
+    low, high = min(multiples), max(multiples)
+    up = math.log(placed[0]) > (math.log(low) + math.log(high)) / 2  # at the upper edge
+    step = high * 2 if up else low / 2
     tried = {rate_multiple(r) for r in runs if r.trained}
     within = 1 / MAX_RATE_MULTIPLE <= step <= MAX_RATE_MULTIPLE
     return step if within and step not in tried else None
