@@ -546,7 +546,8 @@ def run_until_killed(campaign_dir: Path, prefix: str, out: Path, delay: float) -
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    return [line.split()[1] for line in out.read_text().splitlines() if line.startswith("appended")]
+    # A kill can land inside the write of a line; only whole lines name a trial it appended.
+    return re.findall(r"^appended (\S+)\n", out.read_text(), flags=re.MULTILINE)
 
 
 def test_sigkilled_writer_loses_and_duplicates_no_completed_trial(tmp_path: Path) -> None:
