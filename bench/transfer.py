@@ -46,8 +46,12 @@ resumes, and an export rule changed since is re-measured.
 ``transfer/verified_transfer.json``: every export prints it beside its own distance, and warns
 beyond it.
 
-    python bench/transfer.py [--campaigns 3] [--seeds 2] [--horizon 5] [--stress-steps 200]
-                             [--iterations 8] [--both-at 2] [--parallel 2] [--device cpu|cuda]
+``--target`` and ``--corpus`` run the same bench on another shape and text (each in its own
+``--out``), so that a rule is not judged only on the case it was written against.
+
+    python bench/transfer.py [--target CONFIG] [--corpus NAME] [--campaigns 3] [--seeds 2]
+                             [--horizon 5] [--stress-steps 200] [--iterations 8]
+                             [--both-at 2] [--parallel 2] [--device cpu|cuda]
                              [--out DIR] [--ship]
 """
 
@@ -129,18 +133,20 @@ def campaign(out: Path, seed: int, args: argparse.Namespace) -> Path:
             path.rmdir() if path.is_dir() else path.unlink()
         where.rmdir()
     print(f"campaign {seed}: running", flush=True)
-    call(cli("run", "--dir", str(where), "--preset", PRESET, "--target", str(TARGET),
-             "--corpus", CORPUS, "--iterations", str(args.iterations), "--stress-steps",
+    call(cli("run", "--dir", str(where), "--preset", PRESET, "--target", str(args.target),
+             "--corpus", args.corpus, "--iterations", str(args.iterations), "--stress-steps",
              str(args.stress_steps), "--seed", str(seed)), out / f"campaign-{seed}.log")
     return where
 
 
-def export(where: Path, tokens: int, trial: str | None = None, target: Path = TARGET,
-           name: str = "") -> Path:
-    """The campaign exported to ``target`` at ``tokens`` (always redone: it is cheap and an
-    export rule may have changed since the cache was written)."""
+def export(where: Path, tokens: int, campaign_target: Path, trial: str | None = None,
+           target: Path | None = None, name: str = "") -> Path:
+    """The campaign (run for ``campaign_target``) exported to ``target`` (the campaign's own
+    when None) at ``tokens`` (always redone: it is cheap and an export rule may have changed
+    since the cache was written)."""
     name = name or ("export-baseline" if trial else "export-recommended")
-    recipe = proxy_recipe(PRESET, str(TARGET))
+    target = target or campaign_target
+    recipe = proxy_recipe(PRESET, str(campaign_target))
     shape = load_target_file(target)
     params = recipe.model_copy(update={"shape": shape.shape, "seq_len": shape.context}).param_count()
     command = cli("export", str(where), "--out", str(where / name), "--device", "cpu", "--gpus",
@@ -150,10 +156,10 @@ def export(where: Path, tokens: int, trial: str | None = None, target: Path = TA
     return where / name
 
 
-def width_target(out: Path, multiple: int) -> Path:
+def width_target(out: Path, multiple: int, target: Path) -> Path:
     """The width rung's model at ``multiple`` (1 or 2) × the proxy's width and depth
     (:func:`~recipelab.transfer.width.width_targets`), as a target file."""
-    narrow, wide = width_targets(proxy_recipe(PRESET, str(TARGET)).shape, load_target_file(TARGET))
+    narrow, wide = width_targets(proxy_recipe(PRESET, str(target)).shape, load_target_file(target))
     size = narrow if multiple == 1 else wide
     path = out / f"width-{size.shape.d_model}.json"
     path.write_text(json.dumps({"name": path.stem, "context": size.context,
@@ -184,7 +190,7 @@ def law_recipe(out: Path, baseline: Path, tokens: int) -> Path:
     return path
 
 
-def pretrain(arm: Arm, runs: Path, device: str = "cpu") -> Path:
+def pretrain(arm: Arm, runs: Path, corpus: str, device: str = "cpu") -> Path:
     """``arm`` trained at the target on ``device``; cached while its recipe and overrides are
     unchanged. On ``cpu`` each arm has one thread, so ``--parallel`` arms share the cores."""
     where = runs / arm.run_name
@@ -198,7 +204,7 @@ def pretrain(arm: Arm, runs: Path, device: str = "cpu") -> Path:
     where.mkdir(parents=True, exist_ok=True)
     for stale in where.glob("metrics.csv"):
         stale.unlink()
-    call(cli("pretrain", "--recipe", str(arm.recipe), "--out", str(where), "--corpus", CORPUS,
+    call(cli("pretrain", "--recipe", str(arm.recipe), "--out", str(where), "--corpus", corpus,
              "--device", device, *(("--threads", "1") if device == "cpu" else ()),
              "--no-compile", "--checkpoint-every", "0",
              "--eval-every", str(every), "--set", f"seed={arm.seed}",
@@ -324,7 +330,7 @@ def size_gap(runs: Path, widths: Sequence[Path], seeds: int, suffix: str = ""
 
 
 def width_ladder(runs: Path, widths: Sequence[Path], seeds: int, target_value: float,
-                 recommended: Path) -> dict[str, Any]:
+                 recommended: Path, target: Path) -> dict[str, Any]:
     """What a ladder of proxy widths would predict for the target.
 
     - ``predicted``: the recommendation at the proxy's width and at twice it, trained at the
@@ -337,7 +343,7 @@ def width_ladder(runs: Path, widths: Sequence[Path], seeds: int, target_value: f
     measured, slope, floor = size_gap(runs, widths, seeds)
     top, top_slope, _ = size_gap(runs, widths, seeds, "-top")
     n_proxy = measured[0][0]
-    n_target = non_embedding_params(load_target_file(TARGET).shape)
+    n_target = non_embedding_params(load_target_file(target).shape)
     predicted = floor + slope * n_target ** -WIDTH_ALPHA
     prediction = Prediction.from_json(json.loads((recommended / "prediction.json").read_text()))
     end = read_evaluations(runs / "recommended-s0" / "metrics.csv")[-1][1]
@@ -352,6 +358,10 @@ def width_ladder(runs: Path, widths: Sequence[Path], seeds: int, target_value: f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", type=Path, default=TARGET,
+                        help="the target's config.json (another shape than the bench's own)")
+    parser.add_argument("--corpus", default=CORPUS,
+                        help="what every campaign and arm trains on, as 'recipelab run' takes it")
     parser.add_argument("--campaigns", type=int, default=3)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--horizon", type=float, default=5.0,
@@ -374,8 +384,8 @@ def main() -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
 
-    preset = proxy_recipe(PRESET, str(TARGET))
-    target = load_target_file(TARGET)
+    preset = proxy_recipe(PRESET, str(args.target))
+    target = load_target_file(args.target)
     params = preset.model_copy(update={"shape": target.shape, "seq_len": target.context}
                                ).param_count()
     top = args.stress_steps * preset.tokens_per_step
@@ -387,8 +397,9 @@ def main() -> None:
           flush=True)
 
     campaigns = [campaign(out, seed, args) for seed in range(args.campaigns)]
-    exports = {c: (export(c, tokens), export(c, tokens, "p0000")) for c in campaigns}
-    widths = [width_target(out, 1), width_target(out, 2)]  # the proxy's, then 2× it
+    exports = {c: (export(c, tokens, args.target), export(c, tokens, args.target, "p0000"))
+               for c in campaigns}
+    widths = [width_target(out, 1, args.target), width_target(out, 2, args.target)]  # the proxy's, then 2× it
     law = law_recipe(out, exports[campaigns[0]][1] / "recipe.json", tokens)
     jobs: list[tuple[Arm, Path]] = [(Arm("law", law, s), out / "runs") for s in range(args.seeds)]
     for c, (recommended, baseline) in exports.items():
@@ -396,7 +407,7 @@ def main() -> None:
         jobs += [(Arm("recommended", recommended / "recipe.json", 0), runs),
                  (Arm("baseline", baseline / "recipe.json", 0), runs)]
         jobs += [(Arm(f"lr×{f:g}", recommended / "recipe.json", 0, f), runs) for f in args.sweep]
-        middle = export(c, tokens, target=widths[1], name=f"export-{widths[1].stem}")
+        middle = export(c, tokens, args.target, target=widths[1], name=f"export-{widths[1].stem}")
         jobs += [(Arm(f"{widths[1].stem}-lr×{f:g}", middle / "recipe.json", 0, f), runs)
                  for f in args.sweep]
         jobs += [(Arm(name, where / "recipe.json", s), runs) for s in range(1, args.seeds)
@@ -406,17 +417,17 @@ def main() -> None:
                  for name, where in ((f"lr×{f:g}", recommended), (f"baseline-lr×{f:g}", baseline))
                  if not (s == 0 and name == f"lr×{f:g}" and f in args.sweep)]
         for width in widths:
-            exported = export(c, tokens, target=width, name=f"export-{width.stem}")
+            exported = export(c, tokens, args.target, target=width, name=f"export-{width.stem}")
             jobs += [(Arm(width.stem, exported / "recipe.json", s), runs) for s in range(args.seeds)]
-            at_top = export(c, top, target=width, name=f"export-{width.stem}-top")
+            at_top = export(c, top, args.target, target=width, name=f"export-{width.stem}-top")
             jobs += [(Arm(f"{width.stem}-top", at_top / "recipe.json", s), runs)
                      for s in range(args.seeds)]
     jobs.sort(key=lambda job: job[0].seed)  # every campaign's seed 0 first
     with ThreadPoolExecutor(args.parallel) as pool:
-        list(pool.map(lambda job: pretrain(job[0], job[1], args.device), jobs))
+        list(pool.map(lambda job: pretrain(job[0], job[1], args.corpus, args.device), jobs))
 
     law_runs = [final(out / "runs" / f"law-s{s}") for s in range(args.seeds)]
-    summary = {"target": target.name, "params": params, "tokens": tokens,
+    summary = {"target": target.name, "corpus": args.corpus, "params": params, "tokens": tokens,
                "law": {"val_bpb": law_runs}, "campaigns": []}
     early: dict[float, list[list[bool]]] = {}
     print(f"\nlaw's default (no campaign): {statistics.mean(law_runs):.4f} "
@@ -432,7 +443,7 @@ def main() -> None:
                                                           f"{widths[1].stem}-", args.sweep)
         predicted, _, verdict = prediction_error(recommended, runs / "recommended-s0")
         measured = statistics.mean(rec)
-        ladder = width_ladder(runs, widths, args.seeds, measured, recommended)
+        ladder = width_ladder(runs, widths, args.seeds, measured, recommended, args.target)
         b_predicted, b_measured, b_verdict = prediction_error(baseline, runs / "baseline-s0")
         both_at = {f: both_moved(runs, f, args.seeds) for f in args.both_at}
         for f in args.both_at:
