@@ -73,10 +73,12 @@ from typing import Any
 
 from recipelab.recipe import Recipe, non_embedding_params
 from recipelab.targets import load_target_file, proxy_recipe
+from recipelab.trainer.data import read_corpus_text
+from recipelab.trainer.spec import CorpusSpec
 from recipelab.trajectory.horizon import best_log_lr, best_rate, families
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.distance import PREDICTION_BAR, VERIFIED_PATH, Distance, Verified
-from recipelab.transfer.prediction import Prediction
+from recipelab.transfer.prediction import Prediction, bytes_per_token
 from recipelab.transfer.steplaw import (
     LR_PARAMS_EXPONENT,
     LR_TOKENS_EXPONENT,
@@ -396,6 +398,12 @@ def main() -> None:
           f"{args.horizon:g}× the top rung's {args.stress_steps * preset.tokens_per_step:,}",
           flush=True)
 
+    label, _, train_bytes = read_corpus_text(CorpusSpec(source=args.corpus))
+    passes = tokens * bytes_per_token(preset) / train_bytes
+    print(f"corpus {label}: {train_bytes:,} bytes of training text; the longest arm reads "
+          f"{passes:.2f} of it" + (", more than once: its later passes score memorised text"
+                                   if passes > 1 else ", once"), flush=True)
+
     campaigns = [campaign(out, seed, args) for seed in range(args.campaigns)]
     exports = {c: (export(c, tokens, args.target), export(c, tokens, args.target, "p0000"))
                for c in campaigns}
@@ -427,7 +435,8 @@ def main() -> None:
         list(pool.map(lambda job: pretrain(job[0], job[1], args.corpus, args.device), jobs))
 
     law_runs = [final(out / "runs" / f"law-s{s}") for s in range(args.seeds)]
-    summary = {"target": target.name, "corpus": args.corpus, "params": params, "tokens": tokens,
+    summary = {"target": target.name, "corpus": args.corpus, "corpus_passes": passes,
+               "params": params, "tokens": tokens,
                "law": {"val_bpb": law_runs}, "campaigns": []}
     early: dict[float, list[list[bool]]] = {}
     print(f"\nlaw's default (no campaign): {statistics.mean(law_runs):.4f} "
