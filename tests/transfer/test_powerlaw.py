@@ -40,3 +40,11 @@ def test_too_few_finite_points_give_no_fit() -> None:
     assert fit_power_law([10, 20, 30], [3.0, 2.5, 2.2]) is None
     assert fit_power_law([10, 20, 30, 40], [3.0, math.nan, 2.2, 2.1]) is None
     assert fit_power_law([0, 10, 20, 30], [9.0, 3.0, 2.5, 2.2]) is None  # step 0 has no t^(-b)
+
+
+def test_three_points_place_the_law_when_asked_to() -> None:
+    """A saturating power law has three constants: three ends of completed runs place it."""
+    fit = fit_power_law([10, 30, 100], [2.0 * t ** -0.5 + 1.0 for t in (10, 30, 100)],
+                        min_points=3)
+    assert fit is not None and fit.points == 3
+    assert fit(1000) == pytest.approx(2.0 * 1000 ** -0.5 + 1.0, rel=0.01)

@@ -5,6 +5,7 @@ model-size term (the width rung's measured gap, else a published law's ratio), w
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from recipelab.targets import get_target, proxy_recipe
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
 from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.horizons import Horizons
 from recipelab.transfer.powerlaw import PowerLaw
 from recipelab.transfer.prediction import (
     Prediction,
@@ -24,7 +26,7 @@ from recipelab.transfer.prediction import (
     size_law_loss,
     tuned_level,
 )
-from recipelab.transfer.width import SizeGap
+from recipelab.transfer.width import SizeGap, WideLevel
 
 from .test_width import width_run
 
@@ -185,3 +187,65 @@ def test_the_size_term_is_the_exported_recipes_own_gap_else_the_recommendations(
     other = records[0].model_copy(update={"trial_id": "p0005"})
     gap = predict(records, other, target).measured_size
     assert gap is not None and gap.runs == ("w0000", "w0001")
+
+
+def test_with_the_wider_model_and_the_horizons_the_prediction_starts_from_the_wider_model() -> None:
+    """L(N, D) = E + A·N^-α + B·D^-β, each term from what the campaign measured closest to
+    the target: the level from the width rung's wider model (the target's context and rules),
+    the data term through the ladder's horizons, the size term from the wider model's size
+    (bench/transfer.py: 5 of 6 arms within 5%, where the proxy's stress curve had 2 of 6)."""
+    size = SizeTerm(92_416, 5_804_032)
+    gap = SizeGap(92_416, 3.64, 713_728, 3.44, ("w0000", "w0001"), 2)
+    wide = WideLevel(713_728, 3.40, 2.0, 1e5, "w0005")
+    data_term = Horizons(((1e4, 4.4), (3e4, 4.0), (1e5, 3.6)),
+                         PowerLaw(a=30.0, b=0.2, c=0.5, rmse=0.0, points=3))
+    common: dict[str, Any] = dict(source_trial="s0002", fit=None, last_bytes=1e5,
+                                  last_val_bpb=3.6, band_base=0.05, noise_spread=0.05,
+                                  fit_rmse_bpb=None, rank_agreement=None, rank_pairs=0, size=size,
+                                  measured_size=gap)
+    prediction = Prediction(**common, horizons=data_term, wide=wide)
+    assert prediction.from_wide
+    for seen in (5e4, 1e5, 5e5):
+        assert prediction.center(seen) == pytest.approx(
+            3.40 + data_term.fit(seen) - data_term.fit(1e5) - gap.lowering(713_728, 5_804_032))
+    assert prediction.center(5e5) < prediction.center(1e5) < prediction.center(5e4)
+    assert prediction.assumptions()[0].startswith("level: the recipe at 713,728")
+    again = Prediction.from_json(json.loads(json.dumps(prediction.to_json())))
+    assert again.from_wide and again.center(5e5) == pytest.approx(prediction.center(5e5))
+    no_gap = replace(gap, wide_val_bpb=3.7)  # the wider model scored worse: no size term
+    for partial in (Prediction(**common, horizons=data_term),
+                    Prediction(**common, wide=wide),
+                    Prediction(**{**common, "measured_size": no_gap}, horizons=data_term,
+                               wide=wide)):
+        assert not partial.from_wide and partial.center(5e5) == partial.moved(3.6, 5e5)
+    assert prediction.floor() == pytest.approx(
+        3.40 - (data_term.fit(1e5) - 0.5) - gap.slope * 713_728 ** -0.34)
+    assert prediction.floor() > 0 and prediction.unphysical is None
+    bent = replace(data_term, fit=replace(data_term.fit, c=0.0, bounded=True))
+    unbent = Prediction(**common, horizons=bent, wide=wide)
+    assert unbent.unphysical and "ladder's horizons has not bent" in unbent.unphysical
+    steep = replace(data_term, fit=replace(data_term.fit, a=60.0))  # E = L - A·N^-α - B·D^-β < 0
+    below = Prediction(**common, horizons=steep, wide=wide)
+    assert below.floor() < 0 and below.unphysical and "below 0" in below.unphysical
+    far = 1e13
+    assert below.center(far) - below.half_width(far) < 0 == below.band(far)[0]
+    assert below.band(far)[1] >= 0
+    assert below.band(5e5) == (below.center(5e5) - below.half_width(5e5),
+                               below.center(5e5) + below.half_width(5e5))
+
+
+def test_predict_reads_the_horizons_and_the_wider_model_from_the_campaign() -> None:
+    records = _top_rung(stress_at=3.6, family={0.5: 3.5, 2.0: 3.8})
+    base = proxy_recipe("tiny")
+    at_60 = base.apply({"optimizer.lr": 0.004, "steps": 60})
+    records.append(TrialRecord(campaign="c", trial_id="r60", kind="rung", status="complete",
+                               val_bpb=3.9, recipe=at_60.model_dump(mode="json"),
+                               parent="p0001", budget=60, proposer=LR_FAMILY_PROPOSER))
+    records += [width_run("w0000", 1, 3.7, parent="p0001"),
+                width_run("w0001", 2, 3.45, parent="p0001")]
+    target = get_target("toy").shape
+    prediction = predict(records, records[0], target)
+    assert prediction.from_wide and prediction.horizons is not None
+    assert [value for _, value in prediction.horizons.points] == pytest.approx([4.0, 3.9, 3.5])
+    assert prediction.wide is not None and prediction.wide.val_bpb == 3.45
+    assert not predict(records, records[0]).from_wide, "the proxy's own size has no size term"

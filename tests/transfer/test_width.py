@@ -7,11 +7,19 @@ import math
 
 import pytest
 
-from recipelab.recipe import non_embedding_params
+from recipelab.recipe import Recipe, non_embedding_params
 from recipelab.targets import get_target, proxy_recipe
 from recipelab.trajectory.record import TrialRecord
 from recipelab.trajectory.width_check import WIDTH_KIND
-from recipelab.transfer.width import MAX_CONTEXT, WIDTH_ALPHA, SizeGap, measured_gap, width_targets
+from recipelab.transfer.width import (
+    MAX_CONTEXT,
+    WIDTH_ALPHA,
+    SizeGap,
+    WideLevel,
+    measured_gap,
+    wide_level,
+    width_targets,
+)
 
 
 def test_the_wider_model_keeps_the_head_size_the_groups_and_the_depth_to_width_ratio() -> None:
@@ -98,3 +106,25 @@ def test_over_two_seeds_the_gap_is_between_the_means() -> None:
 def test_the_baselines_run_at_twice_the_width_is_no_part_of_the_gap() -> None:
     control = width_run("w0002", 2, 3.0, parent="p0003", control=True)  # even under its parent
     assert measured_gap([width_run("w0000", 1, 3.4), control]) is None
+
+
+def family_run(trial_id: str, multiple: int, val_bpb: float, rate: float) -> TrialRecord:
+    """A width run at ``rate`` × the export's rate (the rung's rate family)."""
+    run = width_run(trial_id, multiple, val_bpb)
+    return run.model_copy(update={"edit": {**run.edit, "lr_family": rate}})
+
+
+def test_the_wide_level_is_the_best_rate_at_the_widest_size_over_its_seeds() -> None:
+    """The level the prediction starts from: the wider model at the best rate it trained,
+    each rate a mean over its seeds; the narrow runs and another parent's do not count."""
+    records = [width_run("w0000", 1, 3.1), width_run("w0001", 2, 3.5),
+               width_run("w0002", 2, 3.6, seed=1), family_run("w0003", 2, 3.45, 2.0),
+               family_run("w0004", 2, 3.9, 0.5), width_run("w0005", 2, 3.0, parent="p0009")]
+    level = wide_level(records, "p0003", bytes_per_token=1.0)
+    recipe = Recipe.model_validate(records[1].recipe)
+    assert level == WideLevel(non_embedding_params(recipe.shape), 3.45, 2.0,
+                              float(recipe.steps * recipe.tokens_per_step), "w0003")
+    assert wide_level(records[:3], "p0003", 1.0) == WideLevel(
+        level.params, pytest.approx(3.55), 1.0, level.bytes_seen, "w0001+w0002")
+    assert wide_level(records[1:3], "p0003", 1.0) is None, "one size is no rung"
+    assert WideLevel.from_json(level.to_json()) == level

@@ -478,10 +478,10 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: CloudRunPlan, ctx: Re
     when = [("after the first day", first_day_step)] if first_day_step < recipe.steps else []
     for label, step in (*when, ("end of the run", recipe.steps)):
         text = step * recipe.tokens_per_step * per_token
-        center, half = found.center(text), found.half_width(text)
-        rows.append((label, f"{step:,}", f"{text:,.0f}", _fmt(center), f"{_fmt(center - half)} – "
-                     f"{_fmt(center + half)}"))
-    distance = distance_lines(exported.distance, load_verified(), (center - half, center + half))
+        center, (low, high) = found.center(text), found.band(text)
+        rows.append((label, f"{step:,}", f"{text:,.0f}", _fmt(center),
+                     f"{_fmt(low)} – {_fmt(high)}"))
+    distance = distance_lines(exported.distance, load_verified(), (low, high))
     return [
         Paragraph("Predicted val_bpb of the cloud run, against bytes of training text (val_bpb "
                   "compares across tokenizers; steps do not). The target's val_bpb should land in "

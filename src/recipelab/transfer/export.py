@@ -354,10 +354,9 @@ def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, f
         step = max(1, round(recipe.steps * i / PREDICTION_POINTS))
         seen = step * recipe.tokens_per_step
         text = seen * bytes_per_token(recipe)
-        center = prediction.center(text)
-        half = prediction.half_width(text)
-        points.append({"step": step, "tokens": seen, "bytes": text, "val_bpb": center,
-                       "low": center - half, "high": center + half})
+        low, high = prediction.band(text)
+        points.append({"step": step, "tokens": seen, "bytes": text,
+                       "val_bpb": prediction.center(text), "low": low, "high": high})
     return points
 
 

@@ -39,12 +39,14 @@ class PowerLaw:
         return f"L(t) = {self.a:.4g}·t^(-{self.b:.3g}) + {self.c:.4g} (rmse {self.rmse:.3g}{held})"
 
 
-def fit_power_law(steps: Sequence[float], losses: Sequence[float]) -> PowerLaw | None:
+def fit_power_law(steps: Sequence[float], losses: Sequence[float], min_points: int = MIN_POINTS
+                  ) -> PowerLaw | None:
     """The best fit with ``a >= 0`` (a falling curve) and ``c >= 0`` (a floor no loss goes
-    below), or None with fewer than :data:`MIN_POINTS` finite positive-step points."""
+    below), or None with fewer than ``min_points`` finite positive-step points (three place
+    the law exactly; a noisy curve needs more)."""
     pairs = [(float(t), float(v)) for t, v in zip(steps, losses, strict=True)
              if t > 0 and math.isfinite(v)]
-    if len(pairs) < MIN_POINTS:
+    if len(pairs) < min_points:
         return None
     t = np.array([p[0] for p in pairs])
     y = np.array([p[1] for p in pairs])

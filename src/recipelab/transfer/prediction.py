@@ -11,6 +11,16 @@ Two choices make the prediction comparable with what the cloud run measures:
 - the x-axis is bytes of training text seen (tokens × bytes per token), not steps, since
   the cloud run's batch and tokenizer differ from the proxy's.
 
+When the campaign measured them, the prediction is Chinchilla's ``L(N, D) = E + A·N^-α +
+B·D^-β`` with each term from the measurement closest to the target (:attr:`Prediction.from_wide`):
+the level from the width rung's wider model at its best rate (:mod:`~recipelab.transfer.width`:
+the largest model trained, at the target's context and by the export's rules), the data term
+``B·D^-β`` through the recipe's best at each horizon of the ladder
+(:mod:`~recipelab.transfer.horizons`), and the size term ``A`` from the rung's two widths,
+carried from the wider model's size to the target's. ``bench/transfer.py``: 5 of 6 arms within
+5% (mean 3.7%), where the proxy's stress curve below put 2 of 6 there (mean 8.3%). Without a
+width rung or three horizons the prediction is the proxy's stress curve, as follows.
+
 The curve ends at the recipe's best rate where it was trained (:func:`tuned_level`): a stress
 run at a rate its own learning-rate family beat would carry the proxy's mistuned rate into the
 prediction, though the export sets the target's rate afresh.
@@ -46,8 +56,9 @@ from recipelab.trajectory.analysis import scored_proxies, spearman
 from recipelab.trajectory.horizon import families
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
+from recipelab.transfer.horizons import Horizons, horizons
 from recipelab.transfer.powerlaw import PowerLaw, fit_power_law
-from recipelab.transfer.width import SizeGap, measured_gap
+from recipelab.transfer.width import WIDTH_ALPHA, SizeGap, WideLevel, measured_gap, wide_level
 
 MIN_BAND_FRACTION = 0.02
 BYTE_TOKEN_BYTES = 1.0
@@ -152,6 +163,15 @@ class Prediction:
     size: SizeTerm | None = None  # None: the proxy's own curve (the target is the proxy)
     measured_size: SizeGap | None = None  # the width rung's, which replaces the law's ratio
     tuned: TunedLevel | None = None  # the level the curve was moved to, below the run's own
+    horizons: Horizons | None = None  # the data term through the ladder's horizons
+    wide: WideLevel | None = None  # the width rung's wider model, where the prediction starts
+
+    @property
+    def from_wide(self) -> bool:
+        """Whether the prediction starts from the width rung's wider model (:meth:`center`):
+        with the wider model, the ladder's horizons and a measured gap."""
+        return (self.size is not None and self.wide is not None and self.horizons is not None
+                and self.measured_size is not None and self.measured_size.measured)
 
     def proxy_center(self, bytes_seen: float) -> float:
         """The proxy's curve; flat at the last measurement when no curve could be fitted,
@@ -163,9 +183,16 @@ class Prediction:
         return self.fit(bytes_seen)
 
     def center(self, bytes_seen: float) -> float:
-        """The predicted val_bpb of the target: the proxy's curve moved by the size term
-        (:meth:`moved`); beyond the fitted range of a fit whose floor was held at 0
-        (:attr:`unphysical`), halfway between that and the curve held flat (:meth:`held`)."""
+        """The predicted val_bpb of the target. From the width rung's wider model
+        (:attr:`from_wide`): its level, moved along the ladder's data term to
+        ``bytes_seen`` and down by the measured size gap from its size to the target's.
+        Otherwise the proxy's curve moved by the size term (:meth:`moved`); beyond the fitted
+        range of a fit whose floor was held at 0 (:attr:`unphysical`), halfway between that
+        and the curve held flat (:meth:`held`)."""
+        if self.from_wide:
+            assert self.wide and self.horizons and self.measured_size and self.size
+            return (self.wide.val_bpb + self.horizons.change(self.wide.bytes_seen, bytes_seen)
+                    - self.measured_size.lowering(self.wide.params, self.size.target_params))
         fitted = self.moved(self.proxy_center(bytes_seen), bytes_seen)
         if not self._held_at_zero(bytes_seen):
             return fitted
@@ -187,7 +214,8 @@ class Prediction:
         return proxy_value * self.size.factor(bytes_seen)
 
     def _held_at_zero(self, bytes_seen: float) -> bool:
-        return self.fit is not None and self.fit.bounded and bytes_seen > self.last_bytes
+        return (not self.from_wide and self.fit is not None and self.fit.bounded
+                and bytes_seen > self.last_bytes)
 
     def describe_size(self) -> str:
         """The size term in words: the width rung's, the law's, or none."""
@@ -216,9 +244,37 @@ class Prediction:
             half = max(half, abs(self.held(bytes_seen) - fitted) / 2)
         return half
 
+    def floor(self) -> float:
+        """E of the law the prediction follows from the wider model (:attr:`from_wide`): its
+        level less its size term A·N^-α and its data term B·D^-β (the fit above its floor)."""
+        assert self.wide and self.horizons and self.measured_size
+        fit = self.horizons.fit
+        return float(self.wide.val_bpb - (fit(self.wide.bytes_seen) - fit.c)
+                     - self.measured_size.slope * self.wide.params ** -WIDTH_ALPHA)
+
+    def band(self, bytes_seen: float) -> tuple[float, float]:
+        """The band's low and high at ``bytes_seen``: the center ± :meth:`half_width`, neither
+        below 0 val_bpb (no text is predicted in fewer than 0 bits)."""
+        center, half = self.center(bytes_seen), self.half_width(bytes_seen)
+        return max(0.0, center - half), max(0.0, center + half)
+
     @property
     def unphysical(self) -> str | None:
         """Why the curve's fit says nothing physical beyond the fitted range, or None."""
+        if self.from_wide:
+            assert self.wide and self.horizons and self.measured_size
+            why = []
+            if self.horizons.fit.bounded:
+                why.append("the recipe's best at the ladder's horizons has not bent toward a "
+                           "floor: the best fit through them put the floor below 0 val_bpb, so "
+                           "the fit holds it at 0, and far beyond the longest horizon the data "
+                           "term is a guess")
+            if (floor := self.floor()) < 0:
+                why.append(f"the law's floor E through the wider model, E = L − A·N^-α − "
+                           f"B·D^-β, is {floor:.3f} val_bpb, below 0: with more parameters "
+                           "and text the prediction falls toward an impossible loss, and its "
+                           "band is held at 0")
+            return "; and ".join(why) or None
         if self.fit is not None and self.fit.bounded:
             return (f"the proxy's curve has not bent toward its floor within "
                     f"{self.last_bytes:,.0f} bytes: its best fit put the floor below 0 val_bpb, "
@@ -232,7 +288,7 @@ class Prediction:
 
     def assumptions(self) -> list[str]:
         """What the prediction rests on, in words shown beside it."""
-        items = [
+        items = self._from_wide_assumptions() if self.from_wide else [
             f"curve: the stress run {self.source_trial}'s training loss in val_bpb units "
             f"(scaled to {self.last_val_bpb:.4f} at its end), against bytes of training text",
             self.tuned.describe() if self.tuned is not None else
@@ -242,6 +298,8 @@ class Prediction:
             self.describe_size(),
             f"claim: at equal bytes of training text the target's val_bpb is the proxy's moved "
             f"by the size term; beyond {self.last_bytes:,.0f} bytes it is extrapolation",
+        ]
+        items += [
             "noise floor: " + (f"{self.noise_spread:.4f} val_bpb (baseline seed spread)"
                                if self.noise_spread is not None else "not measured (one baseline seed)"),
             "rank agreement: " + (f"Spearman {self.rank_agreement:+.3f} over {self.rank_pairs} "
@@ -253,6 +311,20 @@ class Prediction:
         if self.unphysical:
             items.append(f"not physical: {self.unphysical}")
         return items
+
+    def _from_wide_assumptions(self) -> list[str]:
+        assert self.wide and self.horizons and self.measured_size and self.size
+        lowering = self.measured_size.lowering(self.wide.params, self.size.target_params)
+        return [
+            self.wide.describe(),
+            self.horizons.describe(),
+            f"size: {self.measured_size.describe()}; the target's {self.size.target_params:,} "
+            f"non-embedding parameters put it {lowering:.4f} below the wider model's "
+            f"{self.wide.params:,} at every point",
+            f"claim: L(N, D) = E + A·N^-α + B·D^-β: at equal bytes of training text the "
+            f"target's val_bpb is the wider model's moved along the data term and down by the "
+            f"size term; beyond {self.wide.bytes_seen:,.0f} bytes it is extrapolation",
+        ]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -270,6 +342,8 @@ class Prediction:
             "measured_size": (self.measured_size.to_json() if self.measured_size is not None
                               else None),
             "tuned": self.tuned.to_json() if self.tuned is not None else None,
+            "horizons": self.horizons.to_json() if self.horizons is not None else None,
+            "wide": self.wide.to_json() if self.wide is not None else None,
             "assumptions": self.assumptions(),
         }
 
@@ -277,7 +351,7 @@ class Prediction:
     def from_json(cls, data: dict[str, Any]) -> Prediction:
         """The prediction as :meth:`to_json` wrote it (an export's ``prediction.json``)."""
         fit, size, measured = data.get("fit"), data.get("size"), data.get("measured_size")
-        tuned = data.get("tuned")
+        tuned, data_term, wide = data.get("tuned"), data.get("horizons"), data.get("wide")
         return cls(source_trial=str(data["source_trial"]),
                    fit=None if fit is None else PowerLaw(
                        a=float(fit["a"]), b=float(fit["b"]), c=float(fit["c"]),
@@ -292,7 +366,9 @@ class Prediction:
                    measured_size=None if measured is None else SizeGap.from_json(measured),
                    tuned=None if tuned is None else TunedLevel(
                        float(tuned["val_bpb"]), float(tuned["multiple"]),
-                       float(tuned["stress_val_bpb"]), int(tuned["seeds"])))
+                       float(tuned["stress_val_bpb"]), int(tuned["seeds"])),
+                   horizons=None if data_term is None else Horizons.from_json(data_term),
+                   wide=None if wide is None else WideLevel.from_json(wide))
 
 
 def bytes_per_token(recipe: Recipe) -> float:
@@ -350,6 +426,7 @@ def predict(records: Sequence[TrialRecord], winner: TrialRecord,
     rmse = fit.rmse if fit is not None else None
     band = max(noise.spread if noise else 0.0, rmse or 0.0)
     last_bytes = xs[-1] if xs else float(recipe.steps * per_step)
+    per_budget_step = recipe.steps * per_step / run.budget_steps  # the ladder keeps tokens equal
     return Prediction(source_trial=run.trial_id, fit=fit, last_bytes=last_bytes,
                       last_val_bpb=float(measured), band_base=band,
                       noise_spread=noise.spread if noise else None, fit_rmse_bpb=rmse,
@@ -358,4 +435,6 @@ def predict(records: Sequence[TrialRecord], winner: TrialRecord,
                           non_embedding_params(recipe.shape), non_embedding_params(target)),
                       measured_size=None if target is None else (
                           measured_gap(records, winner.trial_id) or measured_gap(records)),
-                      tuned=tuned)
+                      tuned=tuned, horizons=horizons(records, winner.trial_id, per_budget_step),
+                      wide=None if target is None else wide_level(
+                          records, winner.trial_id, bytes_per_token(recipe)))

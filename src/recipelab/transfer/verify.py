@@ -109,8 +109,8 @@ def read_evaluations(path: Path) -> list[tuple[int, float, float]]:
 def verify(prediction: Prediction, evaluations: Sequence[tuple[int, float, float]]) -> Verification:
     points = []
     for step, seen, measured in evaluations:
-        center, half = prediction.center(seen), prediction.half_width(seen)
-        points.append(Checkpointed(step, seen, measured, center, center - half, center + half))
+        points.append(Checkpointed(step, seen, measured, prediction.center(seen),
+                                   *prediction.band(seen)))
     last = points[-1]
     previous = points[-2] if len(points) > 1 else None
     rising = (previous is not None and math.isfinite(previous.measured)

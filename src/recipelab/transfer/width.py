@@ -25,12 +25,14 @@ from typing import Any
 
 from recipelab.recipe import Recipe, Shape, non_embedding_params
 from recipelab.targets import Target
-from recipelab.trajectory.record import TrialRecord
+from recipelab.trajectory.record import TrialRecord, has_score
 from recipelab.trajectory.width_check import (
+    WIDTH_KIND,
     WIDTH_MULTIPLE,
     is_control,
     mean_val_bpb,
     paired_by_seed,
+    rate_multiple,
     scored_width_runs,
     trial_ids,
     width_of,
@@ -125,3 +127,50 @@ def measured_gap(records: Sequence[TrialRecord], parent: str | None = None) -> S
     return SizeGap(non_embedding_params(sizes[0]), mean_val_bpb(narrows),
                    non_embedding_params(sizes[1]), mean_val_bpb(wides),
                    (trial_ids(narrows), trial_ids(wides)), len(narrows))
+
+
+@dataclass(frozen=True)
+class WideLevel:
+    """The recipe at the width rung's wider size, at the best of the rates it trained there
+    (each a mean over its seeds). Of every model the campaign trained it is the closest to
+    the target: the largest, at the target's context and by the export's own rules, where
+    the proxy's stress run trains at the proxy's context (a 2-layer × 64 model scored 0.3
+    val_bpb worse at 256 than at 64 in bench/transfer.py)."""
+
+    params: int
+    val_bpb: float
+    multiple: float  # its rate over the export's
+    bytes_seen: float  # of text, at its end
+    runs: str  # their trial ids
+
+    def describe(self) -> str:
+        return (f"level: the recipe at {self.params:,} non-embedding parameters, the width "
+                f"rung's wider model, at {self.multiple:g}× the export's rate, the best it "
+                f"trained there: {self.val_bpb:.4f} at {self.bytes_seen:,.0f} bytes ({self.runs})")
+
+    def to_json(self) -> dict[str, object]:
+        return {"params": self.params, "val_bpb": self.val_bpb, "multiple": self.multiple,
+                "bytes_seen": self.bytes_seen, "runs": self.runs}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WideLevel:
+        return cls(int(data["params"]), float(data["val_bpb"]), float(data["multiple"]),
+                   float(data["bytes_seen"]), str(data["runs"]))
+
+
+def wide_level(records: Sequence[TrialRecord], parent: str, bytes_per_token: float
+               ) -> WideLevel | None:
+    """``parent``'s scored width runs at the widest size they reached, at their best rate;
+    None when the rung trained it at one size or none."""
+    runs = [r for r in records if r.kind == WIDTH_KIND and has_score(r) and r.parent == parent]
+    if len({width_of(r) for r in runs}) < 2:
+        return None
+    widest = max(width_of(r) for r in runs)
+    by_rate: dict[float, list[TrialRecord]] = {}
+    for run in runs:
+        if width_of(run) == widest:
+            by_rate.setdefault(rate_multiple(run), []).append(run)
+    multiple, chosen = min(by_rate.items(), key=lambda item: mean_val_bpb(item[1]))
+    recipe = Recipe.model_validate(chosen[0].recipe)
+    return WideLevel(non_embedding_params(recipe.shape), mean_val_bpb(chosen), multiple,
+                     recipe.steps * recipe.tokens_per_step * bytes_per_token, trial_ids(chosen))
