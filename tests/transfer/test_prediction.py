@@ -220,13 +220,17 @@ def test_with_the_wider_model_and_the_horizons_the_prediction_starts_from_the_wi
         assert not partial.from_wide and partial.center(5e5) == partial.moved(3.6, 5e5)
     assert prediction.floor() == pytest.approx(
         3.40 - (data_term.fit(1e5) - 0.5) - gap.slope * 713_728 ** -0.34)
-    assert prediction.floor() > 0 and prediction.unphysical is None
+    assert prediction.floor() > 0
+    assert not any(a.startswith("not physical") for a in prediction.assumptions())
     bent = replace(data_term, fit=replace(data_term.fit, c=0.0, bounded=True))
     unbent = Prediction(**common, horizons=bent, wide=wide)
-    assert unbent.unphysical and "ladder's horizons has not bent" in unbent.unphysical
+    [said] = [a for a in unbent.assumptions() if a.startswith("not physical")]
+    assert "ladder's horizons has not bent" in said and unbent.unphysical is None, (
+        "said beside the prediction, not warned: the horizons of a campaign rarely bend")
     steep = replace(data_term, fit=replace(data_term.fit, a=60.0))  # E = L - A·N^-α - B·D^-β < 0
     below = Prediction(**common, horizons=steep, wide=wide)
-    assert below.floor() < 0 and below.unphysical and "below 0" in below.unphysical
+    [said] = [a for a in below.assumptions() if a.startswith("not physical")]
+    assert below.floor() < 0 and "E = L − A·N^-α − B·D^-β" in said and "below 0" in said
     far = 1e13
     assert below.center(far) - below.half_width(far) < 0 == below.band(far)[0]
     assert below.band(far)[1] >= 0

@@ -262,19 +262,7 @@ class Prediction:
     def unphysical(self) -> str | None:
         """Why the curve's fit says nothing physical beyond the fitted range, or None."""
         if self.from_wide:
-            assert self.wide and self.horizons and self.measured_size
-            why = []
-            if self.horizons.fit.bounded:
-                why.append("the recipe's best at the ladder's horizons has not bent toward a "
-                           "floor: the best fit through them put the floor below 0 val_bpb, so "
-                           "the fit holds it at 0, and far beyond the longest horizon the data "
-                           "term is a guess")
-            if (floor := self.floor()) < 0:
-                why.append(f"the law's floor E through the wider model, E = L − A·N^-α − "
-                           f"B·D^-β, is {floor:.3f} val_bpb, below 0: with more parameters "
-                           "and text the prediction falls toward an impossible loss, and its "
-                           "band is held at 0")
-            return "; and ".join(why) or None
+            return None  # the law's caveats are in the assumptions (:meth:`_law_caveats`)
         if self.fit is not None and self.fit.bounded:
             return (f"the proxy's curve has not bent toward its floor within "
                     f"{self.last_bytes:,.0f} bytes: its best fit put the floor below 0 val_bpb, "
@@ -324,7 +312,26 @@ class Prediction:
             f"claim: L(N, D) = E + A·N^-α + B·D^-β: at equal bytes of training text the "
             f"target's val_bpb is the wider model's moved along the data term and down by the "
             f"size term; beyond {self.wide.bytes_seen:,.0f} bytes it is extrapolation",
+            *self._law_caveats(),
         ]
+
+    def _law_caveats(self) -> list[str]:
+        """What of the law is not physical. Said beside the prediction, not warned: at the
+        small budgets of a campaign the horizons fall about log-linearly, and on
+        ``bench/transfer.py`` such predictions landed within 2% at 5× the tokens. Far beyond,
+        the band widens per decade and is held at 0."""
+        assert self.horizons is not None
+        caveats = []
+        if self.horizons.fit.bounded:
+            caveats.append("not physical: the recipe's best at the ladder's horizons has not bent "
+                           "toward a floor: the best fit through them put it below 0 val_bpb, "
+                           "so the fit holds it at 0")
+        if (floor := self.floor()) < 0:
+            caveats.append(f"not physical: the law's floor through the wider model, E = L − "
+                           f"A·N^-α − B·D^-β, is {floor:.3f} val_bpb, below 0: far beyond the "
+                           "measured sizes and text the prediction falls toward an impossible "
+                           "loss, so its band is held at 0")
+        return caveats
 
     def to_json(self) -> dict[str, object]:
         return {
