@@ -7,8 +7,9 @@ run's end is: a loss after its rate has decayed, at the rate that suits the budg
 not the stress run's training curve (one run, mid-schedule at every point but its last, one
 batch per point), set Chinchilla's data term ``B·D^-β`` (Hoffmann et al. 2022, arXiv
 2203.15556): a saturating power law through the best val_bpb of each budget, in bytes of text.
-``bench/transfer.py``: from 102k to 512k tokens the stress run's curve fell 0.05-0.28 val_bpb
-where the proxy's width, trained there, fell 0.38-0.51 and the horizons' fit 0.48-0.55.
+``bench/transfer.py``, from 102k to 512k tokens: the stress run's curve fell 0.00-0.28 val_bpb,
+the horizons' fit 0.48-0.55; trained there by the export's rules, the proxy's width fell
+0.36-0.40 and twice it 0.54-0.62 (more text helps a larger model more).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ the largest model trained, at the target's context and by the export's rules), t
 ``B·D^-β`` through the recipe's best at each horizon of the ladder
 (:mod:`~recipelab.transfer.horizons`), and the size term ``A`` from the rung's two widths,
 carried from the wider model's size to the target's. ``bench/transfer.py``: 5 of 6 arms within
-5% (mean 3.7%), where the proxy's stress curve below put 2 of 6 there (mean 8.3%). Without a
+5% (mean 3.6%), where the proxy's stress curve below put 2 of 6 there (mean 8.2%). Without a
 width rung or three horizons the prediction is the proxy's stress curve, as follows.
 
 The curve ends at the recipe's best rate where it was trained (:func:`tuned_level`): a stress
