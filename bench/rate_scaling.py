@@ -40,7 +40,7 @@ from recipelab.trajectory.horizon import best_log_lr
 from recipelab.transfer.size_exponent import BestRate, MeasuredExponent, updated
 from recipelab.transfer.steplaw import LR_PARAMS_EXPONENT, law_learning_rate
 from recipelab.transfer.width import width_targets
-from transfer import EVAL_BYTES, PRESET, TARGET, Arm, at_law_batch, final, pretrain
+from transfer import CORPUS, EVAL_BYTES, PRESET, TARGET, Arm, at_law_batch, final, pretrain
 
 GRID_BASE = 2.5e-4
 """Every size's rates lie on one ladder, ``GRID_BASE × 2^k``, so neighbouring sizes share rates."""
@@ -105,7 +105,7 @@ def main() -> None:
 
     jobs = [arm for _, arms in reversed(plan) for arm in arms]
     with ThreadPoolExecutor(args.parallel) as pool:
-        list(pool.map(lambda job: pretrain(job, out / "runs"), jobs))
+        list(pool.map(lambda job: pretrain(job, out / "runs", CORPUS), jobs))
 
     print(f"the preset's baseline at {args.tokens:,} tokens, seed {args.seed}; val_bpb by rate")
     measured: list[tuple[int, float]] = []

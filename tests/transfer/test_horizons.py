@@ -32,7 +32,7 @@ def ladder(ends: dict[int, dict[float, list[float]]], trial: str = "p0001") -> l
 
 
 def law(tokens: float) -> float:
-    return 30.0 * tokens ** -0.3 + 1.5
+    return float(30.0 * tokens ** -0.3 + 1.5)
 
 
 def test_each_budget_counts_its_best_rate_averaged_over_seeds() -> None:

@@ -124,7 +124,8 @@ def test_the_wide_level_is_the_best_rate_at_the_widest_size_over_its_seeds() -> 
     recipe = Recipe.model_validate(records[1].recipe)
     assert level == WideLevel(non_embedding_params(recipe.shape), 3.45, 2.0,
                               float(recipe.steps * recipe.tokens_per_step), "w0003")
-    assert wide_level(records[:3], "p0003", 1.0) == WideLevel(
-        level.params, pytest.approx(3.55), 1.0, level.bytes_seen, "w0001+w0002")
+    at_own_rate = wide_level(records[:3], "p0003", 1.0)
+    assert at_own_rate is not None and at_own_rate.val_bpb == pytest.approx(3.55)
+    assert (at_own_rate.multiple, at_own_rate.runs) == (1.0, "w0001+w0002")
     assert wide_level(records[1:3], "p0003", 1.0) is None, "one size is no rung"
     assert WideLevel.from_json(level.to_json()) == level
