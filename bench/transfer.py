@@ -71,6 +71,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from recipelab.errors import RecipelabError
 from recipelab.recipe import Recipe, non_embedding_params
 from recipelab.targets import load_target_file, proxy_recipe
 from recipelab.trainer.data import read_corpus_text
@@ -383,11 +384,14 @@ def main() -> None:
                         help="write the distance every campaign reached, with the bars, to the "
                              "package's verified_transfer.json: every export prints it")
     args = parser.parse_args()
+    try:  # a wrong --target or --corpus is one line and exit 2, before anything is written
+        preset = proxy_recipe(PRESET, str(args.target))
+        target = load_target_file(args.target)
+        label, _, train_bytes = read_corpus_text(CorpusSpec(source=args.corpus))
+    except RecipelabError as error:
+        parser.error(str(error))
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-
-    preset = proxy_recipe(PRESET, str(args.target))
-    target = load_target_file(args.target)
     params = preset.model_copy(update={"shape": target.shape, "seq_len": target.context}
                                ).param_count()
     top = args.stress_steps * preset.tokens_per_step
@@ -398,7 +402,6 @@ def main() -> None:
           f"{args.horizon:g}× the top rung's {args.stress_steps * preset.tokens_per_step:,}",
           flush=True)
 
-    label, _, train_bytes = read_corpus_text(CorpusSpec(source=args.corpus))
     passes = tokens * bytes_per_token(preset) / train_bytes
     print(f"corpus {label}: {train_bytes:,} bytes of training text; the longest arm reads "
           f"{passes:.2f} of it" + (", more than once: its later passes score memorised text"
