@@ -61,16 +61,19 @@ class Horizons:
                             bounded=bool(fit.get("bounded", False))))
 
 
+def scores_by_rate(scored: Sequence[tuple[float, float]]) -> dict[float, list[float]]:
+    """One family's ``(lr, val_bpb)`` runs grouped by rate: each rate's scores over seeds."""
+    by_rate: dict[float, list[float]] = {}
+    for lr, value in scored:
+        by_rate.setdefault(lr, []).append(value)
+    return by_rate
+
+
 def best_by_budget(records: Sequence[TrialRecord], trial_id: str) -> dict[int, float]:
     """``trial_id``'s lowest mean val_bpb over the rates it trained at each budget (in the
     baseline's steps), its seeds averaged per rate."""
-    best = {}
-    for budget, scored in families(records).get(trial_id, {}).items():
-        by_rate: dict[float, list[float]] = {}
-        for lr, value in scored:
-            by_rate.setdefault(lr, []).append(value)
-        best[budget] = min(statistics.mean(values) for values in by_rate.values())
-    return best
+    return {budget: min(statistics.mean(values) for values in scores_by_rate(scored).values())
+            for budget, scored in families(records).get(trial_id, {}).items()}
 
 
 def horizons(records: Sequence[TrialRecord], trial_id: str, bytes_per_step: float

@@ -56,7 +56,7 @@ from recipelab.trajectory.analysis import scored_proxies, spearman
 from recipelab.trajectory.horizon import families
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
-from recipelab.transfer.horizons import Horizons, horizons
+from recipelab.transfer.horizons import Horizons, horizons, scores_by_rate
 from recipelab.transfer.powerlaw import PowerLaw, fit_power_law
 from recipelab.transfer.width import WIDTH_ALPHA, SizeGap, WideLevel, measured_gap, wide_level
 
@@ -133,9 +133,7 @@ def tuned_level(records: Sequence[TrialRecord], trial_id: str, run: TrialRecord
                 ) -> TunedLevel | None:
     """``trial_id`` at its family's best rate at ``run``'s budget, when that rate scored
     below the run's own rate; None without a family there or when × 1 was the best."""
-    by_rate: dict[float, list[float]] = {}
-    for lr, value in families(records).get(trial_id, {}).get(run.budget_steps, []):
-        by_rate.setdefault(lr, []).append(value)
+    by_rate = scores_by_rate(families(records).get(trial_id, {}).get(run.budget_steps, []))
     own = float(run.recipe["optimizer"]["lr"])
     at_own = next((values for lr, values in by_rate.items() if math.isclose(lr, own)), None)
     if not at_own or len(by_rate) < 2:
