@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from recipelab.recipe import Recipe, non_embedding_params
+from recipelab.recipe import BASELINE_PROPOSER, Recipe, non_embedding_params
 from recipelab.targets import get_target, proxy_recipe
 from recipelab.trajectory import TrajectoryStore
 from recipelab.trajectory.ledger import LR_FAMILY_PROPOSER, Ledger
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.horizons import Horizons
+from recipelab.transfer.law_band import law_band
 from recipelab.transfer.powerlaw import PowerLaw
 from recipelab.transfer.prediction import (
     Prediction,
@@ -238,6 +239,36 @@ def test_with_the_wider_model_and_the_horizons_the_prediction_starts_from_the_wi
                                below.center(5e5) + below.half_width(5e5))
 
 
+def test_from_the_wider_model_the_band_is_the_seed_noise_carried_through_the_law() -> None:
+    """With the baseline's seed noise measured, the band is the bootstrap's 90%
+    (:mod:`recipelab.transfer.law_band`), held at least 2% off the center each side; the
+    stress run's fit, which the prediction no longer follows, has no part in it."""
+    size = SizeTerm(92_416, 5_804_032)
+    gap = SizeGap(92_416, 3.64, 713_728, 3.44, ("w0000", "w0001"), 2)
+    wide = WideLevel(713_728, 3.40, 2.0, 1e5, "w0005")
+    data_term = Horizons(((1e4, 4.4), (3e4, 4.0), (1e5, 3.6)),
+                         PowerLaw(a=30.0, b=0.2, c=0.5, rmse=0.01, points=3))
+    stress = PowerLaw(a=9.0, b=0.1, c=0.0, rmse=0.4, points=40)
+    prediction = Prediction(source_trial="s0002", fit=stress, last_bytes=2e5, last_val_bpb=3.6,
+                            band_base=0.4, noise_spread=0.05, fit_rmse_bpb=0.4,
+                            rank_agreement=None, rank_pairs=0, size=size, measured_size=gap,
+                            horizons=data_term, wide=wide, seed_sd=0.03)
+    for seen in (1e5, 5e5, 5e7):
+        low, high = prediction.band(seen)
+        drawn = law_band(data_term, wide, gap, size.target_params, 0.03).interval(seen)
+        center = prediction.center(seen)
+        assert low == pytest.approx(min(drawn[0], 0.98 * center))
+        assert high == pytest.approx(max(drawn[1], 1.02 * center))
+    assert prediction.band(5e7)[1] - prediction.band(5e7)[0] > (
+        prediction.band(5e5)[1] - prediction.band(5e5)[0])
+    assert any("redraws" in line and "0.0300" in line for line in prediction.assumptions())
+    again = Prediction.from_json(json.loads(json.dumps(prediction.to_json())))
+    assert again.band(5e5) == prediction.band(5e5)
+    unmeasured = replace(prediction, seed_sd=None)  # one baseline seed: the noise floor's rule
+    assert unmeasured.half_width(1e5) == pytest.approx(max(0.05, 0.02 * unmeasured.center(1e5)))
+    assert "fit rmse 0.0100" in unmeasured.assumptions()[-1]
+
+
 def test_predict_reads_the_horizons_and_the_wider_model_from_the_campaign() -> None:
     records = _top_rung(stress_at=3.6, family={0.5: 3.5, 2.0: 3.8})
     base = proxy_recipe("tiny")
@@ -248,7 +279,13 @@ def test_predict_reads_the_horizons_and_the_wider_model_from_the_campaign() -> N
     records += [width_run("w0000", 1, 3.7, parent="p0001"),
                 width_run("w0001", 2, 3.45, parent="p0001")]
     target = get_target("toy").shape
+    assert predict(records, records[0], target).seed_sd is None, "one baseline seed: no noise"
+    records += [TrialRecord(campaign="c", trial_id=f"b{seed}", kind="proxy", status="complete",
+                            val_bpb=value, recipe=base.apply({"seed": seed}).model_dump(
+                                mode="json"), proposer=BASELINE_PROPOSER)
+                for seed, value in ((0, 4.0), (1, 4.1))]
     prediction = predict(records, records[0], target)
+    assert prediction.seed_sd == pytest.approx(0.1 / 2 ** 0.5)
     assert prediction.from_wide and prediction.horizons is not None
     assert [value for _, value in prediction.horizons.points] == pytest.approx([4.0, 3.9, 3.5])
     assert prediction.wide is not None and prediction.wide.val_bpb == 3.45

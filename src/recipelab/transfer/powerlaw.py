@@ -48,21 +48,44 @@ def fit_power_law(steps: Sequence[float], losses: Sequence[float], min_points: i
              if t > 0 and math.isfinite(v)]
     if len(pairs) < min_points:
         return None
-    t = np.array([p[0] for p in pairs])
-    y = np.array([p[1] for p in pairs])
-    best: PowerLaw | None = None
-    for b in EXPONENT_GRID:
-        x = t ** (-b)
-        design = np.column_stack([x, np.ones_like(x)])
-        (a, c), *_ = np.linalg.lstsq(design, y, rcond=None)
-        bounded = False
-        if a < 0:
-            a, c = 0.0, float(y.mean())
-        elif c < 0:  # the least-squares a with c held at its bound
-            a, c, bounded = float(x @ y / (x @ x)), 0.0, True
-        residual = y - (a * x + c)
-        rmse = float(np.sqrt(np.mean(residual * residual)))
-        if best is None or rmse < best.rmse:
-            best = PowerLaw(a=float(a), b=float(b), c=float(c), rmse=rmse, points=len(pairs),
-                            bounded=bounded)
-    return best
+    fits = fit_many(np.array([p[0] for p in pairs]), np.array([[p[1] for p in pairs]]))
+    return PowerLaw(a=float(fits.a[0]), b=float(fits.b[0]), c=float(fits.c[0]),
+                    rmse=float(fits.rmse[0]), points=len(pairs), bounded=bool(fits.bounded[0]))
+
+
+@dataclass(frozen=True)
+class PowerLaws:
+    """One fit per row of :func:`fit_many`'s losses, as arrays."""
+
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    rmse: np.ndarray
+    bounded: np.ndarray
+
+    def __call__(self, step: float) -> np.ndarray:
+        return np.asarray(self.a * step ** (-self.b) + self.c)
+
+
+def fit_many(steps: np.ndarray, losses: np.ndarray) -> PowerLaws:
+    """:func:`fit_power_law` of every row of ``losses`` (shape: fits × points) at the same
+    positive ``steps``, in one pass over the exponent grid: a bootstrap refits thousands."""
+    x = steps[None, :] ** -EXPONENT_GRID[:, None]  # grid × points
+    x_mean = x.mean(axis=1)
+    centred = x - x_mean[:, None]
+    spread = (centred * centred).sum(axis=1)
+    y_mean = losses.mean(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(spread > 0, (losses @ centred.T) / spread, 0.0)  # fits × grid
+        through_zero = (losses @ x.T) / (x * x).sum(axis=1)
+    c = y_mean - a * x_mean
+    falling = a >= 0
+    bounded = falling & (c < 0)  # the least-squares a with c held at its bound
+    a = np.where(falling, np.where(bounded, through_zero, a), 0.0)
+    c = np.where(falling, np.where(bounded, 0.0, c), y_mean)
+    residual = losses[:, None, :] - (a[..., None] * x[None] + c[..., None])
+    rmse = np.sqrt(np.mean(residual * residual, axis=2))
+    best = np.argmin(rmse, axis=1)
+    rows = np.arange(losses.shape[0])
+    return PowerLaws(a=a[rows, best], b=EXPONENT_GRID[best], c=c[rows, best],
+                     rmse=rmse[rows, best], bounded=bounded[rows, best])

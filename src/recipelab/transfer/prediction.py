@@ -18,8 +18,10 @@ the largest model trained, at the target's context and by the export's rules), t
 ``B·D^-β`` through the recipe's best at each horizon of the ladder
 (:mod:`~recipelab.transfer.horizons`), and the size term ``A`` from the rung's two widths,
 carried from the wider model's size to the target's. ``bench/transfer.py``: 5 of 6 arms within
-5% (mean 3.6%), where the proxy's stress curve below put 2 of 6 there (mean 8.2%). Without a
-width rung or three horizons the prediction is the proxy's stress curve, as follows.
+5% (mean 3.6%), where the proxy's stress curve below put 2 of 6 there (mean 8.2%). Its band
+is the seed's noise in those measurements carried through the law by a bootstrap
+(:mod:`~recipelab.transfer.law_band`). Without a width rung or three horizons the prediction is
+the proxy's stress curve, as follows.
 
 The curve ends at the recipe's best rate where it was trained (:func:`tuned_level`): a stress
 run at a rate its own learning-rate family beat would carry the proxy's mistuned rate into the
@@ -47,8 +49,10 @@ the curve held flat at its last measurement.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from recipelab.recipe import Recipe, Shape, non_embedding_params
@@ -57,6 +61,7 @@ from recipelab.trajectory.horizon import families
 from recipelab.trajectory.noise import noise_floor
 from recipelab.trajectory.record import TrialRecord
 from recipelab.transfer.horizons import Horizons, horizons, scores_by_rate
+from recipelab.transfer.law_band import CONFIDENCE, DRAWS, LawBand, law_band
 from recipelab.transfer.powerlaw import PowerLaw, fit_power_law
 from recipelab.transfer.width import WIDTH_ALPHA, SizeGap, WideLevel, measured_gap, wide_level
 
@@ -163,6 +168,7 @@ class Prediction:
     tuned: TunedLevel | None = None  # the level the curve was moved to, below the run's own
     horizons: Horizons | None = None  # the data term through the ladder's horizons
     wide: WideLevel | None = None  # the width rung's wider model, where the prediction starts
+    seed_sd: float | None = None  # the baseline's seed-to-seed standard deviation, val_bpb
 
     @property
     def from_wide(self) -> bool:
@@ -231,12 +237,17 @@ class Prediction:
                 f"below the proxy's {self.size.proxy_params:,} at every point")
 
     def half_width(self, bytes_seen: float) -> float:
-        """The band: ``band_base`` widened by one band per decade beyond the fitted range;
+        """The band without a bootstrap: ``band_base`` (from the wider model, the noise floor
+        or the horizons' residual) widened by one band per decade beyond the fitted range;
         beyond it, from a fit whose floor was held at 0, at least wide enough to span the fit
         and the curve held flat at its last measurement."""
-        beyond = max(0.0, math.log10(bytes_seen / self.last_bytes)) if bytes_seen > 0 else 0.0
+        base, end = self.band_base, self.last_bytes
+        if self.from_wide:
+            assert self.wide and self.horizons
+            base, end = max(self.noise_spread or 0.0, self.horizons.fit.rmse), self.wide.bytes_seen
+        beyond = max(0.0, math.log10(bytes_seen / end)) if bytes_seen > 0 else 0.0
         floor = MIN_BAND_FRACTION * self.center(bytes_seen)
-        half = max(self.band_base, floor) * (1.0 + beyond)
+        half = max(base, floor) * (1.0 + beyond)
         if self._held_at_zero(bytes_seen):
             fitted = self.moved(self.proxy_center(bytes_seen), bytes_seen)
             half = max(half, abs(self.held(bytes_seen) - fitted) / 2)
@@ -250,11 +261,28 @@ class Prediction:
         return float(self.wide.val_bpb - (fit(self.wide.bytes_seen) - fit.c)
                      - self.measured_size.slope * self.wide.params ** -WIDTH_ALPHA)
 
+    @cached_property
+    def _law_band(self) -> LawBand | None:
+        if not self.from_wide or not self.seed_sd:
+            return None
+        assert self.wide and self.horizons and self.measured_size and self.size
+        return law_band(self.horizons, self.wide, self.measured_size, self.size.target_params,
+                        self.seed_sd)
+
     def band(self, bytes_seen: float) -> tuple[float, float]:
-        """The band's low and high at ``bytes_seen``: the center ± :meth:`half_width`, neither
-        below 0 val_bpb (no text is predicted in fewer than 0 bits)."""
-        center, half = self.center(bytes_seen), self.half_width(bytes_seen)
-        return max(0.0, center - half), max(0.0, center + half)
+        """The band's low and high at ``bytes_seen``, neither below 0 val_bpb (no text is
+        predicted in fewer than 0 bits). From the wider model with a measured seed noise, the
+        90% of the bootstrap's draws (:mod:`~recipelab.transfer.law_band`), at least
+        :data:`MIN_BAND_FRACTION` of the center on each side; otherwise the center ±
+        :meth:`half_width`."""
+        center = self.center(bytes_seen)
+        if self._law_band is None:
+            low, high = center - self.half_width(bytes_seen), center + self.half_width(bytes_seen)
+        else:
+            low, high = self._law_band.interval(bytes_seen)
+            least = MIN_BAND_FRACTION * center
+            low, high = min(low, center - least), max(high, center + least)
+        return max(0.0, low), max(0.0, high)
 
     @property
     def unphysical(self) -> str | None:
@@ -291,12 +319,22 @@ class Prediction:
             "rank agreement: " + (f"Spearman {self.rank_agreement:+.3f} over {self.rank_pairs} "
                                   "proxy/stress pairs" if self.rank_agreement is not None
                                   else f"unknown ({self.rank_pairs} proxy/stress pair(s), needs 3)"),
-            f"band: ±max(noise floor, fit rmse {self.fit_rmse_bpb or 0:.4f}, "
-            f"{MIN_BAND_FRACTION:.0%} of the value), +1 band per decade beyond the fitted range",
+            self._describe_band(),
         ]
         if self.unphysical:
             items.append(f"not physical: {self.unphysical}")
         return items
+
+    def _describe_band(self) -> str:
+        if self._law_band is None:
+            rmse = self.horizons.fit.rmse if self.from_wide and self.horizons else self.fit_rmse_bpb
+            return (f"band: ±max(noise floor, fit rmse {rmse or 0:.4f}, "
+                    f"{MIN_BAND_FRACTION:.0%} of the value), +1 band per decade beyond the "
+                    "fitted range")
+        return (f"band: {CONFIDENCE:.0%} of {DRAWS:,} redraws of the horizons, the wider model "
+                f"and the gap, each with the baseline's seed noise (sd {self.seed_sd:.4f} "
+                f"val_bpb per seed), the data term refitted each time; at least "
+                f"±{MIN_BAND_FRACTION:.0%} of the value")
 
     def _from_wide_assumptions(self) -> list[str]:
         assert self.wide and self.horizons and self.measured_size and self.size
@@ -349,6 +387,7 @@ class Prediction:
             "tuned": self.tuned.to_json() if self.tuned is not None else None,
             "horizons": self.horizons.to_json() if self.horizons is not None else None,
             "wide": self.wide.to_json() if self.wide is not None else None,
+            "seed_sd": self.seed_sd,
             "assumptions": self.assumptions(),
         }
 
@@ -373,7 +412,8 @@ class Prediction:
                        float(tuned["val_bpb"]), float(tuned["multiple"]),
                        float(tuned["stress_val_bpb"]), int(tuned["seeds"])),
                    horizons=None if data_term is None else Horizons.from_json(data_term),
-                   wide=None if wide is None else WideLevel.from_json(wide))
+                   wide=None if wide is None else WideLevel.from_json(wide),
+                   seed_sd=data.get("seed_sd"))
 
 
 def bytes_per_token(recipe: Recipe) -> float:
@@ -442,4 +482,6 @@ def predict(records: Sequence[TrialRecord], winner: TrialRecord,
                           measured_gap(records, winner.trial_id) or measured_gap(records)),
                       tuned=tuned, horizons=horizons(records, winner.trial_id, per_budget_step),
                       wide=None if target is None else wide_level(
-                          records, winner.trial_id, bytes_per_token(recipe)))
+                          records, winner.trial_id, bytes_per_token(recipe)),
+                      seed_sd=statistics.stdev(noise.values) if noise and len(noise.values) > 1
+                      else None)

@@ -88,7 +88,12 @@ class SizeGap:
 
     def lowering(self, proxy_params: int, target_params: int) -> float:
         """How much lower the law puts the target than the proxy, at equal tokens."""
-        return self.slope * float(proxy_params ** -WIDTH_ALPHA - target_params ** -WIDTH_ALPHA)
+        return (self.narrow_val_bpb - self.wide_val_bpb) * self.lever(proxy_params, target_params)
+
+    def lever(self, proxy_params: int, target_params: int) -> float:
+        """The law's gap between two sizes as a multiple of the measured one."""
+        return float((proxy_params ** -WIDTH_ALPHA - target_params ** -WIDTH_ALPHA)
+                     / (self.narrow_params ** -WIDTH_ALPHA - self.wide_params ** -WIDTH_ALPHA))
 
     def describe(self) -> str:
         seeds = "" if self.seeds == 1 else f", means of {self.seeds} seeds"
