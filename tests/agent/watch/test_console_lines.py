@@ -104,8 +104,8 @@ def test_a_width_run_names_its_parent_and_size_and_the_rung_says_what_it_measure
     assert "vs baseline" not in run  # another model's size: no baseline shares it
     measured = lines.line({"event": "width_measured", "narrow": 3.3835, "wide": 3.2824,
                            "target_lowering": 0.1524})
-    assert measured == ("   twice the width scored 3.3835 → 3.2824: the target lands 0.1524 "
-                        "below the proxy's curve")
+    assert measured == ("   twice the width scored 3.3835 → 3.2824: the law puts the target "
+                        "0.1524 below the proxy's width at equal tokens")
     none = lines.line({"event": "width_measured", "narrow": 3.9198, "wide": 3.9630,
                        "target_lowering": None})
     assert none == ("   twice the width scored 3.9198 → 3.9630: no gap measured, the export "

@@ -211,8 +211,8 @@ class ReadableLines:
         if event.get("target_lowering") is None:
             line = f"{scored}: no gap measured, the export keeps the law's size term"
         else:
-            line = (f"{scored}: the target lands {_number(event.get('target_lowering'))} below "
-                    "the proxy's curve")
+            line = (f"{scored}: the law puts the target {_number(event.get('target_lowering'))} "
+                    "below the proxy's width at equal tokens")
         exponent, se = event.get("lr_size_exponent"), event.get("lr_size_exponent_se")
         if isinstance(exponent, (int, float)) and isinstance(se, (int, float)):
             line += (f"\n   the best rate falls as N^{exponent:.3f} ± {se:.3f} between the two "
