@@ -2,7 +2,8 @@
 
 The product's claim is that a recipe that wins on the proxy still wins on the target and that
 the target's val_bpb lands near the prediction. This bench measures both, end to end, through
-the user's commands. For each of ``--campaigns`` campaign seeds it runs
+the user's commands. For each of ``--campaigns`` campaign seeds (from ``--from-seed``, so
+``--from-seed 1 --campaigns 2`` runs campaign 1 alone) it runs
 
 1. ``recipelab run`` on the ``tiny`` proxy of ``bench/transfer-target/config.json`` (a Llama
    config 4× the proxy's ``d_model`` at the proxy's depth-to-width ratio: 8 layers × 256, 5.87M
@@ -50,7 +51,7 @@ beyond it.
 ``--out``), so that a rule is not judged only on the case it was written against.
 
     python bench/transfer.py [--target CONFIG] [--corpus NAME] [--campaigns 3] [--seeds 2]
-                             [--horizon 5] [--stress-steps 200] [--iterations 8]
+                             [--from-seed 0] [--horizon 5] [--stress-steps 200] [--iterations 8]
                              [--both-at 2] [--parallel 2] [--device cpu|cuda]
                              [--out DIR] [--ship]
 """
@@ -366,6 +367,8 @@ def main() -> None:
     parser.add_argument("--corpus", default=CORPUS,
                         help="what every campaign and arm trains on, as 'recipelab run' takes it")
     parser.add_argument("--campaigns", type=int, default=3)
+    parser.add_argument("--from-seed", type=int, default=0,
+                        help="the first campaign seed to run (seeds --from-seed to --campaigns - 1)")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--horizon", type=float, default=5.0,
                         help="target tokens as a multiple of the campaign's top-rung tokens")
@@ -390,6 +393,9 @@ def main() -> None:
         label, _, train_bytes = read_corpus_text(CorpusSpec(source=args.corpus))
     except RecipelabError as error:
         parser.error(str(error))
+    if not 0 <= args.from_seed < args.campaigns:
+        parser.error(f"--from-seed {args.from_seed} runs no campaign: it must be at least 0 and "
+                     f"below --campaigns ({args.campaigns})")
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     params = preset.model_copy(update={"shape": target.shape, "seq_len": target.context}
@@ -407,7 +413,8 @@ def main() -> None:
           f"{passes:.2f} of it" + (", more than once: its later passes score memorised text"
                                    if passes > 1 else ", once"), flush=True)
 
-    campaigns = [campaign(out, seed, args) for seed in range(args.campaigns)]
+    campaigns = [campaign(out, seed, args)
+                 for seed in range(args.from_seed, args.campaigns)]
     exports = {c: (export(c, tokens, args.target), export(c, tokens, args.target, "p0000"))
                for c in campaigns}
     widths = [width_target(out, 1, args.target), width_target(out, 2, args.target)]  # the proxy's, then 2× it
