@@ -62,6 +62,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -205,9 +206,8 @@ def pretrain(arm: Arm, runs: Path, corpus: str, device: str = "cpu") -> Path:
     if marker.exists() and json.loads(marker.read_text()) == spec:
         return where
     every = max(1, math.ceil(recipe["steps"] / EVALUATIONS))
-    where.mkdir(parents=True, exist_ok=True)
-    for stale in where.glob("metrics.csv"):
-        stale.unlink()
+    shutil.rmtree(where, ignore_errors=True)  # an interrupted run's checkpoints start afresh
+    where.mkdir(parents=True)
     call(cli("pretrain", "--recipe", str(arm.recipe), "--out", str(where), "--corpus", corpus,
              "--device", device, *(("--threads", "1") if device == "cpu" else ()),
              "--no-compile", "--checkpoint-every", "0",
