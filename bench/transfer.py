@@ -546,14 +546,14 @@ def main() -> None:
     summary["all_four"] = met
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if args.ship:
-        verified = verified_of(rows, args.seeds)
+        verified = verified_of(rows, args.seeds, label)
         VERIFIED_PATH.write_text(json.dumps(verified.to_json(), indent=2) + "\n")
         print(f"wrote {VERIFIED_PATH}: {verified.text()}")
 
 
-def verified_of(rows: Sequence[dict[str, Any]], seeds: int) -> Verified:
-    """What the package ships from a bench run: the distance every campaign reached (the
-    least on each axis) and each campaign's bars."""
+def verified_of(rows: Sequence[dict[str, Any]], seeds: int, corpus: str) -> Verified:
+    """What the package ships from a bench run on ``corpus``: the distance every campaign
+    reached (the least on each axis) and each campaign's bars."""
     return Verified(
         distance=Distance(*(min(r["distance"][axis] for r in rows)
                             for axis in ("params", "tokens", "context"))),
@@ -563,7 +563,7 @@ def verified_of(rows: Sequence[dict[str, Any]], seeds: int) -> Verified:
         prediction_errors=[r["prediction_error"] for r in rows],
         baseline_prediction_errors=[r["baseline_prediction_error"] for r in rows],
         rate_factors=[1 / r["lr_factor"] for r in rows],
-        code_version=str(rows[0]["code_version"]), date=date.today().isoformat())
+        code_version=str(rows[0]["code_version"]), date=date.today().isoformat(), corpus=corpus)
 
 
 if __name__ == "__main__":

@@ -68,9 +68,27 @@ def test_within_the_verified_distance_there_is_no_warning_and_beyond_it_one_nami
                        "the predicted band 2.000–2.400 is the fit's, unmeasured this far.")
 
 
-def shipped_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reach: Distance) -> None:
+def test_a_campaign_on_other_text_than_the_bench_is_warned_that_nothing_verified_it() -> None:
+    """bench/transfer.py on the standard library's prose, where its rules were written on
+    python-source, found the prediction 18-24% off: a verification holds for its corpus."""
+    on_source = dataclasses.replace(verified(), corpus="python-source")
+    assert "verified 63× the proxy's non-embedding parameters, 5× the tokens of its longest run " \
+           "and 1× its context on python-source (" in on_source.text()
+    assert distance_lines(BENCH, on_source, (2.0, 2.4), "python-source") == distance_lines(
+        BENCH, on_source, (2.0, 2.4))
+    other = distance_lines(BENCH, on_source, (2.0, 2.4), "/data/mine.txt")
+    assert other[-1] == ("Warning: verified on python-source, and this campaign trained on "
+                         "/data/mine.txt: nothing measured says the prediction holds on other "
+                         "text, so the band 2.000–2.400 is the fit's alone.")
+    assert not any(line.startswith("Warning") for line in distance_lines(
+        BENCH, verified(), (2.0, 2.4), "/data/mine.txt")), "a file from before names no corpus"
+    assert Verified.from_json(on_source.to_json()) == on_source
+
+
+def shipped_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reach: Distance,
+               corpus: str = "") -> None:
     path = tmp_path / "verified_transfer.json"
-    path.write_text(json.dumps(verified(reach).to_json()))
+    path.write_text(json.dumps(dataclasses.replace(verified(reach), corpus=corpus).to_json()))
     monkeypatch.setattr(distance_module, "VERIFIED_PATH", path)
 
 
@@ -87,10 +105,15 @@ def test_export_prints_its_distance_and_warns_only_beyond_the_verified_one(
     near = export(attributed_campaign, tmp_path / "near")
     manifest = json.loads((tmp_path / "near" / "manifest.json").read_text())
     reach = Distance(**manifest["distance"])
-    shipped_at(monkeypatch, tmp_path, reach)
+    corpus = json.loads((attributed_campaign / "settings.json").read_text())["corpus"]["source"]
+    shipped_at(monkeypatch, tmp_path, reach, corpus)
     near = export(attributed_campaign, tmp_path / "near")
     assert "Distance: this export extrapolates" in near and "Verified: bench/transfer.py" in near
     assert "Warning:" not in near
+    shipped_at(monkeypatch, tmp_path, reach, "another-corpus")
+    elsewhere = export(attributed_campaign, tmp_path / "elsewhere")
+    assert f"Warning: verified on another-corpus, and this campaign trained on {corpus}" in (
+        elsewhere)
     far = export(attributed_campaign, tmp_path / "far", "--target", "llama3.2-1b")
     assert "Distance: this export extrapolates" in far
     assert "Warning: beyond the verified distance in parameters, tokens, context" in far

@@ -161,7 +161,8 @@ class Campaign:
     def _report_context(self) -> ReportContext:
         return ReportContext(self.settings.name, self.target, self.settings.preset,
                              CloudRates.from_environment(),
-                             tuple(self.priors.calibration.horizon_fits))
+                             tuple(self.priors.calibration.horizon_fits),
+                             corpus=self.settings.corpus.source)
 
     def _ends(self, ctx: CampaignContext) -> str:
         """When the night ends, for the live report."""

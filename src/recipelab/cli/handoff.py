@@ -62,7 +62,8 @@ def export(
             "device": device, "sharding": sharding, "eval_bytes": eval_bytes})
         written = write_export(settings.ladder.ledger(records), settings.name,
                                get_target(target or settings.target or ""), options, out,
-                               load_calibration(settings.search.calibrate_from).horizon_fits, trial)
+                               load_calibration(settings.search.calibrate_from).horizon_fits, trial,
+                               corpus=settings.corpus.source)
     except ValidationError as error:
         fail(f"invalid export options: {one_line(error)}")
     except ValueError as error:

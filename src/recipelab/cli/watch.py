@@ -95,7 +95,8 @@ def report(
     from recipelab.trajectory.calibration import load_calibration
 
     context = ReportContext(settings.name, get_target(settings.target or ""), settings.preset,
-                            rates, tuple(load_calibration(settings.search.calibrate_from).horizon_fits))
+                            rates, tuple(load_calibration(settings.search.calibrate_from).horizon_fits),
+                            corpus=settings.corpus.source)
     markdown, page = write_report(directory, settings.ladder.ledger(records), context)
     console.print(f"wrote {markdown} and {page}", markup=False)
 

@@ -79,3 +79,4 @@ class ReportContext:
     rates: CloudRates = field(default_factory=CloudRates)
     horizon_fits: tuple[HorizonFit, ...] = ()
     live: LiveStatus | None = None
+    corpus: str | None = None  # what the campaign trained on, beside what the bench verified

@@ -481,7 +481,7 @@ def prediction_blocks(records: Sequence[TrialRecord], rec: CloudRunPlan, ctx: Re
         center, (low, high) = found.center(text), found.band(text)
         rows.append((label, f"{step:,}", f"{text:,.0f}", _fmt(center),
                      f"{_fmt(low)} – {_fmt(high)}"))
-    distance = distance_lines(exported.distance, load_verified(), (low, high))
+    distance = distance_lines(exported.distance, load_verified(), (low, high), ctx.corpus)
     return [
         Paragraph("Predicted val_bpb of the cloud run, against bytes of training text (val_bpb "
                   "compares across tokenizers; steps do not). The target's val_bpb should land in "

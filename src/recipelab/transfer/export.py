@@ -335,13 +335,14 @@ def _write_json(path: Path, data: object) -> None:
 
 
 def export_distance(exported: Exported, prediction: Prediction,
-                    points: Sequence[dict[str, float | int]]) -> list[str]:
-    """The export's distance, what ``bench/transfer.py`` verified, and a warning beyond it,
-    with the band at the end of the run; a warning too when the prediction's fit is not
-    physical."""
+                    points: Sequence[dict[str, float | int]], corpus: str | None = None
+                    ) -> list[str]:
+    """The export's distance, what ``bench/transfer.py`` verified, and a warning beyond it
+    or on another ``corpus``, with the band at the end of the run; a warning too when the
+    prediction's fit is not physical."""
     end = points[-1]
     lines = distance_lines(exported.distance, load_verified(),
-                           (float(end["low"]), float(end["high"])))
+                           (float(end["low"]), float(end["high"])), corpus)
     why = prediction.unphysical
     return [*lines, f"Warning: the prediction is not physical: {why}."] if why else lines
 
@@ -362,12 +363,13 @@ def predicted_points(prediction: Prediction, recipe: Recipe) -> list[dict[str, f
 
 def write_export(ledger: Ledger, campaign: str, target: Target,
                  options: ExportOptions, out: Path,
-                 prior_horizon_fits: Iterable[HorizonFit] = (), trial: str | None = None
-                 ) -> list[Path]:
+                 prior_horizon_fits: Iterable[HorizonFit] = (), trial: str | None = None,
+                 corpus: str | None = None) -> list[Path]:
     """Write every export file into ``out``; returns the paths written. ``ledger`` is the
     campaign's (its ``--promote``, its rungs). A winner that fits no GPU of
     ``options.gpu_memory_gib`` is still written, its manifest's ``run_on.problem`` naming the
-    memory needed and the fix. ``trial`` exports that proxy trial instead of the winner."""
+    memory needed and the fix. ``trial`` exports that proxy trial instead of the winner;
+    ``corpus`` is what the campaign trained on, set beside what the bench verified."""
     records = ledger.records
     found = recommended_export(ledger, target, options, trial)
     if found is None:
@@ -404,7 +406,7 @@ def write_export(ledger: Ledger, campaign: str, target: Target,
         (out / torchtitan.FILE).write_text(torchtitan.render(config,
                                                              torchtitan.unexpressed(exported.recipe)))
         written.append(out / torchtitan.FILE)
-    distance = export_distance(exported, prediction, points)  # the verified file read once
+    distance = export_distance(exported, prediction, points, corpus)  # the verified file read once
     manifest = {
         "campaign": campaign, "target": target.name, "winner": winner.trial_id,
         "chosen_because": because, "winner_val_bpb": winner.val_bpb,
