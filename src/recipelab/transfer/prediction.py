@@ -277,7 +277,8 @@ class Prediction:
         :meth:`half_width`."""
         center = self.center(bytes_seen)
         if self._law_band is None:
-            low, high = center - self.half_width(bytes_seen), center + self.half_width(bytes_seen)
+            half = self.half_width(bytes_seen)
+            low, high = center - half, center + half
         else:
             low, high = self._law_band.interval(bytes_seen)
             least = MIN_BAND_FRACTION * center
