@@ -14,6 +14,10 @@ measured val_bpb less the prediction, into four parts that sum to it exactly:
 - ``level``: the bench's twice-the-width run at the top rung's tokens (the export's rate)
   against the width rung's level (its rate family's best).
 
+It prints, too, how the best rate falls with the size at each step: between the width rung's
+two widths (their rate families at the top rung's tokens), and between twice the width and the
+target (the bench's sweeps at the target's tokens), beside the exponent the export used.
+
 Then it trains both widths once more, at the ladder's horizon below the top (cached in each
 campaign's ``runs``), and prints what a data term measured at each width would predict at the
 target's tokens: the horizons' curve scaled to each width's fall between its two budgets, and
@@ -31,6 +35,7 @@ import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -83,6 +88,22 @@ def second_budget(prediction: Prediction, ladder: dict[str, list[list[float]]],
     return out
 
 
+def rate_steps(row: dict[str, Any], target_params: int) -> str | None:
+    """The best rate's exponent in the size between the rung's widths, and between twice the
+    width and the target; None where a sweep has fewer than 3 rates (its best is an edge)."""
+    exponent = row.get("size_exponent") or {}
+    rung = exponent.get("measured")
+    wider = row["twice_the_proxy_width"]
+    if not rung or len(row["sweep"]) < 3 or len(wider["sweep"]) < 3:
+        return None
+    beyond = (math.log(row["best_lr"] / wider["best_lr"])
+              / math.log(target_params / rung["wide"]["params"]))
+    return (f"the best rate ∝ N^{rung['exponent']:.2f} between the rung's widths, "
+            f"N^{beyond:.2f} from twice the width to the target; the export used "
+            f"N^{exponent['exponent']:.2f}, {row['exported_lr'] / row['best_lr']:.2f}× the "
+            "target's best")
+
+
 def widths(out: Path) -> list[str]:
     """The width rung's two models as bench/transfer.py wrote them, the proxy's width first."""
     return sorted((path.stem for path in out.glob("width-*.json")),
@@ -90,7 +111,7 @@ def widths(out: Path) -> list[str]:
 
 
 def report(name: str, prediction: Prediction, ladder: dict[str, list[list[float]]],
-           low: tuple[float, float], low_bytes: float, ratio: float) -> None:
+           low: tuple[float, float], low_bytes: float, ratio: float, rate: str | None) -> None:
     assert prediction.wide is not None
     top = prediction.wide.bytes_seen
     measured = ladder["measured"][-1][1]
@@ -108,6 +129,8 @@ def report(name: str, prediction: Prediction, ladder: dict[str, list[list[float]
           f"{other['scaled']:.4f} scaled ({(other['scaled'] - measured) / measured:+.1%}), "
           f"{other['log_linear']:.4f} log-linear "
           f"({(other['log_linear'] - measured) / measured:+.1%})")
+    if rate is not None:
+        print(f"    rate: {rate}")
 
 
 def main() -> None:
@@ -149,7 +172,8 @@ def main() -> None:
         narrow, wide = (statistics.mean(transfer.final(where / "runs" / f"{name}-low-s{s}")
                                         for s in range(seeds)) for name in names)
         report(row["campaign"], prediction, row["width_ladder"], (narrow, wide), low_bytes,
-               summary["tokens"] / prediction.wide.bytes_seen)
+               summary["tokens"] / prediction.wide.bytes_seen,
+               rate_steps(row, row["width_ladder"]["measured"][-1][0]))
 
 
 if __name__ == "__main__":
