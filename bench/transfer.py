@@ -393,6 +393,8 @@ def main() -> None:
         label, _, train_bytes = read_corpus_text(CorpusSpec(source=args.corpus))
     except RecipelabError as error:
         parser.error(str(error))
+    if args.parallel < 1:
+        parser.error(f"--parallel {args.parallel} trains nothing: it must be at least 1")
     if not 0 <= args.from_seed < args.campaigns:
         parser.error(f"--from-seed {args.from_seed} runs no campaign: it must be at least 0 and "
                      f"below --campaigns ({args.campaigns})")

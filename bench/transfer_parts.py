@@ -68,23 +68,21 @@ def second_budget(prediction: Prediction, ladder: dict[str, list[list[float]]],
     the top rung's tokens, carried to the target's as the horizons' curve scaled to that fall
     (``scaled``) or as a straight line in log tokens (``log_linear``); each width's own
     prediction beside its measurement."""
-    assert prediction.wide and prediction.horizons and prediction.measured_size and prediction.size
+    assert prediction.wide and prediction.horizons
     top = prediction.wide.bytes_seen
     end = top * tokens_ratio
     change = prediction.horizons.change
     out: dict[str, float] = {}
     for name, at_low, (_, measured), (_, at_top) in zip(
-            ("narrow", "wide"), low, ladder["measured"], ladder["at_top"], strict=False):
-        scale = (at_low - at_top) / change(top, low_bytes)
-        slope = (at_top - at_low) / math.log(top / low_bytes)
-        out[f"{name}_scale"] = scale
-        out[f"{name}_scaled"] = at_top + scale * change(top, end) - measured
-        out[f"{name}_log_linear"] = at_top + slope * math.log(end / top) - measured
-        out[f"{name}_slope"] = slope
-    lowering = prediction.measured_size.lowering(prediction.wide.params,
-                                                 prediction.size.target_params)
-    out["scaled"] = prediction.wide.val_bpb + out["wide_scale"] * change(top, end) - lowering
-    out["log_linear"] = prediction.wide.val_bpb + out["wide_slope"] * math.log(end / top) - lowering
+            ("narrow", "wide"), low, ladder["measured"][:2], ladder["at_top"], strict=True):
+        out[f"{name}_scale"] = (at_low - at_top) / change(top, low_bytes)
+        out[f"{name}_slope"] = (at_top - at_low) / math.log(top / low_bytes)
+        out[f"{name}_scaled"] = at_top + out[f"{name}_scale"] * change(top, end) - measured
+        out[f"{name}_log_linear"] = at_top + out[f"{name}_slope"] * math.log(end / top) - measured
+    # the prediction with its data term (the horizons' change from the top) replaced
+    elsewhere = prediction.center(end) - change(top, end)
+    out["scaled"] = elsewhere + out["wide_scale"] * change(top, end)
+    out["log_linear"] = elsewhere + out["wide_slope"] * math.log(end / top)
     return out
 
 
@@ -139,6 +137,8 @@ def main() -> None:
                         help="a finished bench/transfer.py run's --out")
     parser.add_argument("--parallel", type=int, default=2)
     args = parser.parse_args()
+    if args.parallel < 1:
+        parser.error(f"--parallel {args.parallel} trains nothing: it must be at least 1")
     summary_path = args.out / "summary.json"
     if not summary_path.exists():
         parser.error(f"{summary_path} does not exist: run bench/transfer.py --out {args.out} "

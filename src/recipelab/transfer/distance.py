@@ -7,7 +7,7 @@ parameters, training tokens, context) and compares it with the distance
 ``bench/transfer.py`` verified end to end, which the bench writes to
 ``verified_transfer.json`` beside this module and the package ships. The verification holds
 for the text the bench trained on: a campaign on another corpus is warned that nothing
-measured covers it (on the standard library's prose the bench found every prediction 18-24%
+measured covers it (on the standard library's prose the bench found every prediction 17-24%
 high, where on python-source 5 of 6 were within 5%). No figure here is written by hand:
 without that file, the export says nothing was verified.
 """
